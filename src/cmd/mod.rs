@@ -1,0 +1,49 @@
+//! One file per subcommand: check arguments, call the library, print the result.
+
+mod inspect;
+mod plan;
+mod synth;
+mod verify;
+
+use crate::cli::{Cli, CodecArg, Command, FormatArg, StoreArgs};
+use prep::shard::Codec;
+use prep::OutputFormat;
+use std::process::ExitCode;
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let quiet = cli.quiet;
+    match cli.command {
+        Command::Synth(a) => synth::run(a, quiet),
+        Command::Inspect(a) => inspect::run(a, quiet),
+        Command::Verify(a) => verify::run(a, quiet),
+        Command::Plan(a) => plan::run(a),
+    }
+}
+
+impl StoreArgs {
+    pub fn codec(&self) -> Codec {
+        match self.codec {
+            CodecArg::Zstd => Codec::Zstd { level: self.level },
+            CodecArg::None => Codec::None,
+        }
+    }
+    pub fn format(&self) -> OutputFormat {
+        match self.format {
+            FormatArg::Shards => OutputFormat::Shards,
+            FormatArg::Colmajor => OutputFormat::Colmajor,
+        }
+    }
+}
+
+/// "1,234,567"
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

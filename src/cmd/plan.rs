@@ -1,0 +1,40 @@
+use super::thousands;
+use crate::cli::{DtypeArg, PlanArgs};
+use prep::mem::human;
+use prep::shard::Dtype;
+use std::process::ExitCode;
+
+pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
+    let dtype = match a.dtype {
+        DtypeArg::U8 => Dtype::U8,
+        DtypeArg::U16 => Dtype::U16,
+    };
+    let cores = rayon::current_num_threads();
+    let p = prep::plan::plan(a.train, a.test, a.shape.clone(), dtype, a.batch, cores);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "plan for {} train + {} test samples of {} {} (batch {}, {} cores)\n",
+        thousands(a.train),
+        thousands(a.test),
+        a.shape,
+        dtype,
+        a.batch,
+        cores
+    );
+    for (title, rows) in [("disk", &p.disk), ("host RAM for training", &p.host_ram), ("GPU memory for training", &p.gpu_memory)] {
+        println!("{title}");
+        for r in rows {
+            println!("  {:<48} {:>12}", r.what, human(r.bytes));
+        }
+        println!();
+    }
+    let s = p.generation_seconds;
+    println!("time\n  {:<48} {:>12}\n", "prep synth (estimate)", if s < 120.0 { format!("{s:.0} s") } else { format!("{:.1} min", s / 60.0) });
+    for n in &p.notes {
+        println!("note: {n}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

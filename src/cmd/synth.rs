@@ -1,0 +1,51 @@
+use super::thousands;
+use crate::cli::SynthArgs;
+use anyhow::Context;
+use prep::mem::human;
+use prep::synth::{synthesize, SynthOptions};
+use std::process::ExitCode;
+
+pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let opts = SynthOptions {
+        out: a.out.clone(),
+        splits: vec![("train".into(), a.train), ("test".into(), a.test)],
+        shape: a.shape.clone(),
+        classes: a.classes,
+        seed: a.seed,
+        format: a.store.format(),
+        codec: a.store.codec(),
+        block_samples: a.store.block_samples,
+        shard_blocks: a.store.shard_blocks,
+        force: a.force,
+        quiet,
+    };
+    let r = synthesize(&opts).with_context(|| format!("prep synth into {}", a.out.display()))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else if !quiet {
+        if r.already_complete {
+            println!(
+                "{} already holds this dataset ({} samples, {} on disk); nothing to do",
+                a.out.display(),
+                thousands(r.samples),
+                human(r.bytes_on_disk)
+            );
+        } else {
+            let reused = if r.shards_reused > 0 {
+                format!(" (resumed: {} shards kept, {} written)", r.shards_reused, r.shards_written)
+            } else {
+                String::new()
+            };
+            println!(
+                "wrote {} samples to {} in {:.1} s: {} samples/s, {} on disk, peak RSS {}{reused}",
+                thousands(r.samples_generated),
+                a.out.display(),
+                r.seconds,
+                thousands(r.samples_per_sec as u64),
+                human(r.bytes_on_disk),
+                human(r.peak_rss_bytes)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

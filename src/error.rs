@@ -1,0 +1,85 @@
+//! Typed errors of the library. Every error that concerns a file names it; errors inside a shard also
+//! name the region (header, block, footer) so a user knows what exactly is damaged.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Where in a shard file a problem was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Region {
+    File,
+    Header,
+    Block(u32),
+    Footer,
+    Trailer,
+}
+
+impl fmt::Display for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Region::File => write!(f, "file"),
+            Region::Header => write!(f, "header"),
+            Region::Block(i) => write!(f, "block {i}"),
+            Region::Footer => write!(f, "footer"),
+            Region::Trailer => write!(f, "trailer"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes of a shard file break a rule of `formats/shard.md`.
+    #[error("{}: {region}: {what}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        region: Region,
+        what: String,
+    },
+    /// `manifest.json` (or a colmajor `manifest.json`) is malformed or disagrees with the files.
+    #[error("{}: {what}", path.display())]
+    Manifest { path: PathBuf, what: String },
+    /// The caller asked for something impossible (bad shape, zero classes, ...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.as_ref().to_path_buf(),
+            source,
+        }
+    }
+    pub fn corrupt(path: impl AsRef<Path>, region: Region, what: impl Into<String>) -> Self {
+        Error::Corrupt {
+            path: path.as_ref().to_path_buf(),
+            region,
+            what: what.into(),
+        }
+    }
+    pub fn manifest(path: impl AsRef<Path>, what: impl Into<String>) -> Self {
+        Error::Manifest {
+            path: path.as_ref().to_path_buf(),
+            what: what.into(),
+        }
+    }
+}
+
+/// Attach a path to an `io::Result`.
+pub trait IoContext<T> {
+    fn at(self, path: impl AsRef<Path>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|e| Error::io(path, e))
+    }
+}

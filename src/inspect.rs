@@ -1,0 +1,239 @@
+//! What `prep inspect` reports about a dataset, and the sample grid picture.
+
+use crate::colmajor::{ColmajorManifest, ColmajorSplitReader};
+use crate::error::{Error, Result};
+use crate::shard::{Dataset, Dtype, SampleSpec};
+use image::{Rgb, RgbImage};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::path::Path;
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub dir: String,
+    pub format: String,
+    pub shape: Vec<u32>,
+    pub dtype: String,
+    pub classes: Vec<String>,
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
+    pub codec: Option<crate::shard::Codec>,
+    pub block_samples: Option<u32>,
+    pub splits: Vec<SplitSummary>,
+    pub shards: usize,
+    /// Bytes of the dataset's files on disk.
+    pub bytes_on_disk: u64,
+    /// Bytes of the pixels and labels as decoded (u8/u16 pixels, u32 labels).
+    pub bytes_decoded: u64,
+    pub compression_ratio: f64,
+    pub provenance: serde_json::Value,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SplitSummary {
+    pub name: String,
+    pub samples: u64,
+    pub class_counts: Vec<u64>,
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
+    pub shards: usize,
+    pub bytes_on_disk: u64,
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+pub fn summarize(dir: &Path) -> Result<Summary> {
+    let format = crate::dataset_format(dir)?;
+    if format == crate::colmajor::FORMAT {
+        let m = ColmajorManifest::read(dir)?;
+        let splits: Vec<SplitSummary> = m
+            .splits
+            .iter()
+            .map(|(name, s)| SplitSummary {
+                name: name.clone(),
+                samples: s.samples,
+                class_counts: s.class_counts.clone(),
+                mean: vec![],
+                std: vec![],
+                shards: 0,
+                bytes_on_disk: file_len(&dir.join(&s.images)) + file_len(&dir.join(&s.labels)),
+            })
+            .collect();
+        let on_disk: u64 = splits.iter().map(|s| s.bytes_on_disk).sum();
+        let decoded: u64 = splits.iter().map(|s| s.samples * (m.sample.bytes() as u64 + 4)).sum();
+        return Ok(Summary {
+            dir: dir.display().to_string(),
+            format,
+            shape: m.sample.shape.0.clone(),
+            dtype: m.sample.dtype.to_string(),
+            classes: m.classes.clone(),
+            mean: m.mean.clone(),
+            std: m.std.clone(),
+            codec: None,
+            block_samples: None,
+            splits,
+            shards: 0,
+            bytes_on_disk: on_disk,
+            bytes_decoded: decoded,
+            compression_ratio: decoded as f64 / on_disk.max(1) as f64,
+            provenance: serde_json::to_value(&m.provenance).unwrap_or_default(),
+        });
+    }
+    let ds = Dataset::open(dir)?;
+    let m = &ds.manifest;
+    let splits: Vec<SplitSummary> = m
+        .splits
+        .iter()
+        .map(|(name, s)| SplitSummary {
+            name: name.clone(),
+            samples: s.samples,
+            class_counts: s.class_counts.clone(),
+            mean: s.mean.clone(),
+            std: s.std.clone(),
+            shards: s.shards.len(),
+            bytes_on_disk: s.shards.iter().map(|sh| sh.bytes).sum(),
+        })
+        .collect();
+    let on_disk: u64 = splits.iter().map(|s| s.bytes_on_disk).sum::<u64>() + file_len(&dir.join("manifest.json"));
+    let decoded: u64 = splits.iter().map(|s| s.samples * (m.sample.bytes() as u64 + 4)).sum();
+    Ok(Summary {
+        dir: dir.display().to_string(),
+        format,
+        shape: m.sample.shape.0.clone(),
+        dtype: m.sample.dtype.to_string(),
+        classes: m.classes.clone(),
+        mean: m.mean.clone(),
+        std: m.std.clone(),
+        codec: Some(m.codec),
+        block_samples: Some(m.block_samples),
+        shards: splits.iter().map(|s| s.shards).sum(),
+        splits,
+        bytes_on_disk: on_disk,
+        bytes_decoded: decoded,
+        compression_ratio: decoded as f64 / on_disk.max(1) as f64,
+        provenance: serde_json::to_value(&m.provenance).unwrap_or_default(),
+    })
+}
+
+/// Up to `per_class` samples of every class, as (class, pixels) in sample order.
+type Picks = Vec<Vec<Vec<u8>>>;
+
+/// How many blocks `grid` reads at most looking for rare classes.
+const GRID_MAX_BLOCKS: usize = 256;
+
+/// A picture with one row of `per_class` samples for every class, from `split`, each sample scaled
+/// up by `zoom`; a thin dark line separates samples.
+pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbImage> {
+    let format = crate::dataset_format(dir)?;
+    let (spec, classes, picks) = if format == crate::colmajor::FORMAT {
+        let m = ColmajorManifest::read(dir)?;
+        let r = ColmajorSplitReader::open(dir, &m, split)?;
+        let k = m.classes.len();
+        let mut picks: Picks = vec![Vec::new(); k];
+        let max = m.sample.dtype.max_value() as f32;
+        for i in 0..r.samples {
+            let l = r.label(i) as usize;
+            if l < k && picks[l].len() < per_class {
+                let px: Vec<u8> = match m.sample.dtype {
+                    Dtype::U8 => (0..r.features).map(|f| (r.get(i, f) * max).round() as u8).collect(),
+                    Dtype::U16 => (0..r.features)
+                        .flat_map(|f| ((r.get(i, f) * max).round() as u16).to_le_bytes())
+                        .collect(),
+                };
+                picks[l].push(px);
+            }
+            if picks.iter().all(|p| p.len() >= per_class) {
+                break;
+            }
+        }
+        (m.sample.clone(), k, picks)
+    } else {
+        let ds = Dataset::open(dir)?;
+        let s = ds
+            .manifest
+            .splits
+            .get(split)
+            .ok_or_else(|| Error::Invalid(format!("{}: no split '{split}'", dir.display())))?;
+        let k = ds.manifest.classes.len();
+        let mut picks: Picks = vec![Vec::new(); k];
+        let mut read = 0;
+        'shards: for info in &s.shards {
+            let r = ds.open_shard(info)?;
+            let n = r.num_blocks();
+            let mut b0 = 0;
+            while b0 < n {
+                let b1 = (b0 + rayon::current_num_threads()).min(n);
+                let idx: Vec<usize> = (b0..b1).collect();
+                for block in r.read_blocks_par(&idx) {
+                    let block = block?;
+                    for i in 0..block.len() {
+                        let l = block.label(i) as usize;
+                        if picks[l].len() < per_class {
+                            picks[l].push(block.sample(i).to_vec());
+                        }
+                    }
+                }
+                read += b1 - b0;
+                if picks.iter().all(|p| p.len() >= per_class) || read >= GRID_MAX_BLOCKS {
+                    break 'shards;
+                }
+                b0 = b1;
+            }
+        }
+        (ds.manifest.sample.clone(), k, picks)
+    };
+    Ok(draw(&spec, classes, per_class, zoom.max(1), &picks))
+}
+
+fn draw(spec: &SampleSpec, classes: usize, per_class: usize, zoom: u32, picks: &Picks) -> RgbImage {
+    let dims = &spec.shape.0;
+    // Volumes show their middle slice.
+    let (c, h, w) = (dims[0] as usize, dims[dims.len() - 2] as usize, dims[dims.len() - 1] as usize);
+    let depth = if dims.len() == 4 { dims[1] as usize } else { 1 };
+    let plane = h * w;
+    let gap = 1u32;
+    let cell_w = w as u32 * zoom + gap;
+    let cell_h = h as u32 * zoom + gap;
+    let mut img = RgbImage::from_pixel(cell_w * per_class as u32 + gap, cell_h * classes as u32 + gap, Rgb([40, 40, 48]));
+    let value = |px: &[u8], ch: usize, p: usize| -> u8 {
+        let e = (ch * depth + depth / 2) * plane + p;
+        match spec.dtype {
+            Dtype::U8 => px[e],
+            Dtype::U16 => (u16::from_le_bytes([px[2 * e], px[2 * e + 1]]) >> 8) as u8,
+        }
+    };
+    let rows: Vec<(usize, usize, Vec<[u8; 3]>)> = picks
+        .par_iter()
+        .enumerate()
+        .flat_map(|(k, samples)| {
+            samples
+                .par_iter()
+                .enumerate()
+                .map(move |(j, px)| {
+                    let rgb = (0..plane)
+                        .map(|p| {
+                            if c >= 3 {
+                                [value(px, 0, p), value(px, 1, p), value(px, 2, p)]
+                            } else {
+                                let g = value(px, 0, p);
+                                [g, g, g]
+                            }
+                        })
+                        .collect();
+                    (k, j, rgb)
+                })
+        })
+        .collect();
+    for (k, j, rgb) in rows {
+        let (x0, y0) = (gap + j as u32 * cell_w, gap + k as u32 * cell_h);
+        for y in 0..h * zoom as usize {
+            for x in 0..w * zoom as usize {
+                let p = (y / zoom as usize) * w + x / zoom as usize;
+                img.put_pixel(x0 + x as u32, y0 + y as u32, Rgb(rgb[p]));
+            }
+        }
+    }
+    img
+}

@@ -1,0 +1,26 @@
+//! `prep` entry point: parse arguments, run the subcommand, map failures to exit codes
+//! (0 success, 1 runtime failure, 2 usage error).
+
+mod cli;
+mod cmd;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    if let Some(n) = cli.jobs {
+        if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global() {
+            eprintln!("error: could not start {n} worker threads: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    match cmd::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            let usage = e.chain().any(|c| matches!(c.downcast_ref::<prep::Error>(), Some(prep::Error::Invalid(_))));
+            ExitCode::from(if usage { 2 } else { 1 })
+        }
+    }
+}

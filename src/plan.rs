@@ -1,0 +1,101 @@
+//! `prep plan`: what a dataset of a given size will cost on disk, in host RAM and GPU memory for
+//! each training input mode, and in generation time, before anything is written.
+//!
+//! The figures are estimates from the formats' exact sizes and from rates measured for
+//! BENCHMARKS.md; the constants below say where each comes from.
+
+use crate::shard::{default_block_samples, Dtype, SampleSpec, Shape};
+use serde::Serialize;
+
+/// Shard size / raw size measured for `prep synth` output at zstd level 3 (BENCHMARKS.md);
+/// real data compresses differently (MNIST-like data compresses far better, photos worse).
+pub const SYNTH_ZSTD_RATIO: f64 = 0.62;
+/// `prep synth` pixel throughput per core, bytes/s, measured on the 2-core CI-size machine
+/// (BENCHMARKS.md: 3x32x32 samples).
+pub const SYNTH_BYTES_PER_SEC_PER_CORE: f64 = 240e6;
+/// Prefetch depth of the training input ring (batches in flight).
+pub const PREFETCH_BATCHES: u64 = 4;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub train: u64,
+    pub test: u64,
+    pub shape: Vec<u32>,
+    pub dtype: String,
+    pub batch: u64,
+    pub cores: usize,
+    pub disk: Vec<Row>,
+    pub host_ram: Vec<Row>,
+    pub gpu_memory: Vec<Row>,
+    pub generation_seconds: f64,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub what: String,
+    pub bytes: u64,
+}
+
+fn row(what: &str, bytes: u64) -> Row {
+    Row { what: what.into(), bytes }
+}
+
+/// Bytes of activations and their gradients the `small` model keeps for one batch at mixed
+/// precision: per conv stage the conv, BN and ReLU outputs (2 bytes each) and their gradients.
+fn small_model_activations(shape: &Shape, batch: u64) -> u64 {
+    let (h, w) = (shape.0[shape.0.len() - 2] as u64, shape.0[shape.0.len() - 1] as u64);
+    let hw = h * w;
+    let per_sample = 32 * hw + 64 * hw / 4 + 128 * hw / 16 + shape.elems() as u64;
+    per_sample * batch * 2 * 3 * 2
+}
+
+pub fn plan(train: u64, test: u64, shape: Shape, dtype: Dtype, batch: u64, cores: usize) -> Plan {
+    let spec = SampleSpec { shape: shape.clone(), dtype };
+    let sb = spec.bytes() as u64;
+    let n = train + test;
+    let raw = n * sb;
+    let labels = n * 4;
+    let features = shape.elems() as u64;
+    let block = default_block_samples(sb as usize) as u64 * (sb + 4);
+    let cores = cores.max(1);
+    // Decoders each hold one compressed and one decoded block; the ring holds PREFETCH_BATCHES.
+    let ring = PREFETCH_BATCHES * batch * sb;
+    let decode = 2 * cores as u64 * block * 2;
+    let base_host = 64 << 20;
+    let model = 4 << 20;
+    let act = small_model_activations(&shape, batch);
+    let workspace = 256 << 20;
+    let gpu_fixed = model + act + workspace;
+    Plan {
+        train,
+        test,
+        shape: shape.0.clone(),
+        dtype: dtype.to_string(),
+        batch,
+        cores,
+        disk: vec![
+            row("raw pixels (u8/u16) + labels", raw + labels),
+            row("shards, zstd (synthetic data ratio)", ((raw + labels) as f64 * SYNTH_ZSTD_RATIO) as u64),
+            row("shards, --codec none", raw + labels + n.div_ceil(1024) * 40),
+            row("colmajor (float32)", n * features * 4 + labels),
+        ],
+        host_ram: vec![
+            row("--memory device (upload, then nothing)", base_host + decode),
+            row("--memory stream (pinned ring + decoders)", base_host + ring + decode),
+            row("--memory managed (decoders; ring is managed)", base_host + decode),
+            row("colmajor reader (page cache, not RSS-bound)", base_host + ring),
+        ],
+        gpu_memory: vec![
+            row("--memory device (whole dataset resident)", raw + labels + gpu_fixed + ring),
+            row("--memory stream (ring of device buffers)", ring + gpu_fixed),
+            row("--memory managed (managed ring, prefetched)", ring + gpu_fixed),
+        ],
+        generation_seconds: raw as f64 / (SYNTH_BYTES_PER_SEC_PER_CORE * cores as f64),
+        notes: vec![
+            format!("model `small`, batch {batch}, mixed precision; activations ~{}", crate::mem::human(act)),
+            "GPU memory in stream and managed modes does not grow with the dataset".into(),
+            "generation time is for `prep synth` on this many cores".into(),
+        ],
+    }
+}

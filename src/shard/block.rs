@@ -1,0 +1,270 @@
+//! Blocks: a few thousand samples with their labels, compressed and checksummed as one unit.
+//! A decoded block is one buffer: the pixels of every sample, then one u32 label per sample.
+
+use super::format::{BlockEntry, LABEL_BYTES};
+use super::{Dtype, SampleSpec};
+use crate::error::{Error, Region, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// How blocks are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "lowercase")]
+pub enum Codec {
+    None,
+    Zstd { level: i32 },
+}
+
+impl Codec {
+    pub fn code(self) -> u8 {
+        match self {
+            Codec::None => super::format::CODEC_NONE,
+            Codec::Zstd { .. } => super::format::CODEC_ZSTD,
+        }
+    }
+}
+
+/// Decoded samples and labels of one block, in one buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    data: Vec<u8>,
+    num_samples: usize,
+    sample_bytes: usize,
+}
+
+impl Block {
+    /// A zeroed block for `n` samples, to be filled through `sample_mut` and `set_label`.
+    pub fn zeroed(n: usize, sample_bytes: usize) -> Self {
+        Block {
+            data: vec![0; n * (sample_bytes + LABEL_BYTES)],
+            num_samples: n,
+            sample_bytes,
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.num_samples
+    }
+    pub fn is_empty(&self) -> bool {
+        self.num_samples == 0
+    }
+    pub fn sample_bytes(&self) -> usize {
+        self.sample_bytes
+    }
+    /// Pixels of every sample, sample after sample (u16 as little-endian pairs).
+    pub fn pixels(&self) -> &[u8] {
+        &self.data[..self.num_samples * self.sample_bytes]
+    }
+    pub fn pixels_mut(&mut self) -> &mut [u8] {
+        let n = self.num_samples * self.sample_bytes;
+        &mut self.data[..n]
+    }
+    pub fn sample(&self, i: usize) -> &[u8] {
+        &self.data[i * self.sample_bytes..(i + 1) * self.sample_bytes]
+    }
+    pub fn sample_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.data[i * self.sample_bytes..(i + 1) * self.sample_bytes]
+    }
+    pub fn label(&self, i: usize) -> u32 {
+        let o = self.num_samples * self.sample_bytes + i * LABEL_BYTES;
+        u32::from_le_bytes(self.data[o..o + 4].try_into().unwrap())
+    }
+    pub fn set_label(&mut self, i: usize, label: u32) {
+        let o = self.num_samples * self.sample_bytes + i * LABEL_BYTES;
+        self.data[o..o + 4].copy_from_slice(&label.to_le_bytes());
+    }
+    pub fn labels(&self) -> impl ExactSizeIterator<Item = u32> + '_ {
+        (0..self.num_samples).map(|i| self.label(i))
+    }
+    /// The decoded bytes as stored: pixels, then labels.
+    pub fn raw(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Compress, checksum and gather statistics. `num_classes` bounds the labels.
+    pub fn encode(&self, spec: &SampleSpec, num_classes: u32, codec: Codec) -> Result<EncodedBlock> {
+        if let Some(i) = self.labels().position(|l| l >= num_classes) {
+            return Err(Error::Invalid(format!(
+                "sample {i} of a block has label {} but there are {num_classes} classes",
+                self.label(i)
+            )));
+        }
+        let bytes = match codec {
+            Codec::None => self.data.clone(),
+            Codec::Zstd { level } => zstd::bulk::compress(&self.data, level)
+                .map_err(|e| Error::Invalid(format!("zstd compression failed: {e}")))?,
+        };
+        Ok(EncodedBlock {
+            stored_xxh3: xxh3_64(&bytes),
+            raw_xxh3: xxh3_64(&self.data),
+            bytes,
+            num_samples: self.num_samples as u32,
+            stats: Stats::of_block(self, spec, num_classes),
+        })
+    }
+
+    /// Check and decode one stored block. Every rule a reader enforces on block bytes is here.
+    pub fn decode(
+        path: &Path,
+        index: u32,
+        entry: &BlockEntry,
+        stored: &[u8],
+        spec: &SampleSpec,
+        codec: u8,
+        num_classes: u32,
+    ) -> Result<Block> {
+        let bad = |what: String| Error::corrupt(path, Region::Block(index), what);
+        let computed = xxh3_64(stored);
+        if computed != entry.stored_xxh3 {
+            return Err(bad(format!(
+                "checksum mismatch (stored {:016x}, computed {computed:016x})",
+                entry.stored_xxh3
+            )));
+        }
+        let n = entry.num_samples as usize;
+        let sample_bytes = spec.bytes();
+        // The footer parser bounded this product by MAX_BLOCK_RAW.
+        let raw_len = n * (sample_bytes + LABEL_BYTES);
+        let data = if codec == super::format::CODEC_ZSTD {
+            let d = zstd::bulk::decompress(stored, raw_len)
+                .map_err(|e| bad(format!("zstd frame does not decode: {e}")))?;
+            if d.len() != raw_len {
+                return Err(bad(format!("decodes to {} bytes, expected {raw_len}", d.len())));
+            }
+            d
+        } else {
+            stored.to_vec()
+        };
+        if xxh3_64(&data) != entry.raw_xxh3 {
+            return Err(bad("decoded bytes do not match their checksum".into()));
+        }
+        let block = Block {
+            data,
+            num_samples: n,
+            sample_bytes,
+        };
+        if let Some(i) = block.labels().position(|l| l >= num_classes) {
+            return Err(bad(format!(
+                "sample {i} has label {} but the shard has {num_classes} classes",
+                block.label(i)
+            )));
+        }
+        Ok(block)
+    }
+}
+
+/// A block ready to be written.
+#[derive(Debug, Clone)]
+pub struct EncodedBlock {
+    pub bytes: Vec<u8>,
+    pub num_samples: u32,
+    pub stored_xxh3: u64,
+    pub raw_xxh3: u64,
+    pub stats: Stats,
+}
+
+/// Exact sums from which class balance and per-channel mean/std follow. Integers, so that they add
+/// up identically in any order and a resumed run reports the same figures.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stats {
+    pub class_counts: Vec<u64>,
+    pub channel_sum: Vec<u128>,
+    pub channel_sumsq: Vec<u128>,
+}
+
+impl Stats {
+    pub fn empty(num_classes: u32, channels: usize) -> Self {
+        Stats {
+            class_counts: vec![0; num_classes as usize],
+            channel_sum: vec![0; channels],
+            channel_sumsq: vec![0; channels],
+        }
+    }
+
+    pub fn of_block(block: &Block, spec: &SampleSpec, num_classes: u32) -> Self {
+        let c = spec.shape.channels();
+        let plane = spec.shape.plane();
+        let mut s = Stats::empty(num_classes, c);
+        for l in block.labels() {
+            s.class_counts[l as usize] += 1;
+        }
+        for i in 0..block.len() {
+            let px = block.sample(i);
+            for ch in 0..c {
+                let (sum, sq) = match spec.dtype {
+                    Dtype::U8 => sums_u8(&px[ch * plane..(ch + 1) * plane]),
+                    Dtype::U16 => sums_u16(&px[2 * ch * plane..2 * (ch + 1) * plane]),
+                };
+                s.channel_sum[ch] += sum as u128;
+                s.channel_sumsq[ch] += sq;
+            }
+        }
+        s
+    }
+
+    pub fn add(&mut self, o: &Stats) {
+        for (a, b) in self.class_counts.iter_mut().zip(&o.class_counts) {
+            *a += b;
+        }
+        for (a, b) in self.channel_sum.iter_mut().zip(&o.channel_sum) {
+            *a += b;
+        }
+        for (a, b) in self.channel_sumsq.iter_mut().zip(&o.channel_sumsq) {
+            *a += b;
+        }
+    }
+
+    pub fn samples(&self) -> u64 {
+        self.class_counts.iter().sum()
+    }
+
+    /// Per-channel mean and standard deviation of pixel / max value, i.e. in [0, 1].
+    pub fn mean_std(&self, spec: &SampleSpec) -> (Vec<f64>, Vec<f64>) {
+        let count = self.samples() as f64 * spec.shape.plane() as f64;
+        let max = spec.dtype.max_value();
+        if count == 0.0 {
+            let z = vec![0.0; self.channel_sum.len()];
+            return (z.clone(), z);
+        }
+        self.channel_sum
+            .iter()
+            .zip(&self.channel_sumsq)
+            .map(|(&s, &q)| {
+                let m = s as f64 / count;
+                let var = (q as f64 / count - m * m).max(0.0);
+                (m / max, var.sqrt() / max)
+            })
+            .unzip()
+    }
+}
+
+/// Sum and sum of squares of u8 values. u32 lanes over short runs let the compiler vectorise.
+fn sums_u8(v: &[u8]) -> (u64, u128) {
+    let (mut s, mut q) = (0u64, 0u128);
+    for chunk in v.chunks(1 << 14) {
+        let (mut cs, mut cq) = (0u32, 0u32);
+        for &x in chunk {
+            let x = x as u32;
+            cs += x;
+            cq += x * x;
+        }
+        s += cs as u64;
+        q += cq as u128;
+    }
+    (s, q)
+}
+
+fn sums_u16(v: &[u8]) -> (u64, u128) {
+    let (mut s, mut q) = (0u64, 0u128);
+    for chunk in v.chunks(1 << 14) {
+        let (mut cs, mut cq) = (0u64, 0u64);
+        for p in chunk.chunks_exact(2) {
+            let x = u16::from_le_bytes([p[0], p[1]]) as u64;
+            cs += x;
+            cq += x * x;
+        }
+        s += cs;
+        q += cq as u128;
+    }
+    (s, q)
+}

@@ -1,0 +1,147 @@
+//! A dataset directory: the manifest plus its shards, opened and checked together.
+
+use super::manifest::{Manifest, ShardInfo};
+use super::ShardReader;
+use crate::error::{Error, Region, Result};
+use rayon::prelude::*;
+use std::path::{Path, PathBuf};
+
+pub struct Dataset {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+}
+
+/// One damaged place found by `verify`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Damage {
+    pub file: String,
+    pub region: String,
+    pub what: String,
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct VerifyReport {
+    pub shards: usize,
+    pub blocks: u64,
+    pub samples: u64,
+    pub bytes: u64,
+    pub damage: Vec<Damage>,
+}
+
+impl VerifyReport {
+    pub fn ok(&self) -> bool {
+        self.damage.is_empty()
+    }
+}
+
+impl Dataset {
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        let manifest = Manifest::read(&dir)?;
+        Ok(Dataset { dir, manifest })
+    }
+
+    pub fn shard_path(&self, info: &ShardInfo) -> PathBuf {
+        self.dir.join(&info.file)
+    }
+
+    /// Open a shard and check that it is the one the manifest describes.
+    pub fn open_shard(&self, info: &ShardInfo) -> Result<ShardReader> {
+        let path = self.shard_path(info);
+        let r = ShardReader::open(&path)?;
+        let m = &self.manifest;
+        let bad = |what: String| Error::corrupt(&path, Region::File, what);
+        if r.header.spec != m.sample {
+            return Err(bad(format!(
+                "holds {} {} samples, the manifest says {} {}",
+                r.header.spec.shape, r.header.spec.dtype, m.sample.shape, m.sample.dtype
+            )));
+        }
+        if r.header.codec != m.codec.code() {
+            return Err(bad("codec differs from the manifest".into()));
+        }
+        if r.header.num_classes != m.num_classes() {
+            return Err(bad(format!(
+                "has {} classes, the manifest says {}",
+                r.header.num_classes,
+                m.num_classes()
+            )));
+        }
+        let footer_sum = format!("{:016x}", r.trailer.footer_xxh3);
+        if r.file_len != info.bytes
+            || r.header.num_samples != info.samples
+            || r.header.num_blocks != info.blocks
+            || footer_sum != info.footer_xxh3
+        {
+            return Err(bad(format!(
+                "is not the shard the manifest lists ({} bytes, {} samples, {} blocks, footer {footer_sum}; \
+                 manifest: {} bytes, {} samples, {} blocks, footer {})",
+                r.file_len, r.header.num_samples, r.header.num_blocks, info.bytes, info.samples, info.blocks, info.footer_xxh3
+            )));
+        }
+        Ok(r)
+    }
+
+    /// Every shard of every split, in manifest order.
+    pub fn shards(&self) -> impl Iterator<Item = (&str, &ShardInfo)> {
+        self.manifest
+            .splits
+            .iter()
+            .flat_map(|(name, s)| s.shards.iter().map(move |sh| (name.as_str(), sh)))
+    }
+
+    /// Read and check every block of every shard. Keeps going past damage so that the report names
+    /// every damaged shard and block. `progress` is told the stored bytes of each block checked.
+    pub fn verify(&self, progress: &(dyn Fn(u64) + Sync)) -> VerifyReport {
+        let mut report = VerifyReport::default();
+        for (_, info) in self.shards() {
+            report.shards += 1;
+            let r = match self.open_shard(info) {
+                Ok(r) => r,
+                Err(e) => {
+                    report.damage.push(damage(&info.file, &e));
+                    progress(info.bytes);
+                    continue;
+                }
+            };
+            report.bytes += r.file_len;
+            let results: Vec<(u64, Option<Damage>)> = (0..r.num_blocks())
+                .into_par_iter()
+                .map(|i| {
+                    let res = r.read_block(i);
+                    progress(r.entry(i).stored_len);
+                    (r.entry(i).num_samples as u64, res.err().map(|e| damage(&info.file, &e)))
+                })
+                .collect();
+            for (n, d) in results {
+                report.blocks += 1;
+                report.samples += n;
+                report.damage.extend(d);
+            }
+        }
+        report
+    }
+}
+
+fn damage(file: &str, e: &Error) -> Damage {
+    match e {
+        Error::Corrupt { region, what, .. } => Damage {
+            file: file.to_string(),
+            region: region.to_string(),
+            what: what.clone(),
+        },
+        other => Damage {
+            file: file.to_string(),
+            region: Region::File.to_string(),
+            what: match other {
+                Error::Io { source, .. } => source.to_string(),
+                o => o.to_string(),
+            },
+        },
+    }
+}
+
+/// Largest stored size of the shards in a dataset: what `verify` reads, for a progress bar.
+pub fn total_bytes(ds: &Dataset) -> u64 {
+    ds.shards().map(|(_, s)| s.bytes).sum()
+}

@@ -1,0 +1,318 @@
+//! Byte layout of a shard file (see `formats/shard.md`): header, blocks, footer, trailer.
+//! Parsing never trusts a size it has not checked against a cap or the file length, and all offset
+//! arithmetic is checked, so a damaged or hostile file gives an error rather than a panic or a huge
+//! allocation.
+
+use super::{Dtype, SampleSpec, Shape, MAX_DIMS, MAX_SAMPLE_BYTES};
+use crate::error::{Error, Region, Result};
+use std::path::Path;
+use xxhash_rust::xxh3::xxh3_64;
+
+pub const MAGIC: &[u8; 8] = b"PREPSHRD";
+pub const END_MAGIC: &[u8; 8] = b"PREPEND\0";
+pub const VERSION: u16 = 1;
+pub const HEADER_LEN: usize = 64;
+pub const TRAILER_LEN: usize = 32;
+pub const ENTRY_LEN: usize = 40;
+/// Caps a reader enforces before it allocates anything sized by the file.
+pub const MAX_BLOCKS: u32 = 1 << 20;
+pub const MAX_CLASSES: u32 = 1 << 16;
+pub const MAX_CHANNELS: u32 = 1 << 12;
+/// Largest decoded block (pixels and labels).
+pub const MAX_BLOCK_RAW: u64 = 1 << 31;
+/// Label bytes per sample (u32, little-endian).
+pub const LABEL_BYTES: usize = 4;
+
+pub const CODEC_NONE: u8 = 0;
+pub const CODEC_ZSTD: u8 = 1;
+
+/// The fixed 64-byte header at offset 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub spec: SampleSpec,
+    pub codec: u8,
+    pub num_samples: u64,
+    pub num_blocks: u32,
+    pub num_classes: u32,
+}
+
+impl Header {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..8].copy_from_slice(MAGIC);
+        b[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        b[10] = self.spec.dtype.code();
+        b[11] = self.codec;
+        b[12] = self.spec.shape.0.len() as u8;
+        for (i, d) in self.spec.shape.0.iter().enumerate() {
+            b[16 + 4 * i..20 + 4 * i].copy_from_slice(&d.to_le_bytes());
+        }
+        b[32..40].copy_from_slice(&self.num_samples.to_le_bytes());
+        b[40..44].copy_from_slice(&self.num_blocks.to_le_bytes());
+        b[44..48].copy_from_slice(&self.num_classes.to_le_bytes());
+        let h = xxh3_64(&b[..56]);
+        b[56..64].copy_from_slice(&h.to_le_bytes());
+        b
+    }
+
+    pub fn decode(path: &Path, b: &[u8]) -> Result<Self> {
+        let bad = |what: String| Error::corrupt(path, Region::Header, what);
+        if b.len() < HEADER_LEN {
+            return Err(bad(format!(
+                "file is {} bytes, shorter than the {HEADER_LEN}-byte header",
+                b.len()
+            )));
+        }
+        if &b[0..8] != MAGIC {
+            return Err(bad("wrong magic: not a prep shard file".into()));
+        }
+        let stored = u64_at(b, 56);
+        let computed = xxh3_64(&b[..56]);
+        if stored != computed {
+            return Err(bad(format!(
+                "checksum mismatch (stored {stored:016x}, computed {computed:016x})"
+            )));
+        }
+        let version = u16::from_le_bytes([b[8], b[9]]);
+        if version != VERSION {
+            return Err(bad(format!(
+                "format version {version} is not supported (this prep reads version {VERSION})"
+            )));
+        }
+        let dtype = Dtype::from_code(b[10]).ok_or_else(|| bad(format!("unknown dtype code {}", b[10])))?;
+        let codec = b[11];
+        if codec != CODEC_NONE && codec != CODEC_ZSTD {
+            return Err(bad(format!("unknown codec code {codec}")));
+        }
+        let ndim = b[12] as usize;
+        if !(2..=MAX_DIMS).contains(&ndim) {
+            return Err(bad(format!("sample has {ndim} dimensions, expected 2 to {MAX_DIMS}")));
+        }
+        if b[13..16].iter().any(|&x| x != 0) || b[48..56].iter().any(|&x| x != 0) {
+            return Err(bad("reserved bytes are not zero".into()));
+        }
+        let dims: Vec<u32> = (0..MAX_DIMS).map(|i| u32_at(b, 16 + 4 * i)).collect();
+        if dims[ndim..].iter().any(|&d| d != 0) {
+            return Err(bad("unused dimensions are not zero".into()));
+        }
+        let shape = Shape::new(dims[..ndim].to_vec()).map_err(|e| bad(e.to_string()))?;
+        if shape.0[0] > MAX_CHANNELS {
+            return Err(bad(format!("{} channels exceeds the cap of {MAX_CHANNELS}", shape.0[0])));
+        }
+        let spec = SampleSpec { shape, dtype };
+        if spec.bytes() as u64 > MAX_SAMPLE_BYTES {
+            return Err(bad("sample is larger than 1 GiB".into()));
+        }
+        let num_samples = u64_at(b, 32);
+        let num_blocks = u32_at(b, 40);
+        let num_classes = u32_at(b, 44);
+        if num_blocks > MAX_BLOCKS {
+            return Err(bad(format!("{num_blocks} blocks exceeds the cap of {MAX_BLOCKS}")));
+        }
+        if num_classes == 0 || num_classes > MAX_CLASSES {
+            return Err(bad(format!("{num_classes} classes is outside 1..={MAX_CLASSES}")));
+        }
+        if num_samples < num_blocks as u64 {
+            return Err(bad(format!("{num_samples} samples in {num_blocks} blocks: a block is never empty")));
+        }
+        Ok(Header {
+            spec,
+            codec,
+            num_samples,
+            num_blocks,
+            num_classes,
+        })
+    }
+
+    /// Exact length of the footer this header implies.
+    pub fn footer_len(&self) -> u64 {
+        self.num_blocks as u64 * ENTRY_LEN as u64
+            + self.num_classes as u64 * 8
+            + self.spec.shape.channels() as u64 * 32
+    }
+}
+
+/// One footer index entry: where a block is and how to check it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockEntry {
+    pub offset: u64,
+    pub stored_len: u64,
+    pub num_samples: u32,
+    /// xxh3-64 of the stored (compressed) bytes.
+    pub stored_xxh3: u64,
+    /// xxh3-64 of the decoded bytes (pixels then labels).
+    pub raw_xxh3: u64,
+}
+
+/// The 32-byte trailer at the very end of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trailer {
+    pub footer_offset: u64,
+    pub footer_len: u64,
+    pub footer_xxh3: u64,
+}
+
+impl Trailer {
+    pub fn encode(&self) -> [u8; TRAILER_LEN] {
+        let mut b = [0u8; TRAILER_LEN];
+        b[0..8].copy_from_slice(&self.footer_offset.to_le_bytes());
+        b[8..16].copy_from_slice(&self.footer_len.to_le_bytes());
+        b[16..24].copy_from_slice(&self.footer_xxh3.to_le_bytes());
+        b[24..32].copy_from_slice(END_MAGIC);
+        b
+    }
+
+    /// Parse and bound-check the trailer against the file length and the header.
+    pub fn decode(path: &Path, b: &[u8], file_len: u64, header: &Header) -> Result<Self> {
+        let bad = |what: String| Error::corrupt(path, Region::Trailer, what);
+        if &b[24..32] != END_MAGIC {
+            return Err(bad("wrong end magic: the file is truncated or was not finished".into()));
+        }
+        let t = Trailer {
+            footer_offset: u64_at(b, 0),
+            footer_len: u64_at(b, 8),
+            footer_xxh3: u64_at(b, 16),
+        };
+        let expect_len = header.footer_len();
+        if t.footer_len != expect_len {
+            return Err(bad(format!(
+                "footer length {} disagrees with the header ({expect_len} expected)",
+                t.footer_len
+            )));
+        }
+        let end = t
+            .footer_offset
+            .checked_add(t.footer_len)
+            .and_then(|e| e.checked_add(TRAILER_LEN as u64));
+        if t.footer_offset < HEADER_LEN as u64 || end != Some(file_len) {
+            return Err(bad(format!(
+                "footer at {}+{} does not end at the trailer (file is {file_len} bytes)",
+                t.footer_offset, t.footer_len
+            )));
+        }
+        Ok(t)
+    }
+}
+
+/// Decoded footer: the block index and the shard's statistics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Footer {
+    pub blocks: Vec<BlockEntry>,
+    pub stats: super::Stats,
+}
+
+impl Footer {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(self.blocks.len() * ENTRY_LEN + 64);
+        for e in &self.blocks {
+            b.extend_from_slice(&e.offset.to_le_bytes());
+            b.extend_from_slice(&e.stored_len.to_le_bytes());
+            b.extend_from_slice(&e.num_samples.to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&e.stored_xxh3.to_le_bytes());
+            b.extend_from_slice(&e.raw_xxh3.to_le_bytes());
+        }
+        for c in &self.stats.class_counts {
+            b.extend_from_slice(&c.to_le_bytes());
+        }
+        for s in &self.stats.channel_sum {
+            b.extend_from_slice(&s.to_le_bytes());
+        }
+        for s in &self.stats.channel_sumsq {
+            b.extend_from_slice(&s.to_le_bytes());
+        }
+        b
+    }
+
+    /// Parse a footer whose length and checksum were already checked against the trailer.
+    pub fn decode(path: &Path, b: &[u8], header: &Header, footer_offset: u64) -> Result<Self> {
+        let bad = |what: String| Error::corrupt(path, Region::Footer, what);
+        debug_assert_eq!(b.len() as u64, header.footer_len());
+        let nb = header.num_blocks as usize;
+        let mut blocks = Vec::with_capacity(nb);
+        let mut expect_offset = HEADER_LEN as u64;
+        let mut samples = 0u64;
+        let per_sample_raw = (header.spec.bytes() + LABEL_BYTES) as u64;
+        for i in 0..nb {
+            let o = i * ENTRY_LEN;
+            let e = BlockEntry {
+                offset: u64_at(b, o),
+                stored_len: u64_at(b, o + 8),
+                num_samples: u32_at(b, o + 16),
+                stored_xxh3: u64_at(b, o + 24),
+                raw_xxh3: u64_at(b, o + 32),
+            };
+            if u32_at(b, o + 20) != 0 {
+                return Err(bad(format!("entry {i}: reserved bytes are not zero")));
+            }
+            if e.offset != expect_offset {
+                return Err(bad(format!(
+                    "block {i} starts at {} but the previous block ends at {expect_offset}",
+                    e.offset
+                )));
+            }
+            if e.num_samples == 0 {
+                return Err(bad(format!("block {i} holds no samples")));
+            }
+            let raw = (e.num_samples as u64)
+                .checked_mul(per_sample_raw)
+                .filter(|&r| r <= MAX_BLOCK_RAW)
+                .ok_or_else(|| bad(format!("block {i} decodes to more than {MAX_BLOCK_RAW} bytes")))?;
+            if header.codec == CODEC_NONE && e.stored_len != raw {
+                return Err(bad(format!("block {i} is stored raw but is not {raw} bytes long")));
+            }
+            // zstd never expands data by more than ~1/128 plus a small constant.
+            if e.stored_len == 0 || e.stored_len > raw + raw / 128 + (1 << 16) {
+                return Err(bad(format!("block {i}: stored length {} is impossible for {raw} decoded bytes", e.stored_len)));
+            }
+            expect_offset = e
+                .offset
+                .checked_add(e.stored_len)
+                .filter(|&end| end <= footer_offset)
+                .ok_or_else(|| bad(format!("block {i} runs past the footer")))?;
+            samples += e.num_samples as u64;
+            blocks.push(e);
+        }
+        if expect_offset != footer_offset {
+            return Err(bad(format!(
+                "blocks end at {expect_offset} but the footer starts at {footer_offset}"
+            )));
+        }
+        if samples != header.num_samples {
+            return Err(bad(format!(
+                "blocks hold {samples} samples, the header says {}",
+                header.num_samples
+            )));
+        }
+        let mut o = nb * ENTRY_LEN;
+        let class_counts: Vec<u64> = (0..header.num_classes as usize)
+            .map(|k| u64_at(b, o + 8 * k))
+            .collect();
+        o += 8 * header.num_classes as usize;
+        let c = header.spec.shape.channels();
+        let channel_sum: Vec<u128> = (0..c).map(|k| u128_at(b, o + 16 * k)).collect();
+        o += 16 * c;
+        let channel_sumsq: Vec<u128> = (0..c).map(|k| u128_at(b, o + 16 * k)).collect();
+        if class_counts.iter().sum::<u64>() != header.num_samples {
+            return Err(bad("class counts do not add up to the number of samples".into()));
+        }
+        Ok(Footer {
+            blocks,
+            stats: super::Stats {
+                class_counts,
+                channel_sum,
+                channel_sumsq,
+            },
+        })
+    }
+}
+
+pub fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+pub fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+}
+fn u128_at(b: &[u8], o: usize) -> u128 {
+    u128::from_le_bytes(b[o..o + 16].try_into().unwrap())
+}

@@ -1,0 +1,246 @@
+//! `manifest.json`: what a dataset holds and how to check it. It carries a checksum of its own bytes
+//! (see `formats/shard.md`), so a single changed byte anywhere in it is detected.
+
+use super::format::MAX_CLASSES;
+use super::{Codec, SampleSpec, Stats};
+use crate::error::{Error, IoContext, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+use xxhash_rust::xxh3::xxh3_64;
+
+pub const FORMAT: &str = "prep-shards";
+pub const VERSION: u32 = 1;
+pub const FILE_NAME: &str = "manifest.json";
+/// A reader refuses larger manifests before reading them.
+pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+const CHECKSUM_KEY: &[u8] = b"\"checksum\": \"";
+const ZERO_SUM: &str = "0000000000000000";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub version: u32,
+    pub sample: SampleSpec,
+    pub classes: Vec<String>,
+    pub codec: Codec,
+    pub block_samples: u32,
+    /// Per-channel mean and std of pixel/max over the train split (or the first split).
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
+    pub splits: BTreeMap<String, SplitInfo>,
+    pub provenance: Provenance,
+    /// xxh3-64 of this file with these 16 hex digits set to '0'. Always the last member.
+    pub checksum: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SplitInfo {
+    pub samples: u64,
+    pub class_counts: Vec<u64>,
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
+    pub shards: Vec<ShardInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// Path relative to the dataset directory.
+    pub file: String,
+    pub samples: u64,
+    pub blocks: u32,
+    pub bytes: u64,
+    /// The footer checksum stored in the shard's trailer, which covers every block checksum.
+    pub footer_xxh3: String,
+    #[serde(skip)]
+    pub stats: Stats,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub tool: String,
+    pub command: Vec<String>,
+    /// What produced the data: generator parameters for `synth`, the source for `convert`.
+    pub source: serde_json::Value,
+}
+
+impl Provenance {
+    pub fn here(source: serde_json::Value) -> Self {
+        Provenance {
+            tool: format!("prep {}", env!("CARGO_PKG_VERSION")),
+            command: std::env::args().collect(),
+            source,
+        }
+    }
+}
+
+impl SplitInfo {
+    pub fn from_shards(spec: &SampleSpec, num_classes: u32, shards: Vec<ShardInfo>) -> Self {
+        let mut stats = Stats::empty(num_classes, spec.shape.channels());
+        for s in &shards {
+            stats.add(&s.stats);
+        }
+        let (mean, std) = stats.mean_std(spec);
+        SplitInfo {
+            samples: stats.samples(),
+            class_counts: stats.class_counts,
+            mean,
+            std,
+            shards,
+        }
+    }
+}
+
+impl Manifest {
+    /// A manifest for the given splits; mean/std are taken from `train` when present.
+    pub fn new(
+        sample: SampleSpec,
+        classes: Vec<String>,
+        codec: Codec,
+        block_samples: u32,
+        splits: BTreeMap<String, SplitInfo>,
+        provenance: Provenance,
+    ) -> Self {
+        let first = splits.get("train").or_else(|| splits.values().next());
+        let (mean, std) = first.map(|s| (s.mean.clone(), s.std.clone())).unwrap_or_default();
+        Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            sample,
+            classes,
+            codec,
+            block_samples,
+            mean,
+            std,
+            splits,
+            provenance,
+            checksum: ZERO_SUM.into(),
+        }
+    }
+
+    /// The bytes of the file, checksum included.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        seal(self)
+    }
+
+    /// Write `dir/manifest.json` atomically (temporary file, then rename).
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_atomic(&dir.join(FILE_NAME), &self.to_bytes())
+    }
+
+    /// Read and check `dir/manifest.json`: size cap, checksum, then consistency.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join(FILE_NAME);
+        Self::from_bytes(&path, &read_capped(&path)?)
+    }
+
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
+        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| Error::manifest(path, format!("not a valid manifest: {e}")))?;
+        if m.format != FORMAT {
+            return Err(Error::manifest(path, format!("format is '{}', expected '{FORMAT}'", m.format)));
+        }
+        if m.version != VERSION {
+            return Err(Error::manifest(path, format!("version {} is not supported (this prep reads {VERSION})", m.version)));
+        }
+        check_seal(path, bytes, &m.checksum)?;
+        m.validate().map_err(|what| Error::manifest(path, what))?;
+        Ok(m)
+    }
+
+    /// Rules that hold between the members of a manifest.
+    fn validate(&self) -> std::result::Result<(), String> {
+        let k = self.classes.len();
+        if k == 0 || k > MAX_CLASSES as usize {
+            return Err(format!("{k} classes is outside 1..={MAX_CLASSES}"));
+        }
+        super::Shape::new(self.sample.shape.0.clone()).map_err(|e| e.to_string())?;
+        let c = self.sample.shape.channels();
+        if self.mean.len() != c || self.std.len() != c {
+            return Err("mean/std do not have one value per channel".into());
+        }
+        for (name, s) in &self.splits {
+            if name.is_empty() || !name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-') {
+                return Err(format!("split name '{name}' is not a plain name"));
+            }
+            if s.class_counts.len() != k {
+                return Err(format!("split {name}: {} class counts for {k} classes", s.class_counts.len()));
+            }
+            if s.class_counts.iter().sum::<u64>() != s.samples {
+                return Err(format!("split {name}: class counts do not add up to {}", s.samples));
+            }
+            if s.shards.iter().map(|sh| sh.samples).sum::<u64>() != s.samples {
+                return Err(format!("split {name}: shard sample counts do not add up to {}", s.samples));
+            }
+            for sh in &s.shards {
+                let p = Path::new(&sh.file);
+                if sh.file.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+                    return Err(format!("shard path '{}' leaves the dataset directory", sh.file));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn num_classes(&self) -> u32 {
+        self.classes.len() as u32
+    }
+
+    /// Raw (decoded) bytes of all pixels in the dataset.
+    pub fn raw_bytes(&self) -> u64 {
+        self.splits.values().map(|s| s.samples).sum::<u64>() * self.sample.bytes() as u64
+    }
+}
+
+fn checksum_pos(bytes: &[u8]) -> Option<usize> {
+    let key = bytes.windows(CHECKSUM_KEY.len()).rposition(|w| w == CHECKSUM_KEY)?;
+    Some(key + CHECKSUM_KEY.len())
+}
+
+/// Serialise a JSON document whose last member is `"checksum"`, and fill that member with the xxh3-64
+/// of the document's bytes taken with the checksum's 16 hex digits set to '0'.
+pub fn seal<T: Serialize>(doc: &T) -> Vec<u8> {
+    let mut v = serde_json::to_value(doc).expect("manifest serialises");
+    if let Some(o) = v.as_object_mut() {
+        o.insert("checksum".into(), ZERO_SUM.into());
+    }
+    let mut bytes = serde_json::to_vec_pretty(&v).expect("manifest serialises");
+    bytes.push(b'\n');
+    let sum = format!("{:016x}", xxh3_64(&bytes));
+    let at = checksum_pos(&bytes).expect("checksum member is written");
+    bytes[at..at + 16].copy_from_slice(sum.as_bytes());
+    bytes
+}
+
+/// Check the self-checksum written by `seal`; `stored` is the parsed `checksum` member.
+pub fn check_seal(path: &Path, bytes: &[u8], stored: &str) -> Result<()> {
+    let at = checksum_pos(bytes)
+        .filter(|&at| bytes.get(at..at + 16) == Some(stored.as_bytes()))
+        .ok_or_else(|| Error::manifest(path, "the checksum member is missing or not the last member"))?;
+    let mut zeroed = bytes.to_vec();
+    zeroed[at..at + 16].copy_from_slice(ZERO_SUM.as_bytes());
+    let computed = format!("{:016x}", xxh3_64(&zeroed));
+    if computed != stored {
+        return Err(Error::manifest(
+            path,
+            format!("checksum mismatch (stored {stored}, computed {computed}): the file was changed or damaged"),
+        ));
+    }
+    Ok(())
+}
+
+/// Read a JSON file after checking it against a size cap.
+pub fn read_capped(path: &Path) -> Result<Vec<u8>> {
+    let len = std::fs::metadata(path).at(path)?.len();
+    if len > MAX_MANIFEST_BYTES {
+        return Err(Error::manifest(path, format!("{len} bytes is larger than the {MAX_MANIFEST_BYTES}-byte cap")));
+    }
+    std::fs::read(path).at(path)
+}
+
+/// Write a file atomically: temporary name, flush to disk, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = super::writer::temp_path(path);
+    std::fs::write(&tmp, bytes).at(&tmp)?;
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
+    std::fs::rename(&tmp, path).at(path)
+}

@@ -1,0 +1,165 @@
+//! The shard dataset format: sample description, block codec, shard files, manifest, and whole-dataset
+//! verification. The byte layout is specified in `formats/shard.md`; this module is its reference
+//! implementation.
+
+pub mod block;
+pub mod dataset;
+pub mod format;
+pub mod manifest;
+pub mod reader;
+pub mod writer;
+
+pub use block::{Block, Codec, EncodedBlock, Stats};
+pub use dataset::{Dataset, Damage, VerifyReport};
+pub use manifest::Manifest;
+pub use reader::ShardReader;
+pub use writer::{ShardWriter, SplitWriter};
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Pixel type on disk. Never float: normalisation happens where the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    U8,
+    U16,
+}
+
+impl Dtype {
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::U8 => 1,
+            Dtype::U16 => 2,
+        }
+    }
+    pub fn code(self) -> u8 {
+        match self {
+            Dtype::U8 => 1,
+            Dtype::U16 => 2,
+        }
+    }
+    pub fn from_code(c: u8) -> Option<Self> {
+        match c {
+            1 => Some(Dtype::U8),
+            2 => Some(Dtype::U16),
+            _ => None,
+        }
+    }
+    /// Largest pixel value; pixel / max is the value in [0, 1].
+    pub fn max_value(self) -> f64 {
+        match self {
+            Dtype::U8 => 255.0,
+            Dtype::U16 => 65535.0,
+        }
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dtype::U8 => "u8",
+            Dtype::U16 => "u16",
+        })
+    }
+}
+
+/// Largest number of dimensions of one sample: C x H x W, or C x D x H x W for volumes.
+pub const MAX_DIMS: usize = 4;
+/// Largest sample: 1 GiB. Bounds every allocation a reader makes from a header.
+pub const MAX_SAMPLE_BYTES: u64 = 1 << 30;
+
+/// Shape of one sample, channels first (`C x H x W` or `C x D x H x W`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Shape(pub Vec<u32>);
+
+impl Shape {
+    pub fn new(dims: Vec<u32>) -> Result<Self> {
+        if dims.len() < 2 || dims.len() > MAX_DIMS {
+            return Err(Error::Invalid(format!(
+                "a sample shape has 2 to {MAX_DIMS} dimensions (CxHxW), got {}",
+                dims.len()
+            )));
+        }
+        if dims.contains(&0) {
+            return Err(Error::Invalid("a sample shape has no zero dimension".into()));
+        }
+        let s = Shape(dims);
+        s.checked_elems()
+            .filter(|&e| e <= MAX_SAMPLE_BYTES)
+            .ok_or_else(|| Error::Invalid(format!("sample shape {s} is larger than 1 GiB")))?;
+        Ok(s)
+    }
+    pub fn channels(&self) -> usize {
+        self.0[0] as usize
+    }
+    fn checked_elems(&self) -> Option<u64> {
+        self.0.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+    }
+    /// Number of values in one sample.
+    pub fn elems(&self) -> usize {
+        self.0.iter().map(|&d| d as usize).product()
+    }
+    /// Values per channel (H*W, or D*H*W).
+    pub fn plane(&self) -> usize {
+        self.elems() / self.channels()
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|d| d.to_string()).collect();
+        f.write_str(&parts.join("x"))
+    }
+}
+
+impl FromStr for Shape {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let dims = s
+            .split(['x', 'X'])
+            .map(|p| {
+                p.trim()
+                    .parse::<u32>()
+                    .map_err(|_| Error::Invalid(format!("bad shape '{s}': expected e.g. 3x32x32")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Shape::new(dims)
+    }
+}
+
+/// What every sample of a dataset looks like.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleSpec {
+    pub shape: Shape,
+    pub dtype: Dtype,
+}
+
+impl SampleSpec {
+    /// Bytes of one sample's pixels.
+    pub fn bytes(&self) -> usize {
+        self.shape.elems() * self.dtype.size()
+    }
+}
+
+/// Samples per block so that a block holds about `target` bytes of pixels: a power of two between 1
+/// and 8192. Blocks are the unit of compression, parallelism and integrity checking.
+pub fn default_block_samples(sample_bytes: usize) -> u32 {
+    const TARGET: usize = 4 << 20;
+    let n = (TARGET / sample_bytes.max(1)).clamp(1, 8192);
+    1 << (usize::BITS - 1 - n.leading_zeros())
+}
+
+/// Blocks per shard so that a shard holds about 256 MiB of pixels.
+pub fn default_shard_blocks(block_samples: u32, sample_bytes: usize) -> u32 {
+    let block = block_samples as usize * sample_bytes;
+    ((256usize << 20) / block.max(1)).clamp(1, 4096) as u32
+}
+
+/// The name of shard `i` of a split, relative to the dataset directory.
+pub fn shard_file_name(split: &str, i: usize) -> String {
+    format!("{split}/{split}-{i:05}.shard")
+}

@@ -1,0 +1,112 @@
+//! Reading shards: random access to any block, parallel decoding, every block checked on every read.
+
+use super::format::{Footer, Header, Trailer, HEADER_LEN, TRAILER_LEN};
+use super::{Block, SampleSpec, Stats};
+use super::format::BlockEntry;
+use crate::error::{Error, IoContext, Region, Result};
+use rayon::prelude::*;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// An open shard whose header, trailer and footer index have been checked.
+#[derive(Debug)]
+pub struct ShardReader {
+    path: PathBuf,
+    file: File,
+    pub header: Header,
+    pub trailer: Trailer,
+    pub footer: Footer,
+    pub file_len: u64,
+}
+
+impl ShardReader {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).at(&path)?;
+        let file_len = file.metadata().at(&path)?.len();
+        let min = (HEADER_LEN + TRAILER_LEN) as u64;
+        if file_len < min {
+            return Err(Error::corrupt(
+                &path,
+                Region::File,
+                format!("file is {file_len} bytes, shorter than an empty shard ({min}): truncated"),
+            ));
+        }
+        let mut hb = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut hb, 0).at(&path)?;
+        let header = Header::decode(&path, &hb)?;
+        let mut tb = [0u8; TRAILER_LEN];
+        file.read_exact_at(&mut tb, file_len - TRAILER_LEN as u64).at(&path)?;
+        let trailer = Trailer::decode(&path, &tb, file_len, &header)?;
+        // The trailer check bounded footer_len by the header's caps (at most ~41 MiB).
+        let mut fb = vec![0u8; trailer.footer_len as usize];
+        file.read_exact_at(&mut fb, trailer.footer_offset).at(&path)?;
+        let computed = xxh3_64(&fb);
+        if computed != trailer.footer_xxh3 {
+            return Err(Error::corrupt(
+                &path,
+                Region::Footer,
+                format!(
+                    "checksum mismatch (stored {:016x}, computed {computed:016x})",
+                    trailer.footer_xxh3
+                ),
+            ));
+        }
+        let footer = Footer::decode(&path, &fb, &header, trailer.footer_offset)?;
+        Ok(ShardReader {
+            path,
+            file,
+            header,
+            trailer,
+            footer,
+            file_len,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn spec(&self) -> &SampleSpec {
+        &self.header.spec
+    }
+    pub fn num_blocks(&self) -> usize {
+        self.footer.blocks.len()
+    }
+    pub fn entry(&self, i: usize) -> &BlockEntry {
+        &self.footer.blocks[i]
+    }
+    pub fn stats(&self) -> &Stats {
+        &self.footer.stats
+    }
+
+    /// Read the stored bytes of block `i` without decoding them.
+    pub fn read_stored(&self, i: usize) -> Result<Vec<u8>> {
+        let e = &self.footer.blocks[i];
+        // The footer parser checked that the block lies inside the file.
+        let mut buf = vec![0u8; e.stored_len as usize];
+        self.file.read_exact_at(&mut buf, e.offset).at(&self.path)?;
+        Ok(buf)
+    }
+
+    /// Read, check and decode block `i`.
+    pub fn read_block(&self, i: usize) -> Result<Block> {
+        let stored = self.read_stored(i)?;
+        Block::decode(
+            &self.path,
+            i as u32,
+            &self.footer.blocks[i],
+            &stored,
+            &self.header.spec,
+            self.header.codec,
+            self.header.num_classes,
+        )
+    }
+
+    /// Decode the given blocks in parallel, keeping their order; each result stands alone so that one
+    /// damaged block does not hide the others.
+    pub fn read_blocks_par(&self, blocks: &[usize]) -> Vec<Result<Block>> {
+        blocks.par_iter().map(|&i| self.read_block(i)).collect()
+    }
+}

@@ -1,0 +1,187 @@
+//! Writing shards. A shard is written under a temporary name and renamed only once its footer and
+//! header are complete, so a reader (or a resumed run) never sees half a shard under a final name.
+
+use super::format::{BlockEntry, Footer, Header, Trailer, HEADER_LEN};
+use super::manifest::ShardInfo;
+use super::{shard_file_name, Codec, EncodedBlock, SampleSpec, Stats};
+use crate::error::{Error, IoContext, Result};
+use std::fs::{self, File};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// The temporary name a shard has while it is written.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// Writes one shard file from encoded blocks.
+pub struct ShardWriter {
+    dir: PathBuf,
+    rel: String,
+    tmp: PathBuf,
+    out: BufWriter<File>,
+    spec: SampleSpec,
+    codec: Codec,
+    num_classes: u32,
+    blocks: Vec<BlockEntry>,
+    stats: Stats,
+    offset: u64,
+    samples: u64,
+}
+
+impl ShardWriter {
+    /// Start `dir/rel` (written as `dir/rel.tmp` until `finish`).
+    pub fn create(dir: &Path, rel: &str, spec: &SampleSpec, codec: Codec, num_classes: u32) -> Result<Self> {
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).at(parent)?;
+        }
+        let tmp = temp_path(&path);
+        let file = File::create(&tmp).at(&tmp)?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        // Placeholder; the real header (with counts) is written last.
+        out.write_all(&[0u8; HEADER_LEN]).at(&tmp)?;
+        Ok(ShardWriter {
+            dir: dir.to_path_buf(),
+            rel: rel.to_string(),
+            tmp,
+            out,
+            spec: spec.clone(),
+            codec,
+            num_classes,
+            blocks: Vec::new(),
+            stats: Stats::empty(num_classes, spec.shape.channels()),
+            offset: HEADER_LEN as u64,
+            samples: 0,
+        })
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn push(&mut self, b: &EncodedBlock) -> Result<()> {
+        if self.blocks.len() as u32 >= super::format::MAX_BLOCKS {
+            return Err(Error::Invalid("a shard holds at most 2^20 blocks".into()));
+        }
+        self.out.write_all(&b.bytes).at(&self.tmp)?;
+        self.blocks.push(BlockEntry {
+            offset: self.offset,
+            stored_len: b.bytes.len() as u64,
+            num_samples: b.num_samples,
+            stored_xxh3: b.stored_xxh3,
+            raw_xxh3: b.raw_xxh3,
+        });
+        self.offset += b.bytes.len() as u64;
+        self.samples += b.num_samples as u64;
+        self.stats.add(&b.stats);
+        Ok(())
+    }
+
+    /// Write footer, trailer and header, flush to disk and rename to the final name.
+    pub fn finish(mut self) -> Result<ShardInfo> {
+        if self.blocks.is_empty() {
+            drop(self.out);
+            let _ = fs::remove_file(&self.tmp);
+            return Err(Error::Invalid("a shard holds at least one block".into()));
+        }
+        let num_blocks = self.blocks.len() as u32;
+        let footer = Footer {
+            blocks: std::mem::take(&mut self.blocks),
+            stats: self.stats.clone(),
+        }
+        .encode();
+        let trailer = Trailer {
+            footer_offset: self.offset,
+            footer_len: footer.len() as u64,
+            footer_xxh3: xxh3_64(&footer),
+        };
+        let header = Header {
+            spec: self.spec.clone(),
+            codec: self.codec.code(),
+            num_samples: self.samples,
+            num_blocks,
+            num_classes: self.num_classes,
+        };
+        let tmp = self.tmp.clone();
+        self.out.write_all(&footer).at(&tmp)?;
+        self.out.write_all(&trailer.encode()).at(&tmp)?;
+        let mut file = self.out.into_inner().map_err(|e| Error::io(&tmp, e.into_error()))?;
+        file.seek(SeekFrom::Start(0)).at(&tmp)?;
+        file.write_all(&header.encode()).at(&tmp)?;
+        file.sync_all().at(&tmp)?;
+        let bytes = file.metadata().at(&tmp)?.len();
+        drop(file);
+        let path = self.dir.join(&self.rel);
+        fs::rename(&tmp, &path).at(&path)?;
+        Ok(ShardInfo {
+            file: self.rel.clone(),
+            samples: header.num_samples,
+            blocks: header.num_blocks,
+            bytes,
+            footer_xxh3: format!("{:016x}", trailer.footer_xxh3),
+            stats: self.stats,
+        })
+    }
+}
+
+/// Writes the blocks of one split in order, starting a new shard every `shard_blocks` blocks.
+pub struct SplitWriter {
+    dir: PathBuf,
+    split: String,
+    spec: SampleSpec,
+    codec: Codec,
+    num_classes: u32,
+    shard_blocks: u32,
+    next_shard: usize,
+    current: Option<ShardWriter>,
+    done: Vec<ShardInfo>,
+}
+
+impl SplitWriter {
+    pub fn new(
+        dir: &Path,
+        split: &str,
+        spec: &SampleSpec,
+        codec: Codec,
+        num_classes: u32,
+        shard_blocks: u32,
+    ) -> Self {
+        SplitWriter {
+            dir: dir.to_path_buf(),
+            split: split.to_string(),
+            spec: spec.clone(),
+            codec,
+            num_classes,
+            shard_blocks: shard_blocks.max(1),
+            next_shard: 0,
+            current: None,
+            done: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, b: &EncodedBlock) -> Result<()> {
+        if self.current.is_none() {
+            let rel = shard_file_name(&self.split, self.next_shard);
+            self.next_shard += 1;
+            self.current = Some(ShardWriter::create(&self.dir, &rel, &self.spec, self.codec, self.num_classes)?);
+        }
+        let w = self.current.as_mut().unwrap();
+        w.push(b)?;
+        if w.num_blocks() as u32 >= self.shard_blocks {
+            self.done.push(self.current.take().unwrap().finish()?);
+        }
+        Ok(())
+    }
+
+    /// Finish the last shard and return every shard written, in order.
+    pub fn finish(mut self) -> Result<Vec<ShardInfo>> {
+        if let Some(w) = self.current.take() {
+            self.done.push(w.finish()?);
+        }
+        Ok(self.done)
+    }
+}

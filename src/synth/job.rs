@@ -1,0 +1,413 @@
+//! Writing a synthetic dataset, resumably. Shards are deterministic in (parameters, shard index), so
+//! a rerun after a crash keeps every shard that was completed (renamed into place), rewrites the
+//! rest, and ends byte-identical to an uninterrupted run.
+
+use super::{split_id, Generator};
+use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
+use crate::error::{Error, IoContext, Result};
+use crate::shard::manifest::{self, read_capped, write_atomic, Provenance, ShardInfo, SplitInfo};
+use crate::shard::{
+    default_block_samples, default_shard_blocks, shard_file_name, Codec, EncodedBlock, Manifest, SampleSpec,
+    Shape, ShardReader, ShardWriter, Stats,
+};
+use crate::OutputFormat;
+use indicatif::ProgressBar;
+use rayon::prelude::*;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::sync_channel;
+use std::time::Instant;
+
+/// Marks a dataset directory whose generation has started but not finished; holds the parameters so
+/// that a rerun can tell a resume from a different request.
+pub const PARTIAL_MARKER: &str = ".prep-partial.json";
+
+#[derive(Debug, Clone)]
+pub struct SynthOptions {
+    pub out: PathBuf,
+    /// (split name, samples); splits with zero samples are left out.
+    pub splits: Vec<(String, u64)>,
+    pub shape: Shape,
+    pub classes: u32,
+    pub seed: u64,
+    pub format: OutputFormat,
+    pub codec: Codec,
+    pub block_samples: Option<u32>,
+    pub shard_blocks: Option<u32>,
+    /// Replace a different dataset already in `out`.
+    pub force: bool,
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SynthReport {
+    pub out: PathBuf,
+    pub samples: u64,
+    pub samples_generated: u64,
+    pub seconds: f64,
+    pub samples_per_sec: f64,
+    pub shards_written: usize,
+    pub shards_reused: usize,
+    pub bytes_on_disk: u64,
+    pub peak_rss_bytes: u64,
+    pub already_complete: bool,
+}
+
+pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
+    let t0 = Instant::now();
+    let gen = Generator::new(opts.shape.clone(), opts.classes, opts.seed)?;
+    let spec = gen.spec.clone();
+    let splits: Vec<(String, u64)> = opts.splits.iter().filter(|(_, n)| *n > 0).cloned().collect();
+    if splits.is_empty() {
+        return Err(Error::Invalid("nothing to generate: --train and --test are both 0".into()));
+    }
+    let bs = opts.block_samples.unwrap_or_else(|| default_block_samples(spec.bytes())).max(1);
+    let sb = opts.shard_blocks.unwrap_or_else(|| default_shard_blocks(bs, spec.bytes())).max(1);
+    let params = json!({
+        "generator": "prep-synth/1",
+        "seed": opts.seed,
+        "shape": spec.shape,
+        "classes": opts.classes,
+        "splits": splits.iter().map(|(s, n)| (s.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "format": opts.format.name(),
+        "codec": opts.codec,
+        "block_samples": bs,
+        "shard_blocks": sb,
+    });
+    let out = &opts.out;
+    std::fs::create_dir_all(out).at(out)?;
+    if prepare_dir(out, &params, opts.force)? {
+        return Ok(SynthReport {
+            out: out.clone(),
+            samples: splits.iter().map(|s| s.1).sum(),
+            samples_generated: 0,
+            seconds: t0.elapsed().as_secs_f64(),
+            samples_per_sec: 0.0,
+            shards_written: 0,
+            shards_reused: 0,
+            bytes_on_disk: dir_bytes(out),
+            peak_rss_bytes: crate::mem::peak_rss_bytes(),
+            already_complete: true,
+        });
+    }
+    let total: u64 = splits.iter().map(|s| s.1).sum();
+    let pb = crate::progress::bar(total, "synth", "samples", opts.quiet);
+    let mut report = SynthReport {
+        out: out.clone(),
+        samples: total,
+        samples_generated: 0,
+        seconds: 0.0,
+        samples_per_sec: 0.0,
+        shards_written: 0,
+        shards_reused: 0,
+        bytes_on_disk: 0,
+        peak_rss_bytes: 0,
+        already_complete: false,
+    };
+    let provenance = Provenance::here(params);
+    let names = gen.class_names();
+    match opts.format {
+        OutputFormat::Shards => {
+            let mut infos = BTreeMap::new();
+            for (split, n) in &splits {
+                let shards = write_split_shards(&gen, out, split, *n, bs, sb, opts.codec, &pb, &mut report)?;
+                infos.insert(split.clone(), SplitInfo::from_shards(&spec, opts.classes, shards));
+            }
+            Manifest::new(spec, names, opts.codec, bs, infos, provenance).write(out)?;
+        }
+        OutputFormat::Colmajor => {
+            let mut infos = BTreeMap::new();
+            let mut first_stats: Option<Stats> = None;
+            for (split, n) in &splits {
+                let stats = write_split_colmajor(&gen, out, split, *n, bs, &pb)?;
+                report.samples_generated += n;
+                infos.insert(
+                    split.clone(),
+                    ColmajorSplit {
+                        samples: *n,
+                        images: crate::colmajor::images_name(split),
+                        labels: crate::colmajor::labels_name(split),
+                        class_counts: stats.class_counts.clone(),
+                    },
+                );
+                if split == "train" || first_stats.is_none() {
+                    first_stats = Some(stats);
+                }
+            }
+            let (mean, std) = first_stats.map(|s| s.mean_std(&spec)).unwrap_or_default();
+            ColmajorManifest {
+                format: crate::colmajor::FORMAT.into(),
+                version: crate::colmajor::VERSION,
+                sample: spec,
+                classes: names,
+                mean,
+                std,
+                splits: infos,
+                provenance,
+                checksum: String::new(),
+            }
+            .write(out)?;
+        }
+    }
+    std::fs::remove_file(out.join(PARTIAL_MARKER)).at(out.join(PARTIAL_MARKER))?;
+    pb.finish_and_clear();
+    report.seconds = t0.elapsed().as_secs_f64();
+    report.samples_per_sec = report.samples_generated as f64 / report.seconds.max(1e-9);
+    report.bytes_on_disk = dir_bytes(out);
+    report.peak_rss_bytes = crate::mem::peak_rss_bytes();
+    Ok(report)
+}
+
+/// Decide what to do with what `out` already holds. Returns true when it already holds exactly the
+/// requested dataset, complete. Otherwise leaves the directory ready for (re)generation, with the
+/// partial marker written.
+fn prepare_dir(out: &Path, params: &serde_json::Value, force: bool) -> Result<bool> {
+    let manifest_path = out.join(manifest::FILE_NAME);
+    let marker = out.join(PARTIAL_MARKER);
+    let refuse = |why: String| {
+        Err(Error::Invalid(format!(
+            "{why}; choose another --out, or pass --force to replace it"
+        )))
+    };
+    if manifest_path.exists() {
+        let same = read_source(&manifest_path).map(|s| &s == params).unwrap_or(false);
+        if same && complete(out)? {
+            return Ok(true);
+        }
+        if !same && !force {
+            return refuse(format!("{} already holds a different dataset", out.display()));
+        }
+    } else if marker.exists() {
+        let same = read_capped(&marker)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .map(|v| &v == params)
+            .unwrap_or(false);
+        if !same && !force {
+            return refuse(format!(
+                "{} holds an unfinished dataset made with other parameters",
+                out.display()
+            ));
+        }
+        if !same {
+            clean(out)?;
+        }
+    } else if std::fs::read_dir(out).at(out)?.next().is_some() && !force {
+        return refuse(format!("{} is not empty and holds no prep dataset", out.display()));
+    }
+    if force && manifest_path.exists() && read_source(&manifest_path).map(|s| &s != params).unwrap_or(true) {
+        clean(out)?;
+    }
+    write_atomic(&marker, serde_json::to_string_pretty(params).unwrap().as_bytes())?;
+    if manifest_path.exists() {
+        // From now on the directory is being rewritten: no manifest may claim it is complete.
+        std::fs::remove_file(&manifest_path).at(&manifest_path)?;
+    }
+    Ok(false)
+}
+
+fn read_source(manifest_path: &Path) -> Result<serde_json::Value> {
+    let bytes = read_capped(manifest_path)?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::manifest(manifest_path, e.to_string()))?;
+    Ok(v["provenance"]["source"].clone())
+}
+
+/// Cheap completeness check of an existing dataset: manifest checksum and every shard's
+/// header, trailer and footer (not every block: that is `prep verify`).
+fn complete(out: &Path) -> Result<bool> {
+    let bytes = read_capped(&out.join(manifest::FILE_NAME))?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    if v["format"] == crate::colmajor::FORMAT {
+        return Ok(ColmajorManifest::read(out).is_ok());
+    }
+    let Ok(ds) = crate::shard::Dataset::open(out) else { return Ok(false) };
+    let ok = ds.shards().all(|(_, info)| ds.open_shard(info).is_ok());
+    Ok(ok)
+}
+
+/// Remove what an earlier, different generation left: only files of the names prep writes.
+fn clean(out: &Path) -> Result<()> {
+    for e in std::fs::read_dir(out).at(out)? {
+        let e = e.at(out)?;
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().to_string();
+        if p.is_dir() {
+            for f in std::fs::read_dir(&p).at(&p)? {
+                let f = f.at(&p)?.path();
+                let n = f.file_name().unwrap_or_default().to_string_lossy().to_string();
+                if n.ends_with(".shard") || n.ends_with(".shard.tmp") {
+                    std::fs::remove_file(&f).at(&f)?;
+                }
+            }
+        } else if name == manifest::FILE_NAME
+            || name == PARTIAL_MARKER
+            || (name.starts_with("images_") || name.starts_with("labels_"))
+                && (name.ends_with(".bin") || name.ends_with(".bin.tmp"))
+        {
+            std::fs::remove_file(&p).at(&p)?;
+        }
+    }
+    Ok(())
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    walk_bytes(dir)
+}
+
+fn walk_bytes(p: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(p) else { return 0 };
+    rd.flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => walk_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Samples per batch of blocks rendered in parallel: enough to keep every core busy while the
+/// writer thread writes the previous batch, few enough to bound memory.
+fn batch_blocks() -> u64 {
+    2 * rayon::current_num_threads() as u64
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_split_shards(
+    gen: &Generator,
+    out: &Path,
+    split: &str,
+    n: u64,
+    bs: u32,
+    sb: u32,
+    codec: Codec,
+    pb: &ProgressBar,
+    report: &mut SynthReport,
+) -> Result<Vec<ShardInfo>> {
+    let spec = &gen.spec;
+    let sid = split_id(split);
+    let per_shard = bs as u64 * sb as u64;
+    let num_shards = n.div_ceil(per_shard) as usize;
+    let mut done: BTreeMap<usize, ShardInfo> = BTreeMap::new();
+    let mut todo = Vec::new();
+    for i in 0..num_shards {
+        let start = i as u64 * per_shard;
+        let samples = per_shard.min(n - start);
+        let rel = shard_file_name(split, i);
+        match reusable(&out.join(&rel), &rel, spec, gen.classes, codec, samples, samples.div_ceil(bs as u64)) {
+            Some(info) => {
+                pb.inc(samples);
+                report.shards_reused += 1;
+                done.insert(i, info);
+            }
+            None => todo.push((i, start, samples)),
+        }
+    }
+    report.shards_written += todo.len();
+    let written = std::thread::scope(|s| -> Result<Vec<(usize, ShardInfo)>> {
+        let (tx, rx) = sync_channel::<(usize, Vec<EncodedBlock>, bool)>(1);
+        let writer = s.spawn(move || -> Result<Vec<(usize, ShardInfo)>> {
+            let mut finished = Vec::new();
+            let mut current: Option<ShardWriter> = None;
+            for (shard, blocks, last) in rx {
+                if current.is_none() {
+                    current = Some(ShardWriter::create(out, &shard_file_name(split, shard), spec, codec, gen.classes)?);
+                }
+                let w = current.as_mut().unwrap();
+                for b in &blocks {
+                    w.push(b)?;
+                    pb.inc(b.num_samples as u64);
+                }
+                if last {
+                    finished.push((shard, current.take().unwrap().finish()?));
+                }
+            }
+            Ok(finished)
+        });
+        let produced = (|| -> Result<()> {
+            for &(shard, start, samples) in &todo {
+                let nblocks = samples.div_ceil(bs as u64);
+                let mut b0 = 0;
+                while b0 < nblocks {
+                    let b1 = (b0 + batch_blocks()).min(nblocks);
+                    let blocks = (b0..b1)
+                        .into_par_iter()
+                        .map(|b| {
+                            let first = start + b * bs as u64;
+                            let len = (bs as u64).min(start + samples - first) as usize;
+                            gen.render_block(sid, first, len).encode(spec, gen.classes, codec)
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    if tx.send((shard, blocks, b1 == nblocks)).is_err() {
+                        return Ok(()); // the writer stopped; its error is reported below
+                    }
+                    b0 = b1;
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let written = writer.join().expect("writer thread panicked")?;
+        produced?;
+        Ok(written)
+    })?;
+    for (i, info) in written {
+        report.samples_generated += info.samples;
+        done.insert(i, info);
+    }
+    Ok(done.into_values().collect())
+}
+
+/// A shard left by an earlier run, if it is complete and is the one these parameters make.
+fn reusable(
+    path: &Path,
+    rel: &str,
+    spec: &SampleSpec,
+    classes: u32,
+    codec: Codec,
+    samples: u64,
+    blocks: u64,
+) -> Option<ShardInfo> {
+    let r = ShardReader::open(path).ok()?;
+    let h = &r.header;
+    let same = h.spec == *spec
+        && h.num_classes == classes
+        && h.codec == codec.code()
+        && h.num_samples == samples
+        && h.num_blocks as u64 == blocks;
+    same.then(|| ShardInfo {
+        file: rel.to_string(),
+        samples,
+        blocks: h.num_blocks,
+        bytes: r.file_len,
+        footer_xxh3: format!("{:016x}", r.trailer.footer_xxh3),
+        stats: r.stats().clone(),
+    })
+}
+
+fn write_split_colmajor(gen: &Generator, out: &Path, split: &str, n: u64, bs: u32, pb: &ProgressBar) -> Result<Stats> {
+    let sid = split_id(split);
+    let mut w = ColmajorWriter::create(out, split, n, &gen.spec, gen.classes)?;
+    let nblocks = n.div_ceil(bs as u64);
+    let mut b0 = 0;
+    while b0 < nblocks {
+        let b1 = (b0 + batch_blocks()).min(nblocks);
+        let blocks: Vec<_> = (b0..b1)
+            .into_par_iter()
+            .map(|b| {
+                let first = b * bs as u64;
+                let len = (bs as u64).min(n - first) as usize;
+                let block = gen.render_block(sid, first, len);
+                let stats = Stats::of_block(&block, &gen.spec, gen.classes);
+                (block, stats)
+            })
+            .collect();
+        for (block, stats) in &blocks {
+            w.push(block, stats)?;
+            pb.inc(block.len() as u64);
+        }
+        b0 = b1;
+    }
+    w.finish()
+}
