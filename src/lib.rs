@@ -5,6 +5,7 @@ pub mod colmajor;
 pub mod error;
 pub mod inspect;
 pub mod mem;
+pub mod pipeline;
 pub mod plan;
 pub mod progress;
 pub mod shard;

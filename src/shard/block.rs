@@ -91,8 +91,7 @@ impl Block {
         }
         let bytes = match codec {
             Codec::None => self.data.clone(),
-            Codec::Zstd { level } => zstd::bulk::compress(&self.data, level)
-                .map_err(|e| Error::Invalid(format!("zstd compression failed: {e}")))?,
+            Codec::Zstd { level } => compress(&self.data, level)?,
         };
         Ok(EncodedBlock {
             stored_xxh3: xxh3_64(&bytes),
@@ -151,6 +150,23 @@ impl Block {
         }
         Ok(block)
     }
+}
+
+/// zstd with one reused compression context per thread and level.
+fn compress(data: &[u8], level: i32) -> Result<Vec<u8>> {
+    use std::cell::RefCell;
+    thread_local! {
+        static CCTX: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
+    }
+    CCTX.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.as_ref().map(|(l, _)| *l) != Some(level) {
+            let z = zstd::bulk::Compressor::new(level).map_err(|e| Error::Invalid(format!("zstd level {level}: {e}")))?;
+            *c = Some((level, z));
+        }
+        let z = &mut c.as_mut().unwrap().1;
+        z.compress(data).map_err(|e| Error::Invalid(format!("zstd compression failed: {e}")))
+    })
 }
 
 /// A block ready to be written.

@@ -113,6 +113,7 @@ impl ShardWriter {
         file.seek(SeekFrom::Start(0)).at(&tmp)?;
         file.write_all(&header.encode()).at(&tmp)?;
         file.sync_all().at(&tmp)?;
+        drop_cached(&file);
         let bytes = file.metadata().at(&tmp)?.len();
         drop(file);
         let path = self.dir.join(&self.rel);
@@ -125,6 +126,16 @@ impl ShardWriter {
             footer_xxh3: format!("{:016x}", trailer.footer_xxh3),
             stats: self.stats,
         })
+    }
+}
+
+/// Tell the kernel the written (and synced) pages of `file` will not be read soon: writing tens of
+/// GB would otherwise fill the page cache and push out what the machine is really using.
+pub fn drop_cached(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain advisory call on an open descriptor; failure is harmless.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
     }
 }
 

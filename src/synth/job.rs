@@ -7,16 +7,16 @@ use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
 use crate::shard::manifest::{self, read_capped, write_atomic, Provenance, ShardInfo, SplitInfo};
 use crate::shard::{
-    default_block_samples, default_shard_blocks, shard_file_name, Codec, EncodedBlock, Manifest, SampleSpec,
+    default_block_samples, default_shard_blocks, shard_file_name, Codec, Manifest, SampleSpec,
     Shape, ShardReader, ShardWriter, Stats,
 };
+use crate::pipeline::ordered_map;
 use crate::OutputFormat;
 use indicatif::ProgressBar;
 use rayon::prelude::*;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
 /// Marks a dataset directory whose generation has started but not finished; holds the parameters so
@@ -267,10 +267,10 @@ fn walk_bytes(p: &Path) -> u64 {
         .sum()
 }
 
-/// Samples per batch of blocks rendered in parallel: enough to keep every core busy while the
-/// writer thread writes the previous batch, few enough to bound memory.
-fn batch_blocks() -> u64 {
-    2 * rayon::current_num_threads() as u64
+/// Blocks in flight: enough to keep every core busy while this thread writes, few enough to bound
+/// memory (each block is about 4 MiB decoded).
+fn window_blocks() -> usize {
+    2 * rayon::current_num_threads()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -305,53 +305,39 @@ fn write_split_shards(
         }
     }
     report.shards_written += todo.len();
-    let written = std::thread::scope(|s| -> Result<Vec<(usize, ShardInfo)>> {
-        let (tx, rx) = sync_channel::<(usize, Vec<EncodedBlock>, bool)>(1);
-        let writer = s.spawn(move || -> Result<Vec<(usize, ShardInfo)>> {
-            let mut finished = Vec::new();
-            let mut current: Option<ShardWriter> = None;
-            for (shard, blocks, last) in rx {
-                if current.is_none() {
-                    current = Some(ShardWriter::create(out, &shard_file_name(split, shard), spec, codec, gen.classes)?);
-                }
-                let w = current.as_mut().unwrap();
-                for b in &blocks {
-                    w.push(b)?;
-                    pb.inc(b.num_samples as u64);
-                }
-                if last {
-                    finished.push((shard, current.take().unwrap().finish()?));
-                }
+    // Every block still to write, in file order: (shard, first sample, samples, last of its shard).
+    let mut items = Vec::new();
+    for &(shard, start, samples) in &todo {
+        let nblocks = samples.div_ceil(bs as u64);
+        for b in 0..nblocks {
+            let first = start + b * bs as u64;
+            let len = (bs as u64).min(start + samples - first) as usize;
+            items.push((shard, first, len, b + 1 == nblocks));
+        }
+    }
+    let mut written = Vec::new();
+    let mut current: Option<ShardWriter> = None;
+    ordered_map(
+        items.len(),
+        rayon::current_num_threads(),
+        window_blocks(),
+        |i| {
+            let (_, first, len, _) = items[i];
+            gen.render_block(sid, first, len).encode(spec, gen.classes, codec)
+        },
+        |i, block| {
+            let (shard, _, _, last) = items[i];
+            if current.is_none() {
+                current = Some(ShardWriter::create(out, &shard_file_name(split, shard), spec, codec, gen.classes)?);
             }
-            Ok(finished)
-        });
-        let produced = (|| -> Result<()> {
-            for &(shard, start, samples) in &todo {
-                let nblocks = samples.div_ceil(bs as u64);
-                let mut b0 = 0;
-                while b0 < nblocks {
-                    let b1 = (b0 + batch_blocks()).min(nblocks);
-                    let blocks = (b0..b1)
-                        .into_par_iter()
-                        .map(|b| {
-                            let first = start + b * bs as u64;
-                            let len = (bs as u64).min(start + samples - first) as usize;
-                            gen.render_block(sid, first, len).encode(spec, gen.classes, codec)
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    if tx.send((shard, blocks, b1 == nblocks)).is_err() {
-                        return Ok(()); // the writer stopped; its error is reported below
-                    }
-                    b0 = b1;
-                }
+            current.as_mut().unwrap().push(&block)?;
+            pb.inc(block.num_samples as u64);
+            if last {
+                written.push((shard, current.take().unwrap().finish()?));
             }
             Ok(())
-        })();
-        drop(tx);
-        let written = writer.join().expect("writer thread panicked")?;
-        produced?;
-        Ok(written)
-    })?;
+        },
+    )?;
     for (i, info) in written {
         report.samples_generated += info.samples;
         done.insert(i, info);
@@ -392,7 +378,7 @@ fn write_split_colmajor(gen: &Generator, out: &Path, split: &str, n: u64, bs: u3
     let nblocks = n.div_ceil(bs as u64);
     let mut b0 = 0;
     while b0 < nblocks {
-        let b1 = (b0 + batch_blocks()).min(nblocks);
+        let b1 = (b0 + window_blocks() as u64).min(nblocks);
         let blocks: Vec<_> = (b0..b1)
             .into_par_iter()
             .map(|b| {
