@@ -17,7 +17,11 @@ fn main() {
             f();
         }
         let s = t.elapsed().as_secs_f64() / reps as f64;
-        println!("{name:<24} {:>10.0} samples/s/core  ({:.0} MB/s)", n as f64 / s, n as f64 * g.spec.bytes() as f64 / s / 1e6);
+        println!(
+            "{name:<24} {:>10.0} samples/s/core  ({:.0} MB/s)",
+            n as f64 / s,
+            n as f64 * g.spec.bytes() as f64 / s / 1e6
+        );
     };
     let block = g.render_block(0, 0, n);
     time("render", &mut || {
@@ -31,7 +35,11 @@ fn main() {
         time(&format!("zstd level {level}"), &mut || {
             size = zstd::bulk::compress(block.raw(), level).unwrap().len();
         });
-        println!("{:<24} ratio {:.3}", "", size as f64 / block.raw().len() as f64);
+        println!(
+            "{:<24} ratio {:.3}",
+            "",
+            size as f64 / block.raw().len() as f64
+        );
     }
     time("encode (stats+zstd 1)", &mut || {
         std::hint::black_box(block.encode(&g.spec, 10, Codec::Zstd { level: 1 }).unwrap());

@@ -5,7 +5,11 @@ use prep::shard::Shape;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "prep", version, about = "Generate, convert, check and stream image datasets as compact checksummed shards.")]
+#[command(
+    name = "prep",
+    version,
+    about = "Generate, convert, check and stream image datasets as compact checksummed shards."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -62,14 +62,51 @@ impl ColmajorManifest {
         let m: ColmajorManifest = serde_json::from_slice(&bytes)
             .map_err(|e| Error::manifest(&path, format!("not a valid colmajor manifest: {e}")))?;
         if m.format != FORMAT || m.version != VERSION {
-            return Err(Error::manifest(&path, format!("format {} v{} is not {FORMAT} v{VERSION}", m.format, m.version)));
+            return Err(Error::manifest(
+                &path,
+                format!(
+                    "format {} v{} is not {FORMAT} v{VERSION}",
+                    m.format, m.version
+                ),
+            ));
         }
         check_seal(&path, &bytes, &m.checksum)?;
+        m.validate().map_err(|what| Error::manifest(&path, what))?;
         Ok(m)
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        crate::shard::Shape::new(self.sample.shape.0.clone()).map_err(|e| e.to_string())?;
+        let k = self.classes.len();
+        if k == 0 || k > crate::shard::format::MAX_CLASSES as usize {
+            return Err(format!("{k} classes is outside 1..=65536"));
+        }
+        let c = self.sample.shape.channels();
+        if self.mean.len() != c || self.std.len() != c {
+            return Err("mean/std do not have one value per channel".into());
+        }
+        for (name, s) in &self.splits {
+            if s.images != images_name(name) || s.labels != labels_name(name) {
+                return Err(format!(
+                    "split {name}: files must be {} and {}",
+                    images_name(name),
+                    labels_name(name)
+                ));
+            }
+            if s.class_counts.len() != k
+                || crate::shard::format::checked_sum(&s.class_counts) != Some(s.samples)
+            {
+                return Err(format!(
+                    "split {name}: class counts do not match {k} classes and {} samples",
+                    s.samples
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
-/// Writes one split: samples arrive in blocks, in any order of `start` positions.
+/// Writes one split: samples arrive in blocks, in order.
 pub struct ColmajorWriter {
     images: PathBuf,
     labels: PathBuf,
@@ -84,7 +121,13 @@ pub struct ColmajorWriter {
 }
 
 impl ColmajorWriter {
-    pub fn create(dir: &Path, split: &str, n: u64, spec: &SampleSpec, num_classes: u32) -> Result<Self> {
+    pub fn create(
+        dir: &Path,
+        split: &str,
+        n: u64,
+        spec: &SampleSpec,
+        num_classes: u32,
+    ) -> Result<Self> {
         let images = dir.join(images_name(split));
         let labels = dir.join(labels_name(split));
         let features = spec.shape.elems();
@@ -96,7 +139,13 @@ impl ColmajorWriter {
             return Err(Error::Invalid(format!("split {split} has no samples")));
         }
         let tmp = temp_path(&images);
-        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&tmp).at(&tmp)?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .at(&tmp)?;
         f.set_len(bytes).at(&tmp)?;
         // SAFETY: the file was just created by us under a temporary name; nothing else maps or
         // resizes it while the writer lives.
@@ -121,30 +170,39 @@ impl ColmajorWriter {
     pub fn push(&mut self, block: &Block, stats: &Stats) -> Result<()> {
         let (start, m, n, f) = (self.written, block.len(), self.n, self.features);
         if start + m > n {
-            return Err(Error::Invalid(format!("colmajor split has {n} samples, got more")));
+            return Err(Error::Invalid(format!(
+                "colmajor split has {n} samples, got more"
+            )));
         }
         let px = block.pixels();
         let dtype = self.dtype;
-        let scale = 1.0 / dtype.max_value() as f32;
+        // Divide (not multiply by 1/max): readers expect exactly pixel / max.
+        let max = dtype.max_value() as f32;
         let map: &mut [f32] = bytemuck_f32(&mut self.map);
         // One tile of TILE features at a time: each sample's tile is one cache line of input,
         // written to TILE rows sequentially.
-        map.par_chunks_mut(n * TILE).enumerate().for_each(|(t, rows)| {
-            let f0 = t * TILE;
-            let tf = rows.len() / n;
-            for i in 0..m {
-                let s = i * f + f0;
-                for k in 0..tf {
-                    let v = match dtype {
-                        Dtype::U8 => px[s + k] as f32,
-                        Dtype::U16 => u16::from_le_bytes([px[2 * (s + k)], px[2 * (s + k) + 1]]) as f32,
-                    };
-                    rows[k * n + start + i] = v * scale;
+        map.par_chunks_mut(n * TILE)
+            .enumerate()
+            .for_each(|(t, rows)| {
+                let f0 = t * TILE;
+                let tf = rows.len() / n;
+                for i in 0..m {
+                    let s = i * f + f0;
+                    for k in 0..tf {
+                        let v = match dtype {
+                            Dtype::U8 => px[s + k] as f32,
+                            Dtype::U16 => {
+                                u16::from_le_bytes([px[2 * (s + k)], px[2 * (s + k) + 1]]) as f32
+                            }
+                        };
+                        rows[k * n + start + i] = v / max;
+                    }
                 }
-            }
-        });
+            });
         for l in block.labels() {
-            self.labels_out.write_all(&(l as i32).to_le_bytes()).at(&self.labels)?;
+            self.labels_out
+                .write_all(&(l as i32).to_le_bytes())
+                .at(&self.labels)?;
         }
         self.stats.add(stats);
         self.written += m;
@@ -162,20 +220,30 @@ impl ColmajorWriter {
         self.map.flush_async().at(&self.images)?;
         // SAFETY: the mapping is shared and file-backed: dropping our pages loses no data (the page
         // cache keeps it), and later accesses read the file back.
-        unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) }.at(&self.images)
+        unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        }
+        .at(&self.images)
     }
 
     pub fn finish(self) -> Result<Stats> {
         if self.written != self.n {
-            return Err(Error::Invalid(format!("colmajor split got {} of {} samples", self.written, self.n)));
+            return Err(Error::Invalid(format!(
+                "colmajor split got {} of {} samples",
+                self.written, self.n
+            )));
         }
         self.map.flush().at(&self.images)?;
         drop(self.map);
-        let mut lf = self.labels_out.into_inner().map_err(|e| Error::io(&self.labels, e.into_error()))?;
+        let mut lf = self
+            .labels_out
+            .into_inner()
+            .map_err(|e| Error::io(&self.labels, e.into_error()))?;
         lf.flush().at(&self.labels)?;
         lf.sync_all().at(&self.labels)?;
-        std::fs::rename(temp_path(&self.labels), &self.labels).at(&self.labels)?;
-        std::fs::rename(temp_path(&self.images), &self.images).at(&self.images)?;
+        crate::shard::writer::rename_durably(&temp_path(&self.labels), &self.labels)?;
+        crate::shard::writer::rename_durably(&temp_path(&self.images), &self.images)?;
         Ok(self.stats)
     }
 }
@@ -206,20 +274,37 @@ impl ColmajorSplitReader {
         let ip = dir.join(&s.images);
         let lp = dir.join(&s.labels);
         let f = File::open(&ip).at(&ip)?;
-        let want = s.samples * features as u64 * 4;
+        let want = s
+            .samples
+            .checked_mul(features as u64 * 4)
+            .ok_or_else(|| Error::manifest(&ip, "size overflows"))?;
         let len = f.metadata().at(&ip)?.len();
         if len != want {
-            return Err(Error::manifest(&ip, format!("is {len} bytes, expected {want}")));
+            return Err(Error::manifest(
+                &ip,
+                format!("is {len} bytes, expected {want}"),
+            ));
         }
         // SAFETY: read-only map of a file we do not modify; a concurrent truncation by another
         // process is outside what a dataset reader can guard against.
         let images = unsafe { memmap2::Mmap::map(&f) }.at(&ip)?;
         let lb = std::fs::read(&lp).at(&lp)?;
-        if lb.len() as u64 != s.samples * 4 {
-            return Err(Error::manifest(&lp, format!("is {} bytes, expected {}", lb.len(), s.samples * 4)));
+        if lb.len() as u64 != want / features as u64 {
+            return Err(Error::manifest(
+                &lp,
+                format!("is {} bytes, expected {}", lb.len(), s.samples * 4),
+            ));
         }
-        let labels = lb.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect();
-        Ok(ColmajorSplitReader { samples: s.samples as usize, features, images, labels })
+        let labels = lb
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        Ok(ColmajorSplitReader {
+            samples: s.samples as usize,
+            features,
+            images,
+            labels,
+        })
     }
 
     /// Value of feature `f` of sample `i`.

@@ -62,7 +62,10 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
             })
             .collect();
         let on_disk: u64 = splits.iter().map(|s| s.bytes_on_disk).sum();
-        let decoded: u64 = splits.iter().map(|s| s.samples * (m.sample.bytes() as u64 + 4)).sum();
+        let decoded: u64 = splits
+            .iter()
+            .map(|s| s.samples * (m.sample.bytes() as u64 + 4))
+            .sum();
         return Ok(Summary {
             dir: dir.display().to_string(),
             format,
@@ -96,8 +99,12 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
             bytes_on_disk: s.shards.iter().map(|sh| sh.bytes).sum(),
         })
         .collect();
-    let on_disk: u64 = splits.iter().map(|s| s.bytes_on_disk).sum::<u64>() + file_len(&dir.join("manifest.json"));
-    let decoded: u64 = splits.iter().map(|s| s.samples * (m.sample.bytes() as u64 + 4)).sum();
+    let on_disk: u64 =
+        splits.iter().map(|s| s.bytes_on_disk).sum::<u64>() + file_len(&dir.join("manifest.json"));
+    let decoded: u64 = splits
+        .iter()
+        .map(|s| s.samples * (m.sample.bytes() as u64 + 4))
+        .sum();
     Ok(Summary {
         dir: dir.display().to_string(),
         format,
@@ -137,7 +144,9 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
             let l = r.label(i) as usize;
             if l < k && picks[l].len() < per_class {
                 let px: Vec<u8> = match m.sample.dtype {
-                    Dtype::U8 => (0..r.features).map(|f| (r.get(i, f) * max).round() as u8).collect(),
+                    Dtype::U8 => (0..r.features)
+                        .map(|f| (r.get(i, f) * max).round() as u8)
+                        .collect(),
                     Dtype::U16 => (0..r.features)
                         .flat_map(|f| ((r.get(i, f) * max).round() as u16).to_le_bytes())
                         .collect(),
@@ -190,13 +199,21 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
 fn draw(spec: &SampleSpec, classes: usize, per_class: usize, zoom: u32, picks: &Picks) -> RgbImage {
     let dims = &spec.shape.0;
     // Volumes show their middle slice.
-    let (c, h, w) = (dims[0] as usize, dims[dims.len() - 2] as usize, dims[dims.len() - 1] as usize);
+    let (c, h, w) = (
+        dims[0] as usize,
+        dims[dims.len() - 2] as usize,
+        dims[dims.len() - 1] as usize,
+    );
     let depth = if dims.len() == 4 { dims[1] as usize } else { 1 };
     let plane = h * w;
     let gap = 1u32;
     let cell_w = w as u32 * zoom + gap;
     let cell_h = h as u32 * zoom + gap;
-    let mut img = RgbImage::from_pixel(cell_w * per_class as u32 + gap, cell_h * classes as u32 + gap, Rgb([40, 40, 48]));
+    let mut img = RgbImage::from_pixel(
+        cell_w * per_class as u32 + gap,
+        cell_h * classes as u32 + gap,
+        Rgb([40, 40, 48]),
+    );
     let value = |px: &[u8], ch: usize, p: usize| -> u8 {
         let e = (ch * depth + depth / 2) * plane + p;
         match spec.dtype {
@@ -208,22 +225,19 @@ fn draw(spec: &SampleSpec, classes: usize, per_class: usize, zoom: u32, picks: &
         .par_iter()
         .enumerate()
         .flat_map(|(k, samples)| {
-            samples
-                .par_iter()
-                .enumerate()
-                .map(move |(j, px)| {
-                    let rgb = (0..plane)
-                        .map(|p| {
-                            if c >= 3 {
-                                [value(px, 0, p), value(px, 1, p), value(px, 2, p)]
-                            } else {
-                                let g = value(px, 0, p);
-                                [g, g, g]
-                            }
-                        })
-                        .collect();
-                    (k, j, rgb)
-                })
+            samples.par_iter().enumerate().map(move |(j, px)| {
+                let rgb = (0..plane)
+                    .map(|p| {
+                        if c >= 3 {
+                            [value(px, 0, p), value(px, 1, p), value(px, 2, p)]
+                        } else {
+                            let g = value(px, 0, p);
+                            [g, g, g]
+                        }
+                    })
+                    .collect();
+                (k, j, rgb)
+            })
         })
         .collect();
     for (k, j, rgb) in rows {

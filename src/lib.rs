@@ -36,8 +36,8 @@ impl OutputFormat {
 pub fn dataset_format(dir: &std::path::Path) -> Result<String> {
     let path = dir.join(shard::manifest::FILE_NAME);
     let bytes = shard::manifest::read_capped(&path)?;
-    let v: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| Error::manifest(&path, format!("not valid JSON: {e}")))?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::manifest(&path, format!("not valid JSON: {e}")))?;
     v["format"]
         .as_str()
         .map(str::to_string)

@@ -16,7 +16,10 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     if let Some(n) = cli.jobs {
-        if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global() {
+        if let Err(e) = rayon::ThreadPoolBuilder::new()
+            .num_threads(n.max(1))
+            .build_global()
+        {
             eprintln!("error: could not start {n} worker threads: {e}");
             return ExitCode::from(1);
         }
@@ -25,7 +28,12 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            let usage = e.chain().any(|c| matches!(c.downcast_ref::<prep::Error>(), Some(prep::Error::Invalid(_))));
+            let usage = e.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<prep::Error>(),
+                    Some(prep::Error::Invalid(_))
+                )
+            });
             ExitCode::from(if usage { 2 } else { 1 })
         }
     }

@@ -38,20 +38,29 @@ pub struct Row {
 }
 
 fn row(what: &str, bytes: u64) -> Row {
-    Row { what: what.into(), bytes }
+    Row {
+        what: what.into(),
+        bytes,
+    }
 }
 
 /// Bytes of activations and their gradients the `small` model keeps for one batch at mixed
 /// precision: per conv stage the conv, BN and ReLU outputs (2 bytes each) and their gradients.
 fn small_model_activations(shape: &Shape, batch: u64) -> u64 {
-    let (h, w) = (shape.0[shape.0.len() - 2] as u64, shape.0[shape.0.len() - 1] as u64);
+    let (h, w) = (
+        shape.0[shape.0.len() - 2] as u64,
+        shape.0[shape.0.len() - 1] as u64,
+    );
     let hw = h * w;
     let per_sample = 32 * hw + 64 * hw / 4 + 128 * hw / 16 + shape.elems() as u64;
     per_sample * batch * 2 * 3 * 2
 }
 
 pub fn plan(train: u64, test: u64, shape: Shape, dtype: Dtype, batch: u64, cores: usize) -> Plan {
-    let spec = SampleSpec { shape: shape.clone(), dtype };
+    let spec = SampleSpec {
+        shape: shape.clone(),
+        dtype,
+    };
     let sb = spec.bytes() as u64;
     let n = train + test;
     let raw = n * sb;
@@ -76,24 +85,45 @@ pub fn plan(train: u64, test: u64, shape: Shape, dtype: Dtype, batch: u64, cores
         cores,
         disk: vec![
             row("raw pixels (u8/u16) + labels", raw + labels),
-            row("shards, zstd (synthetic data ratio)", ((raw + labels) as f64 * SYNTH_ZSTD_RATIO) as u64),
+            row(
+                "shards, zstd (synthetic data ratio)",
+                ((raw + labels) as f64 * SYNTH_ZSTD_RATIO) as u64,
+            ),
             row("shards, --codec none", raw + labels + n.div_ceil(1024) * 40),
             row("colmajor (float32)", n * features * 4 + labels),
         ],
         host_ram: vec![
             row("--memory device (upload, then nothing)", base_host + decode),
-            row("--memory stream (pinned ring + decoders)", base_host + ring + decode),
-            row("--memory managed (decoders; ring is managed)", base_host + decode),
-            row("colmajor reader (page cache, not RSS-bound)", base_host + ring),
+            row(
+                "--memory stream (pinned ring + decoders)",
+                base_host + ring + decode,
+            ),
+            row(
+                "--memory managed (decoders; ring is managed)",
+                base_host + decode,
+            ),
+            row(
+                "colmajor reader (page cache, not RSS-bound)",
+                base_host + ring,
+            ),
         ],
         gpu_memory: vec![
-            row("--memory device (whole dataset resident)", raw + labels + gpu_fixed + ring),
+            row(
+                "--memory device (whole dataset resident)",
+                raw + labels + gpu_fixed + ring,
+            ),
             row("--memory stream (ring of device buffers)", ring + gpu_fixed),
-            row("--memory managed (managed ring, prefetched)", ring + gpu_fixed),
+            row(
+                "--memory managed (managed ring, prefetched)",
+                ring + gpu_fixed,
+            ),
         ],
         generation_seconds: raw as f64 / (SYNTH_BYTES_PER_SEC_PER_CORE * cores as f64),
         notes: vec![
-            format!("model `small`, batch {batch}, mixed precision; activations ~{}", crate::mem::human(act)),
+            format!(
+                "model `small`, batch {batch}, mixed precision; activations ~{}",
+                crate::mem::human(act)
+            ),
             "GPU memory in stream and managed modes does not grow with the dataset".into(),
             "generation time is for `prep synth` on this many cores".into(),
         ],

@@ -22,9 +22,11 @@ pub fn bar(len: u64, what: &str, unit: &str, quiet: bool) -> ProgressBar {
 pub fn bytes_bar(len: u64, what: &str, quiet: bool) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(Some(len), target(quiet));
     pb.set_style(
-        ProgressStyle::with_template("{msg:>8} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg:>8} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     pb.set_message(what.to_string());
     pb

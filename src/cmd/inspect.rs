@@ -5,14 +5,21 @@ use prep::mem::human;
 use std::process::ExitCode;
 
 pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let s = prep::inspect::summarize(&a.dir).with_context(|| format!("inspecting {}", a.dir.display()))?;
+    let s = prep::inspect::summarize(&a.dir)
+        .with_context(|| format!("inspecting {}", a.dir.display()))?;
     if let Some(path) = &a.grid {
         let side = *s.shape.last().unwrap_or(&32);
         let zoom = a.zoom.unwrap_or_else(|| (64 / side.max(1)).clamp(1, 8));
         let img = prep::inspect::grid(&a.dir, &a.split, a.per_class.max(1), zoom)?;
-        img.save(path).with_context(|| format!("writing {}", path.display()))?;
+        img.save(path)
+            .with_context(|| format!("writing {}", path.display()))?;
         if !quiet && !a.json {
-            eprintln!("wrote {} ({}x{} px)", path.display(), img.width(), img.height());
+            eprintln!(
+                "wrote {} ({}x{} px)",
+                path.display(),
+                img.width(),
+                img.height()
+            );
         }
     }
     if a.json {
@@ -21,16 +28,34 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     }
     let shape: Vec<String> = s.shape.iter().map(|d| d.to_string()).collect();
     println!("dataset     {} ({})", s.dir, s.format);
-    println!("sample      {} {}, {} classes", shape.join("x"), s.dtype, s.classes.len());
+    println!(
+        "sample      {} {}, {} classes",
+        shape.join("x"),
+        s.dtype,
+        s.classes.len()
+    );
     if let (Some(c), Some(b)) = (&s.codec, s.block_samples) {
         let codec = match c {
             prep::shard::Codec::Zstd { level } => format!("zstd level {level}"),
             prep::shard::Codec::None => "none".into(),
         };
-        println!("storage     {} shard files, {codec}, {b} samples per block", s.shards);
+        println!(
+            "storage     {} shard files, {codec}, {b} samples per block",
+            s.shards
+        );
     }
-    println!("size        {} on disk, {} decoded, ratio {:.2}x", human(s.bytes_on_disk), human(s.bytes_decoded), s.compression_ratio);
-    let f = |v: &[f64]| v.iter().map(|x| format!("{x:.4}")).collect::<Vec<_>>().join(" ");
+    println!(
+        "size        {} on disk, {} decoded, ratio {:.2}x",
+        human(s.bytes_on_disk),
+        human(s.bytes_decoded),
+        s.compression_ratio
+    );
+    let f = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.4}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     println!("mean        {}", f(&s.mean));
     println!("std         {}", f(&s.std));
     println!();
@@ -58,7 +83,11 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     println!("\n");
     if let Some(cmd) = s.provenance["command"].as_array() {
         let words: Vec<&str> = cmd.iter().filter_map(|w| w.as_str()).collect();
-        println!("made by     {}: {}", s.provenance["tool"].as_str().unwrap_or("?"), words.join(" "));
+        println!(
+            "made by     {}: {}",
+            s.provenance["tool"].as_str().unwrap_or("?"),
+            words.join(" ")
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

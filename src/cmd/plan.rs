@@ -24,7 +24,11 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
         a.batch,
         cores
     );
-    for (title, rows) in [("disk", &p.disk), ("host RAM for training", &p.host_ram), ("GPU memory for training", &p.gpu_memory)] {
+    for (title, rows) in [
+        ("disk", &p.disk),
+        ("host RAM for training", &p.host_ram),
+        ("GPU memory for training", &p.gpu_memory),
+    ] {
         println!("{title}");
         for r in rows {
             println!("  {:<48} {:>12}", r.what, human(r.bytes));
@@ -32,7 +36,15 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
         println!();
     }
     let s = p.generation_seconds;
-    println!("time\n  {:<48} {:>12}\n", "prep synth (estimate)", if s < 120.0 { format!("{s:.0} s") } else { format!("{:.1} min", s / 60.0) });
+    println!(
+        "time\n  {:<48} {:>12}\n",
+        "prep synth (estimate)",
+        if s < 120.0 {
+            format!("{s:.0} s")
+        } else {
+            format!("{:.1} min", s / 60.0)
+        }
+    );
     for n in &p.notes {
         println!("note: {n}");
     }

@@ -32,7 +32,10 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             );
         } else {
             let reused = if r.shards_reused > 0 {
-                format!(" (resumed: {} shards kept, {} written)", r.shards_reused, r.shards_written)
+                format!(
+                    " (resumed: {} shards kept, {} written)",
+                    r.shards_reused, r.shards_written
+                )
             } else {
                 String::new()
             };

@@ -15,14 +15,23 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             // The manifest itself is unreadable or damaged: that is a verification failure (exit 1),
             // reported like any other damage.
             VerifyReport {
-                damage: vec![Damage { file: "manifest.json".into(), region: "file".into(), what: e.to_string() }],
+                damage: vec![Damage {
+                    file: "manifest.json".into(),
+                    region: "file".into(),
+                    what: e.to_string(),
+                }],
                 ..Default::default()
             }
         }
     };
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "ok": report.ok(), "seconds": secs, "report": report }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "ok": report.ok(), "seconds": secs, "report": report })
+            )?
+        );
     } else {
         for d in &report.damage {
             println!("DAMAGED {}: {}: {}", d.file, d.region, d.what);
@@ -41,10 +50,18 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 );
             }
         } else {
-            eprintln!("error: {} is damaged: {} problem(s) found, listed above", a.dir.display(), report.damage.len());
+            eprintln!(
+                "error: {} is damaged: {} problem(s) found, listed above",
+                a.dir.display(),
+                report.damage.len()
+            );
         }
     }
-    Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn verify(a: &VerifyArgs, quiet: bool) -> prep::Result<VerifyReport> {
@@ -70,18 +87,30 @@ fn verify_colmajor(a: &VerifyArgs) -> prep::Result<VerifyReport> {
                 for i in 0..r.samples {
                     let l = r.label(i);
                     if l < 0 || l >= k {
-                        report.damage.push(Damage { file: s.labels.clone(), region: format!("sample {i}"), what: format!("label {l} is not a class") });
+                        report.damage.push(Damage {
+                            file: s.labels.clone(),
+                            region: format!("sample {i}"),
+                            what: format!("label {l} is not a class"),
+                        });
                     } else {
                         counts[l as usize] += 1;
                     }
                 }
                 if counts != s.class_counts {
-                    report.damage.push(Damage { file: s.labels.clone(), region: "file".into(), what: "class counts differ from the manifest".into() });
+                    report.damage.push(Damage {
+                        file: s.labels.clone(),
+                        region: "file".into(),
+                        what: "class counts differ from the manifest".into(),
+                    });
                 }
                 report.samples += s.samples;
                 report.bytes += s.samples * (r.features as u64 * 4 + 4);
             }
-            Err(e) => report.damage.push(Damage { file: s.images.clone(), region: "file".into(), what: e.to_string() }),
+            Err(e) => report.damage.push(Damage {
+                file: s.images.clone(),
+                region: "file".into(),
+                what: e.to_string(),
+            }),
         }
     }
     Ok(report)

@@ -82,7 +82,12 @@ impl Block {
     }
 
     /// Compress, checksum and gather statistics. `num_classes` bounds the labels.
-    pub fn encode(&self, spec: &SampleSpec, num_classes: u32, codec: Codec) -> Result<EncodedBlock> {
+    pub fn encode(
+        &self,
+        spec: &SampleSpec,
+        num_classes: u32,
+        codec: Codec,
+    ) -> Result<EncodedBlock> {
         if let Some(i) = self.labels().position(|l| l >= num_classes) {
             return Err(Error::Invalid(format!(
                 "sample {i} of a block has label {} but there are {num_classes} classes",
@@ -128,7 +133,10 @@ impl Block {
             let d = zstd::bulk::decompress(stored, raw_len)
                 .map_err(|e| bad(format!("zstd frame does not decode: {e}")))?;
             if d.len() != raw_len {
-                return Err(bad(format!("decodes to {} bytes, expected {raw_len}", d.len())));
+                return Err(bad(format!(
+                    "decodes to {} bytes, expected {raw_len}",
+                    d.len()
+                )));
             }
             d
         } else {
@@ -161,11 +169,13 @@ fn compress(data: &[u8], level: i32) -> Result<Vec<u8>> {
     CCTX.with(|c| {
         let mut c = c.borrow_mut();
         if c.as_ref().map(|(l, _)| *l) != Some(level) {
-            let z = zstd::bulk::Compressor::new(level).map_err(|e| Error::Invalid(format!("zstd level {level}: {e}")))?;
+            let z = zstd::bulk::Compressor::new(level)
+                .map_err(|e| Error::Invalid(format!("zstd level {level}: {e}")))?;
             *c = Some((level, z));
         }
         let z = &mut c.as_mut().unwrap().1;
-        z.compress(data).map_err(|e| Error::Invalid(format!("zstd compression failed: {e}")))
+        z.compress(data)
+            .map_err(|e| Error::Invalid(format!("zstd compression failed: {e}")))
     })
 }
 
@@ -218,20 +228,24 @@ impl Stats {
         s
     }
 
+    /// Add another part's sums. Saturating: figures read from files were validated, and a
+    /// saturated statistic is better than a panic or a silent wrap.
     pub fn add(&mut self, o: &Stats) {
         for (a, b) in self.class_counts.iter_mut().zip(&o.class_counts) {
-            *a += b;
+            *a = a.saturating_add(*b);
         }
         for (a, b) in self.channel_sum.iter_mut().zip(&o.channel_sum) {
-            *a += b;
+            *a = a.saturating_add(*b);
         }
         for (a, b) in self.channel_sumsq.iter_mut().zip(&o.channel_sumsq) {
-            *a += b;
+            *a = a.saturating_add(*b);
         }
     }
 
     pub fn samples(&self) -> u64 {
-        self.class_counts.iter().sum()
+        self.class_counts
+            .iter()
+            .fold(0u64, |a, &b| a.saturating_add(b))
     }
 
     /// Per-channel mean and standard deviation of pixel / max value, i.e. in [0, 1].

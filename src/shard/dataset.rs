@@ -110,7 +110,10 @@ impl Dataset {
                 .map(|i| {
                     let res = r.read_block(i);
                     progress(r.entry(i).stored_len);
-                    (r.entry(i).num_samples as u64, res.err().map(|e| damage(&info.file, &e)))
+                    (
+                        r.entry(i).num_samples as u64,
+                        res.err().map(|e| damage(&info.file, &e)),
+                    )
                 })
                 .collect();
             for (n, d) in results {

@@ -66,6 +66,12 @@ impl Header {
         if &b[0..8] != MAGIC {
             return Err(bad("wrong magic: not a prep shard file".into()));
         }
+        let version = u16::from_le_bytes([b[8], b[9]]);
+        if version != VERSION {
+            return Err(bad(format!(
+                "format version {version} is not supported (this prep reads version {VERSION})"
+            )));
+        }
         let stored = u64_at(b, 56);
         let computed = xxh3_64(&b[..56]);
         if stored != computed {
@@ -73,20 +79,17 @@ impl Header {
                 "checksum mismatch (stored {stored:016x}, computed {computed:016x})"
             )));
         }
-        let version = u16::from_le_bytes([b[8], b[9]]);
-        if version != VERSION {
-            return Err(bad(format!(
-                "format version {version} is not supported (this prep reads version {VERSION})"
-            )));
-        }
-        let dtype = Dtype::from_code(b[10]).ok_or_else(|| bad(format!("unknown dtype code {}", b[10])))?;
+        let dtype =
+            Dtype::from_code(b[10]).ok_or_else(|| bad(format!("unknown dtype code {}", b[10])))?;
         let codec = b[11];
         if codec != CODEC_NONE && codec != CODEC_ZSTD {
             return Err(bad(format!("unknown codec code {codec}")));
         }
         let ndim = b[12] as usize;
         if !(2..=MAX_DIMS).contains(&ndim) {
-            return Err(bad(format!("sample has {ndim} dimensions, expected 2 to {MAX_DIMS}")));
+            return Err(bad(format!(
+                "sample has {ndim} dimensions, expected 2 to {MAX_DIMS}"
+            )));
         }
         if b[13..16].iter().any(|&x| x != 0) || b[48..56].iter().any(|&x| x != 0) {
             return Err(bad("reserved bytes are not zero".into()));
@@ -97,7 +100,10 @@ impl Header {
         }
         let shape = Shape::new(dims[..ndim].to_vec()).map_err(|e| bad(e.to_string()))?;
         if shape.0[0] > MAX_CHANNELS {
-            return Err(bad(format!("{} channels exceeds the cap of {MAX_CHANNELS}", shape.0[0])));
+            return Err(bad(format!(
+                "{} channels exceeds the cap of {MAX_CHANNELS}",
+                shape.0[0]
+            )));
         }
         let spec = SampleSpec { shape, dtype };
         if spec.bytes() as u64 > MAX_SAMPLE_BYTES {
@@ -107,13 +113,22 @@ impl Header {
         let num_blocks = u32_at(b, 40);
         let num_classes = u32_at(b, 44);
         if num_blocks > MAX_BLOCKS {
-            return Err(bad(format!("{num_blocks} blocks exceeds the cap of {MAX_BLOCKS}")));
+            return Err(bad(format!(
+                "{num_blocks} blocks exceeds the cap of {MAX_BLOCKS}"
+            )));
         }
         if num_classes == 0 || num_classes > MAX_CLASSES {
-            return Err(bad(format!("{num_classes} classes is outside 1..={MAX_CLASSES}")));
+            return Err(bad(format!(
+                "{num_classes} classes is outside 1..={MAX_CLASSES}"
+            )));
+        }
+        if num_blocks == 0 {
+            return Err(bad("a shard holds at least one block".into()));
         }
         if num_samples < num_blocks as u64 {
-            return Err(bad(format!("{num_samples} samples in {num_blocks} blocks: a block is never empty")));
+            return Err(bad(format!(
+                "{num_samples} samples in {num_blocks} blocks: a block is never empty"
+            )));
         }
         Ok(Header {
             spec,
@@ -166,7 +181,9 @@ impl Trailer {
     pub fn decode(path: &Path, b: &[u8], file_len: u64, header: &Header) -> Result<Self> {
         let bad = |what: String| Error::corrupt(path, Region::Trailer, what);
         if &b[24..32] != END_MAGIC {
-            return Err(bad("wrong end magic: the file is truncated or was not finished".into()));
+            return Err(bad(
+                "wrong end magic: the file is truncated or was not finished".into(),
+            ));
         }
         let t = Trailer {
             footer_offset: u64_at(b, 0),
@@ -257,20 +274,29 @@ impl Footer {
             let raw = (e.num_samples as u64)
                 .checked_mul(per_sample_raw)
                 .filter(|&r| r <= MAX_BLOCK_RAW)
-                .ok_or_else(|| bad(format!("block {i} decodes to more than {MAX_BLOCK_RAW} bytes")))?;
+                .ok_or_else(|| {
+                    bad(format!(
+                        "block {i} decodes to more than {MAX_BLOCK_RAW} bytes"
+                    ))
+                })?;
             if header.codec == CODEC_NONE && e.stored_len != raw {
-                return Err(bad(format!("block {i} is stored raw but is not {raw} bytes long")));
+                return Err(bad(format!(
+                    "block {i} is stored raw but is not {raw} bytes long"
+                )));
             }
             // zstd never expands data by more than ~1/128 plus a small constant.
             if e.stored_len == 0 || e.stored_len > raw + raw / 128 + (1 << 16) {
-                return Err(bad(format!("block {i}: stored length {} is impossible for {raw} decoded bytes", e.stored_len)));
+                return Err(bad(format!(
+                    "block {i}: stored length {} is impossible for {raw} decoded bytes",
+                    e.stored_len
+                )));
             }
             expect_offset = e
                 .offset
                 .checked_add(e.stored_len)
                 .filter(|&end| end <= footer_offset)
                 .ok_or_else(|| bad(format!("block {i} runs past the footer")))?;
-            samples += e.num_samples as u64;
+            samples += e.num_samples as u64; // at most 2^20 blocks of 2^32 samples: no overflow
             blocks.push(e);
         }
         if expect_offset != footer_offset {
@@ -293,8 +319,10 @@ impl Footer {
         let channel_sum: Vec<u128> = (0..c).map(|k| u128_at(b, o + 16 * k)).collect();
         o += 16 * c;
         let channel_sumsq: Vec<u128> = (0..c).map(|k| u128_at(b, o + 16 * k)).collect();
-        if class_counts.iter().sum::<u64>() != header.num_samples {
-            return Err(bad("class counts do not add up to the number of samples".into()));
+        if checked_sum(&class_counts) != Some(header.num_samples) {
+            return Err(bad(
+                "class counts do not add up to the number of samples".into()
+            ));
         }
         Ok(Footer {
             blocks,
@@ -305,6 +333,11 @@ impl Footer {
             },
         })
     }
+}
+
+/// Sum that reports overflow instead of wrapping: counts come from files.
+pub fn checked_sum(v: &[u64]) -> Option<u64> {
+    v.iter().try_fold(0u64, |a, &b| a.checked_add(b))
 }
 
 pub fn u32_at(b: &[u8], o: usize) -> u32 {

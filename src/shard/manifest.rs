@@ -101,8 +101,10 @@ impl Manifest {
         splits: BTreeMap<String, SplitInfo>,
         provenance: Provenance,
     ) -> Self {
-        let first = splits.get("train").or_else(|| splits.values().next());
-        let (mean, std) = first.map(|s| (s.mean.clone(), s.std.clone())).unwrap_or_default();
+        let first = splits
+            .get(stats_split(splits.keys()))
+            .expect("stats_split names a split");
+        let (mean, std) = (first.mean.clone(), first.std.clone());
         Manifest {
             format: FORMAT.into(),
             version: VERSION,
@@ -135,12 +137,22 @@ impl Manifest {
     }
 
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
-        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| Error::manifest(path, format!("not a valid manifest: {e}")))?;
+        let m: Manifest = serde_json::from_slice(bytes)
+            .map_err(|e| Error::manifest(path, format!("not a valid manifest: {e}")))?;
         if m.format != FORMAT {
-            return Err(Error::manifest(path, format!("format is '{}', expected '{FORMAT}'", m.format)));
+            return Err(Error::manifest(
+                path,
+                format!("format is '{}', expected '{FORMAT}'", m.format),
+            ));
         }
         if m.version != VERSION {
-            return Err(Error::manifest(path, format!("version {} is not supported (this prep reads {VERSION})", m.version)));
+            return Err(Error::manifest(
+                path,
+                format!(
+                    "version {} is not supported (this prep reads {VERSION})",
+                    m.version
+                ),
+            ));
         }
         check_seal(path, bytes, &m.checksum)?;
         m.validate().map_err(|what| Error::manifest(path, what))?;
@@ -159,22 +171,40 @@ impl Manifest {
             return Err("mean/std do not have one value per channel".into());
         }
         for (name, s) in &self.splits {
-            if name.is_empty() || !name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-') {
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+            {
                 return Err(format!("split name '{name}' is not a plain name"));
             }
             if s.class_counts.len() != k {
-                return Err(format!("split {name}: {} class counts for {k} classes", s.class_counts.len()));
+                return Err(format!(
+                    "split {name}: {} class counts for {k} classes",
+                    s.class_counts.len()
+                ));
             }
-            if s.class_counts.iter().sum::<u64>() != s.samples {
-                return Err(format!("split {name}: class counts do not add up to {}", s.samples));
+            if super::format::checked_sum(&s.class_counts) != Some(s.samples) {
+                return Err(format!(
+                    "split {name}: class counts do not add up to {}",
+                    s.samples
+                ));
             }
-            if s.shards.iter().map(|sh| sh.samples).sum::<u64>() != s.samples {
-                return Err(format!("split {name}: shard sample counts do not add up to {}", s.samples));
+            let shard_samples: Vec<u64> = s.shards.iter().map(|sh| sh.samples).collect();
+            if super::format::checked_sum(&shard_samples) != Some(s.samples) {
+                return Err(format!(
+                    "split {name}: shard sample counts do not add up to {}",
+                    s.samples
+                ));
             }
             for sh in &s.shards {
                 let p = Path::new(&sh.file);
-                if sh.file.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
-                    return Err(format!("shard path '{}' leaves the dataset directory", sh.file));
+                if sh.file.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_)))
+                {
+                    return Err(format!(
+                        "shard path '{}' leaves the dataset directory",
+                        sh.file
+                    ));
                 }
             }
         }
@@ -191,8 +221,19 @@ impl Manifest {
     }
 }
 
+/// The split whose statistics a dataset reports as its mean/std: `train`, else the first by name.
+pub fn stats_split<'a>(mut names: impl Iterator<Item = &'a String> + Clone) -> &'a str {
+    if names.clone().any(|n| n == "train") {
+        "train"
+    } else {
+        names.next().map(String::as_str).unwrap_or("train")
+    }
+}
+
 fn checksum_pos(bytes: &[u8]) -> Option<usize> {
-    let key = bytes.windows(CHECKSUM_KEY.len()).rposition(|w| w == CHECKSUM_KEY)?;
+    let key = bytes
+        .windows(CHECKSUM_KEY.len())
+        .rposition(|w| w == CHECKSUM_KEY)?;
     Some(key + CHECKSUM_KEY.len())
 }
 
@@ -215,7 +256,12 @@ pub fn seal<T: Serialize>(doc: &T) -> Vec<u8> {
 pub fn check_seal(path: &Path, bytes: &[u8], stored: &str) -> Result<()> {
     let at = checksum_pos(bytes)
         .filter(|&at| bytes.get(at..at + 16) == Some(stored.as_bytes()))
-        .ok_or_else(|| Error::manifest(path, "the checksum member is missing or not the last member"))?;
+        .ok_or_else(|| {
+            Error::manifest(
+                path,
+                "the checksum member is missing or not the last member",
+            )
+        })?;
     let mut zeroed = bytes.to_vec();
     zeroed[at..at + 16].copy_from_slice(ZERO_SUM.as_bytes());
     let computed = format!("{:016x}", xxh3_64(&zeroed));
@@ -232,7 +278,10 @@ pub fn check_seal(path: &Path, bytes: &[u8], stored: &str) -> Result<()> {
 pub fn read_capped(path: &Path) -> Result<Vec<u8>> {
     let len = std::fs::metadata(path).at(path)?.len();
     if len > MAX_MANIFEST_BYTES {
-        return Err(Error::manifest(path, format!("{len} bytes is larger than the {MAX_MANIFEST_BYTES}-byte cap")));
+        return Err(Error::manifest(
+            path,
+            format!("{len} bytes is larger than the {MAX_MANIFEST_BYTES}-byte cap"),
+        ));
     }
     std::fs::read(path).at(path)
 }
@@ -241,6 +290,8 @@ pub fn read_capped(path: &Path) -> Result<Vec<u8>> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = super::writer::temp_path(path);
     std::fs::write(&tmp, bytes).at(&tmp)?;
-    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
-    std::fs::rename(&tmp, path).at(path)
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .at(&tmp)?;
+    super::writer::rename_durably(&tmp, path)
 }

@@ -10,7 +10,7 @@ pub mod reader;
 pub mod writer;
 
 pub use block::{Block, Codec, EncodedBlock, Stats};
-pub use dataset::{Dataset, Damage, VerifyReport};
+pub use dataset::{Damage, Dataset, VerifyReport};
 pub use manifest::Manifest;
 pub use reader::ShardReader;
 pub use writer::{ShardWriter, SplitWriter};
@@ -85,19 +85,31 @@ impl Shape {
             )));
         }
         if dims.contains(&0) {
-            return Err(Error::Invalid("a sample shape has no zero dimension".into()));
+            return Err(Error::Invalid(
+                "a sample shape has no zero dimension".into(),
+            ));
+        }
+        if dims[0] > format::MAX_CHANNELS {
+            return Err(Error::Invalid(format!(
+                "{} channels is over the cap of {}",
+                dims[0],
+                format::MAX_CHANNELS
+            )));
         }
         let s = Shape(dims);
+        // u16 samples take two bytes a value: 2^29 values is the most any dtype can hold in 1 GiB.
         s.checked_elems()
-            .filter(|&e| e <= MAX_SAMPLE_BYTES)
-            .ok_or_else(|| Error::Invalid(format!("sample shape {s} is larger than 1 GiB")))?;
+            .filter(|&e| e <= MAX_SAMPLE_BYTES / 2)
+            .ok_or_else(|| Error::Invalid(format!("sample shape {s} has more than 2^29 values")))?;
         Ok(s)
     }
     pub fn channels(&self) -> usize {
         self.0[0] as usize
     }
     fn checked_elems(&self) -> Option<u64> {
-        self.0.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+        self.0
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
     }
     /// Number of values in one sample.
     pub fn elems(&self) -> usize {

@@ -1,8 +1,8 @@
 //! Reading shards: random access to any block, parallel decoding, every block checked on every read.
 
+use super::format::BlockEntry;
 use super::format::{Footer, Header, Trailer, HEADER_LEN, TRAILER_LEN};
 use super::{Block, SampleSpec, Stats};
-use super::format::BlockEntry;
 use crate::error::{Error, IoContext, Region, Result};
 use rayon::prelude::*;
 use std::fs::File;
@@ -38,11 +38,13 @@ impl ShardReader {
         file.read_exact_at(&mut hb, 0).at(&path)?;
         let header = Header::decode(&path, &hb)?;
         let mut tb = [0u8; TRAILER_LEN];
-        file.read_exact_at(&mut tb, file_len - TRAILER_LEN as u64).at(&path)?;
+        file.read_exact_at(&mut tb, file_len - TRAILER_LEN as u64)
+            .at(&path)?;
         let trailer = Trailer::decode(&path, &tb, file_len, &header)?;
         // The trailer check bounded footer_len by the header's caps (at most ~41 MiB).
         let mut fb = vec![0u8; trailer.footer_len as usize];
-        file.read_exact_at(&mut fb, trailer.footer_offset).at(&path)?;
+        file.read_exact_at(&mut fb, trailer.footer_offset)
+            .at(&path)?;
         let computed = xxh3_64(&fb);
         if computed != trailer.footer_xxh3 {
             return Err(Error::corrupt(

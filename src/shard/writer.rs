@@ -34,7 +34,13 @@ pub struct ShardWriter {
 
 impl ShardWriter {
     /// Start `dir/rel` (written as `dir/rel.tmp` until `finish`).
-    pub fn create(dir: &Path, rel: &str, spec: &SampleSpec, codec: Codec, num_classes: u32) -> Result<Self> {
+    pub fn create(
+        dir: &Path,
+        rel: &str,
+        spec: &SampleSpec,
+        codec: Codec,
+        num_classes: u32,
+    ) -> Result<Self> {
         let path = dir.join(rel);
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).at(parent)?;
@@ -66,6 +72,14 @@ impl ShardWriter {
     pub fn push(&mut self, b: &EncodedBlock) -> Result<()> {
         if self.blocks.len() as u32 >= super::format::MAX_BLOCKS {
             return Err(Error::Invalid("a shard holds at most 2^20 blocks".into()));
+        }
+        let raw = b.num_samples as u64 * (self.spec.bytes() + super::format::LABEL_BYTES) as u64;
+        if raw > super::format::MAX_BLOCK_RAW {
+            return Err(Error::Invalid(format!(
+                "a block of {} samples decodes to {raw} bytes, over the {} cap: use fewer samples per block",
+                b.num_samples,
+                super::format::MAX_BLOCK_RAW
+            )));
         }
         self.out.write_all(&b.bytes).at(&self.tmp)?;
         self.blocks.push(BlockEntry {
@@ -109,7 +123,10 @@ impl ShardWriter {
         let tmp = self.tmp.clone();
         self.out.write_all(&footer).at(&tmp)?;
         self.out.write_all(&trailer.encode()).at(&tmp)?;
-        let mut file = self.out.into_inner().map_err(|e| Error::io(&tmp, e.into_error()))?;
+        let mut file = self
+            .out
+            .into_inner()
+            .map_err(|e| Error::io(&tmp, e.into_error()))?;
         file.seek(SeekFrom::Start(0)).at(&tmp)?;
         file.write_all(&header.encode()).at(&tmp)?;
         file.sync_all().at(&tmp)?;
@@ -117,7 +134,7 @@ impl ShardWriter {
         let bytes = file.metadata().at(&tmp)?.len();
         drop(file);
         let path = self.dir.join(&self.rel);
-        fs::rename(&tmp, &path).at(&path)?;
+        rename_durably(&tmp, &path)?;
         Ok(ShardInfo {
             file: self.rel.clone(),
             samples: header.num_samples,
@@ -127,6 +144,20 @@ impl ShardWriter {
             stats: self.stats,
         })
     }
+}
+
+/// Rename, then flush the directory so the new name survives a power loss as well as a crash.
+pub fn rename_durably(from: &Path, to: &Path) -> Result<()> {
+    fs::rename(from, to).at(to)?;
+    if let Some(dir) = to.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        File::open(dir).and_then(|d| d.sync_all()).at(dir)?;
+    }
+    Ok(())
 }
 
 /// Tell the kernel the written (and synced) pages of `file` will not be read soon: writing tens of
@@ -178,7 +209,13 @@ impl SplitWriter {
         if self.current.is_none() {
             let rel = shard_file_name(&self.split, self.next_shard);
             self.next_shard += 1;
-            self.current = Some(ShardWriter::create(&self.dir, &rel, &self.spec, self.codec, self.num_classes)?);
+            self.current = Some(ShardWriter::create(
+                &self.dir,
+                &rel,
+                &self.spec,
+                self.codec,
+                self.num_classes,
+            )?);
         }
         let w = self.current.as_mut().unwrap();
         w.push(b)?;

@@ -151,7 +151,19 @@ fn to_u8(v: f32) -> u8 {
 /// branch-free, vectorised loop.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn pattern_row<const KIND: u32>(row: &mut [f32], dy: f32, cx: f32, scale: f32, cos: f32, sin: f32, freq: f32, phase: f32, r2: f32, edge: f32, contrast: f32) {
+fn pattern_row<const KIND: u32>(
+    row: &mut [f32],
+    dy: f32,
+    cx: f32,
+    scale: f32,
+    cos: f32,
+    sin: f32,
+    freq: f32,
+    phase: f32,
+    r2: f32,
+    edge: f32,
+    contrast: f32,
+) {
     for (x, px) in row.iter_mut().enumerate() {
         let dx = (x as f32 + 0.5 - cx) * scale;
         let u = dx * cos + dy * sin;
@@ -180,10 +192,15 @@ impl Generator {
             )));
         }
         if classes == 0 || classes > crate::shard::format::MAX_CLASSES {
-            return Err(Error::Invalid(format!("--classes must be 1 to 65536, got {classes}")));
+            return Err(Error::Invalid(format!(
+                "--classes must be 1 to 65536, got {classes}"
+            )));
         }
         Ok(Generator {
-            spec: SampleSpec { shape, dtype: Dtype::U8 },
+            spec: SampleSpec {
+                shape,
+                dtype: Dtype::U8,
+            },
             classes,
             seed,
             params: (0..classes).map(ClassParams::of).collect(),
@@ -214,13 +231,23 @@ impl Generator {
     /// (no fused multiply-add, no library transcendentals), so both versions give identical bytes.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn render_avx2(&self, split: u64, index: u64, out: &mut [u8], scratch: &mut Vec<f32>) -> u32 {
+    unsafe fn render_avx2(
+        &self,
+        split: u64,
+        index: u64,
+        out: &mut [u8],
+        scratch: &mut Vec<f32>,
+    ) -> u32 {
         self.render_any(split, index, out, scratch)
     }
 
     #[inline(always)]
     fn render_any(&self, split: u64, index: u64, out: &mut [u8], scratch: &mut Vec<f32>) -> u32 {
-        let (c, h, w) = (self.spec.shape.0[0] as usize, self.spec.shape.0[1] as usize, self.spec.shape.0[2] as usize);
+        let (c, h, w) = (
+            self.spec.shape.0[0] as usize,
+            self.spec.shape.0[1] as usize,
+            self.spec.shape.0[2] as usize,
+        );
         let plane = h * w;
         debug_assert_eq!(out.len(), c * plane);
         let mut r = self.rng(split, index);
@@ -244,7 +271,9 @@ impl Generator {
         for y in 0..h {
             let dy = (y as f32 + 0.5 - cy) * scale;
             let row = &mut scratch[y * w..(y + 1) * w];
-            let a = (row, dy, cx, scale, cos, sin, freq, phase, r2, edge, contrast);
+            let a = (
+                row, dy, cx, scale, cos, sin, freq, phase, r2, edge, contrast,
+            );
             match p.kind {
                 0 => pattern_row::<0>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, a.10),
                 1 => pattern_row::<1>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, a.10),
@@ -272,7 +301,11 @@ impl Generator {
                 let len = (plane - done).min(NOISE_LEN);
                 let o = r.below(NOISE_LEN as u64) as usize;
                 let nz = &noise[o..o + len];
-                for ((d, &i), &n) in dst[done..done + len].iter_mut().zip(&scratch[done..done + len]).zip(nz) {
+                for ((d, &i), &n) in dst[done..done + len]
+                    .iter_mut()
+                    .zip(&scratch[done..done + len])
+                    .zip(nz)
+                {
                     *d = to_u8(bg + diff * i + n);
                 }
                 done += len;
@@ -295,7 +328,8 @@ impl Generator {
 
     /// Class names: the pattern each class draws, for a readable grid and manifest.
     pub fn class_names(&self) -> Vec<String> {
-        const NAMES: [&str; KINDS as usize] = ["stripes", "checks", "rings", "dots", "zigzag", "plaid"];
+        const NAMES: [&str; KINDS as usize] =
+            ["stripes", "checks", "rings", "dots", "zigzag", "plaid"];
         (0..self.classes)
             .map(|k| format!("{k:02}-{}", NAMES[(k % KINDS) as usize]))
             .collect()
@@ -326,7 +360,10 @@ mod tests {
         for i in -100..100 {
             let x = i as f32 * 0.1;
             let (s, c) = sin_cos(x);
-            assert!((s - x.sin()).abs() < 1e-6 && (c - x.cos()).abs() < 1e-6, "{x}");
+            assert!(
+                (s - x.sin()).abs() < 1e-6 && (c - x.cos()).abs() < 1e-6,
+                "{x}"
+            );
         }
     }
 
@@ -381,8 +418,16 @@ mod tests {
                 let s = test.sample(i);
                 let best = (0..10)
                     .min_by(|&a, &b| {
-                        let da: f64 = means[a].iter().zip(s).map(|(m, &p)| (m - p as f64).powi(2)).sum();
-                        let db: f64 = means[b].iter().zip(s).map(|(m, &p)| (m - p as f64).powi(2)).sum();
+                        let da: f64 = means[a]
+                            .iter()
+                            .zip(s)
+                            .map(|(m, &p)| (m - p as f64).powi(2))
+                            .sum();
+                        let db: f64 = means[b]
+                            .iter()
+                            .zip(s)
+                            .map(|(m, &p)| (m - p as f64).powi(2))
+                            .sum();
                         da.total_cmp(&db)
                     })
                     .unwrap();

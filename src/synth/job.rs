@@ -5,12 +5,12 @@
 use super::{split_id, Generator};
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
+use crate::pipeline::ordered_map;
 use crate::shard::manifest::{self, read_capped, write_atomic, Provenance, ShardInfo, SplitInfo};
 use crate::shard::{
     default_block_samples, default_shard_blocks, shard_file_name, Codec, Manifest, SampleSpec,
     Shape, ShardReader, ShardWriter, Stats,
 };
-use crate::pipeline::ordered_map;
 use crate::OutputFormat;
 use indicatif::ProgressBar;
 use rayon::prelude::*;
@@ -58,12 +58,31 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
     let t0 = Instant::now();
     let gen = Generator::new(opts.shape.clone(), opts.classes, opts.seed)?;
     let spec = gen.spec.clone();
-    let splits: Vec<(String, u64)> = opts.splits.iter().filter(|(_, n)| *n > 0).cloned().collect();
+    let splits: Vec<(String, u64)> = opts
+        .splits
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .cloned()
+        .collect();
     if splits.is_empty() {
-        return Err(Error::Invalid("nothing to generate: --train and --test are both 0".into()));
+        return Err(Error::Invalid(
+            "nothing to generate: --train and --test are both 0".into(),
+        ));
     }
-    let bs = opts.block_samples.unwrap_or_else(|| default_block_samples(spec.bytes())).max(1);
-    let sb = opts.shard_blocks.unwrap_or_else(|| default_shard_blocks(bs, spec.bytes())).max(1);
+    let bs = opts
+        .block_samples
+        .unwrap_or_else(|| default_block_samples(spec.bytes()))
+        .max(1);
+    if bs as u64 * (spec.bytes() as u64 + 4) > crate::shard::format::MAX_BLOCK_RAW {
+        return Err(Error::Invalid(format!(
+            "--block-samples {bs}: a block of {} samples would exceed 2 GiB",
+            spec.shape
+        )));
+    }
+    let sb = opts
+        .shard_blocks
+        .unwrap_or_else(|| default_shard_blocks(bs, spec.bytes()))
+        .max(1);
     let params = json!({
         "generator": "prep-synth/1",
         "seed": opts.seed,
@@ -111,14 +130,18 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
         OutputFormat::Shards => {
             let mut infos = BTreeMap::new();
             for (split, n) in &splits {
-                let shards = write_split_shards(&gen, out, split, *n, bs, sb, opts.codec, &pb, &mut report)?;
-                infos.insert(split.clone(), SplitInfo::from_shards(&spec, opts.classes, shards));
+                let shards =
+                    write_split_shards(&gen, out, split, *n, bs, sb, opts.codec, &pb, &mut report)?;
+                infos.insert(
+                    split.clone(),
+                    SplitInfo::from_shards(&spec, opts.classes, shards),
+                );
             }
             Manifest::new(spec, names, opts.codec, bs, infos, provenance).write(out)?;
         }
         OutputFormat::Colmajor => {
             let mut infos = BTreeMap::new();
-            let mut first_stats: Option<Stats> = None;
+            let mut all_stats = BTreeMap::new();
             for (split, n) in &splits {
                 let stats = write_split_colmajor(&gen, out, split, *n, bs, &pb)?;
                 report.samples_generated += n;
@@ -131,11 +154,9 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
                         class_counts: stats.class_counts.clone(),
                     },
                 );
-                if split == "train" || first_stats.is_none() {
-                    first_stats = Some(stats);
-                }
+                all_stats.insert(split.clone(), stats);
             }
-            let (mean, std) = first_stats.map(|s| s.mean_std(&spec)).unwrap_or_default();
+            let (mean, std) = all_stats[manifest::stats_split(all_stats.keys())].mean_std(&spec);
             ColmajorManifest {
                 format: crate::colmajor::FORMAT.into(),
                 version: crate::colmajor::VERSION,
@@ -171,12 +192,17 @@ fn prepare_dir(out: &Path, params: &serde_json::Value, force: bool) -> Result<bo
         )))
     };
     if manifest_path.exists() {
-        let same = read_source(&manifest_path).map(|s| &s == params).unwrap_or(false);
+        let same = read_source(&manifest_path)
+            .map(|s| &s == params)
+            .unwrap_or(false);
         if same && complete(out)? {
             return Ok(true);
         }
         if !same && !force {
-            return refuse(format!("{} already holds a different dataset", out.display()));
+            return refuse(format!(
+                "{} already holds a different dataset",
+                out.display()
+            ));
         }
     } else if marker.exists() {
         let same = read_capped(&marker)
@@ -194,12 +220,23 @@ fn prepare_dir(out: &Path, params: &serde_json::Value, force: bool) -> Result<bo
             clean(out)?;
         }
     } else if std::fs::read_dir(out).at(out)?.next().is_some() && !force {
-        return refuse(format!("{} is not empty and holds no prep dataset", out.display()));
+        return refuse(format!(
+            "{} is not empty and holds no prep dataset",
+            out.display()
+        ));
     }
-    if force && manifest_path.exists() && read_source(&manifest_path).map(|s| &s != params).unwrap_or(true) {
+    if force
+        && manifest_path.exists()
+        && read_source(&manifest_path)
+            .map(|s| &s != params)
+            .unwrap_or(true)
+    {
         clean(out)?;
     }
-    write_atomic(&marker, serde_json::to_string_pretty(params).unwrap().as_bytes())?;
+    write_atomic(
+        &marker,
+        serde_json::to_string_pretty(params).unwrap().as_bytes(),
+    )?;
     if manifest_path.exists() {
         // From now on the directory is being rewritten: no manifest may claim it is complete.
         std::fs::remove_file(&manifest_path).at(&manifest_path)?;
@@ -222,7 +259,9 @@ fn complete(out: &Path) -> Result<bool> {
     if v["format"] == crate::colmajor::FORMAT {
         return Ok(ColmajorManifest::read(out).is_ok());
     }
-    let Ok(ds) = crate::shard::Dataset::open(out) else { return Ok(false) };
+    let Ok(ds) = crate::shard::Dataset::open(out) else {
+        return Ok(false);
+    };
     let ok = ds.shards().all(|(_, info)| ds.open_shard(info).is_ok());
     Ok(ok)
 }
@@ -236,13 +275,18 @@ fn clean(out: &Path) -> Result<()> {
         if p.is_dir() {
             for f in std::fs::read_dir(&p).at(&p)? {
                 let f = f.at(&p)?.path();
-                let n = f.file_name().unwrap_or_default().to_string_lossy().to_string();
-                if n.ends_with(".shard") || n.ends_with(".shard.tmp") {
+                let n = f
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .to_string();
+                if n.ends_with(".shard") || n.ends_with(".tmp") {
                     std::fs::remove_file(&f).at(&f)?;
                 }
             }
         } else if name == manifest::FILE_NAME
             || name == PARTIAL_MARKER
+            || name.ends_with(".json.tmp")
             || (name.starts_with("images_") || name.starts_with("labels_"))
                 && (name.ends_with(".bin") || name.ends_with(".bin.tmp"))
         {
@@ -257,7 +301,9 @@ fn dir_bytes(dir: &Path) -> u64 {
 }
 
 fn walk_bytes(p: &Path) -> u64 {
-    let Ok(rd) = std::fs::read_dir(p) else { return 0 };
+    let Ok(rd) = std::fs::read_dir(p) else {
+        return 0;
+    };
     rd.flatten()
         .map(|e| match e.metadata() {
             Ok(m) if m.is_dir() => walk_bytes(&e.path()),
@@ -295,7 +341,15 @@ fn write_split_shards(
         let start = i as u64 * per_shard;
         let samples = per_shard.min(n - start);
         let rel = shard_file_name(split, i);
-        match reusable(&out.join(&rel), &rel, spec, gen.classes, codec, samples, samples.div_ceil(bs as u64)) {
+        match reusable(
+            &out.join(&rel),
+            &rel,
+            spec,
+            gen.classes,
+            codec,
+            samples,
+            samples.div_ceil(bs as u64),
+        ) {
             Some(info) => {
                 pb.inc(samples);
                 report.shards_reused += 1;
@@ -323,12 +377,19 @@ fn write_split_shards(
         window_blocks(),
         |i| {
             let (_, first, len, _) = items[i];
-            gen.render_block(sid, first, len).encode(spec, gen.classes, codec)
+            gen.render_block(sid, first, len)
+                .encode(spec, gen.classes, codec)
         },
         |i, block| {
             let (shard, _, _, last) = items[i];
             if current.is_none() {
-                current = Some(ShardWriter::create(out, &shard_file_name(split, shard), spec, codec, gen.classes)?);
+                current = Some(ShardWriter::create(
+                    out,
+                    &shard_file_name(split, shard),
+                    spec,
+                    codec,
+                    gen.classes,
+                )?);
             }
             current.as_mut().unwrap().push(&block)?;
             pb.inc(block.num_samples as u64);
@@ -372,7 +433,14 @@ fn reusable(
     })
 }
 
-fn write_split_colmajor(gen: &Generator, out: &Path, split: &str, n: u64, bs: u32, pb: &ProgressBar) -> Result<Stats> {
+fn write_split_colmajor(
+    gen: &Generator,
+    out: &Path,
+    split: &str,
+    n: u64,
+    bs: u32,
+    pb: &ProgressBar,
+) -> Result<Stats> {
     let sid = split_id(split);
     let mut w = ColmajorWriter::create(out, split, n, &gen.spec, gen.classes)?;
     let nblocks = n.div_ceil(bs as u64);

@@ -1,0 +1,8 @@
+//! One integration-test binary for the whole tool: the CLI as a user runs it, and the library where
+//! a test needs to reach inside files.
+
+mod colmajor;
+mod corruption;
+mod inspect;
+mod synth;
+mod util;

@@ -1,0 +1,87 @@
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn prep() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_prep"));
+    c.env_remove("RUST_BACKTRACE");
+    c
+}
+
+/// Run prep with `args`; panic with its output unless it exits with `code`.
+pub fn run(args: &[&str], code: i32) -> Output {
+    let out = prep().args(args).output().expect("prep runs");
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "prep {args:?}\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A small synthetic dataset with several shards and several blocks per shard.
+pub fn small_dataset(dir: &Path, extra: &[&str]) -> PathBuf {
+    let out = dir.join("ds");
+    let o = out.to_str().unwrap();
+    let mut args = vec![
+        "synth",
+        "--train",
+        "3000",
+        "--test",
+        "500",
+        "--shape",
+        "3x12x12",
+        "--classes",
+        "5",
+        "--block-samples",
+        "256",
+        "--shard-blocks",
+        "4",
+        "--out",
+        o,
+        "--quiet",
+    ];
+    if !extra.contains(&"--seed") {
+        args.extend_from_slice(&["--seed", "3"]);
+    }
+    args.extend_from_slice(extra);
+    run(&args, 0);
+    out
+}
+
+/// Every file under `dir` (relative path, bytes), sorted.
+pub fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v = Vec::new();
+    fn walk(root: &Path, p: &Path, v: &mut Vec<(String, Vec<u8>)>) {
+        for e in std::fs::read_dir(p).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, v);
+            } else {
+                v.push((
+                    p.strip_prefix(root).unwrap().to_string_lossy().into_owned(),
+                    std::fs::read(&p).unwrap(),
+                ));
+            }
+        }
+    }
+    walk(dir, dir, &mut v);
+    v.sort();
+    v
+}
+
+/// The shard files of a dataset, without the manifest (whose provenance names the output path).
+pub fn shard_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    files(dir)
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(".shard"))
+        .collect()
+}
