@@ -3,6 +3,7 @@
 
 mod colmajor;
 mod corruption;
+mod fixtures;
 mod inspect;
 mod synth;
 mod util;
