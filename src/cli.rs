@@ -25,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Generate a learnable synthetic image dataset of any size.
     Synth(SynthArgs),
+    /// Convert real data (IDX, CIFAR, image folders, video, DICOM, NIfTI, TIFF, .npy) into a dataset.
+    Convert(ConvertArgs),
     /// Show what a dataset holds; optionally draw a grid of samples per class.
     Inspect(InspectArgs),
     /// Read and check every block of every shard and the manifest.
@@ -93,6 +95,90 @@ pub struct StoreArgs {
     /// Blocks per shard file (default: about 256 MiB of pixels).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub shard_blocks: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum KindArg {
+    Auto,
+    Idx,
+    Cifar,
+    Images,
+    Video,
+    Dicom,
+    Nifti,
+    Tiff,
+    Npy,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OnErrorArg {
+    /// Skip the file and list it in OUT/rejects.jsonl.
+    Skip,
+    /// Stop with exit code 1, naming the file; nothing new is left in OUT.
+    Fail,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FitArg {
+    Crop,
+    Stretch,
+    Pad,
+}
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// A folder (one sub-folder per class, or a dataset's own files) or a single file.
+    pub input: PathBuf,
+    /// Output directory.
+    #[arg(long, short, value_name = "DIR", default_value = "shards")]
+    pub out: PathBuf,
+    /// What the input is (auto: IDX, CIFAR and .npy datasets by their file names, else a tree of
+    /// images, videos and scans by extension).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub kind: KindArg,
+    /// Sample size (default: the source's own).
+    #[arg(long, value_name = "HxW")]
+    pub size: Option<String>,
+    /// Channels of every sample: 1 (grey) or 3 (RGB). Default: the source's own.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub channels: Option<u8>,
+    /// Pixel type on disk; u16 keeps 16-bit data (scans, 16-bit PNG/TIFF) at full precision.
+    #[arg(long, value_enum)]
+    pub dtype: Option<DtypeArg>,
+    /// How an image of another aspect ratio reaches --size.
+    #[arg(long, value_enum, default_value = "crop")]
+    pub fit: FitArg,
+    /// CSV of `path,label` rows (paths relative to INPUT) instead of class sub-folders.
+    #[arg(long, value_name = "FILE.csv")]
+    pub labels: Option<PathBuf>,
+    /// Fraction of inputs put in the test split, by a hash of their path (sources with their own
+    /// split keep it).
+    #[arg(long, value_name = "F", default_value_t = 0.1)]
+    pub test_fraction: f64,
+    /// What to do with an input that cannot be decoded.
+    #[arg(long, value_enum, default_value = "skip")]
+    pub on_error: OnErrorArg,
+    /// Video: keep every Nth frame.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub every: u32,
+    /// Video: sample frames at F per second (instead of --every).
+    #[arg(long, value_name = "F")]
+    pub fps: Option<f64>,
+    /// Volumes: slice along this axis (0 = x, 1 = y, 2 = z).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub axis: u8,
+    /// Scans: intensity window LOW:HIGH (after rescale). Default: DICOM's own window, NIfTI's
+    /// 0.5-99.5 percentile window.
+    #[arg(long, value_name = "LOW:HIGH", allow_hyphen_values = true)]
+    pub window: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Replace the dataset already in --out (only once the new one is complete).
+    #[arg(long)]
+    pub force: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

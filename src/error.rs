@@ -44,6 +44,10 @@ pub enum Error {
     /// `manifest.json` (or a colmajor `manifest.json`) is malformed or disagrees with the files.
     #[error("{}: {what}", path.display())]
     Manifest { path: PathBuf, what: String },
+    /// An input file cannot be used (and the run was asked to stop on bad input, or nothing
+    /// usable is left). Names the file.
+    #[error("{0}")]
+    Source(String),
     /// The caller asked for something impossible (bad shape, zero classes, ...).
     #[error("{0}")]
     Invalid(String),

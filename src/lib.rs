@@ -2,6 +2,7 @@
 //! train a CNN on them. The binary's subcommands are thin layers over this library.
 
 pub mod colmajor;
+pub mod convert;
 pub mod error;
 pub mod inspect;
 pub mod mem;
@@ -9,6 +10,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod progress;
 pub mod shard;
+pub mod source;
 pub mod synth;
 
 pub use error::{Error, Result};

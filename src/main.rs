@@ -32,7 +32,7 @@ fn main() -> ExitCode {
                 matches!(
                     c.downcast_ref::<prep::Error>(),
                     Some(prep::Error::Invalid(_))
-                )
+                ) || c.is::<cmd::UsageError>()
             });
             ExitCode::from(if usage { 2 } else { 1 })
         }

@@ -1,5 +1,6 @@
 //! One file per subcommand: check arguments, call the library, print the result.
 
+mod convert;
 mod inspect;
 mod plan;
 mod synth;
@@ -14,6 +15,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let quiet = cli.quiet;
     match cli.command {
         Command::Synth(a) => synth::run(a, quiet),
+        Command::Convert(a) => convert::run(a, quiet),
         Command::Inspect(a) => inspect::run(a, quiet),
         Command::Verify(a) => verify::run(a, quiet),
         Command::Plan(a) => plan::run(a),
@@ -47,3 +49,8 @@ pub fn thousands(n: u64) -> String {
     }
     out
 }
+
+/// A flag value that does not parse: exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);

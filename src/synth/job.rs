@@ -267,11 +267,14 @@ fn complete(out: &Path) -> Result<bool> {
 }
 
 /// Remove what an earlier, different generation left: only files of the names prep writes.
-fn clean(out: &Path) -> Result<()> {
+pub fn clean(out: &Path) -> Result<()> {
     for e in std::fs::read_dir(out).at(out)? {
         let e = e.at(out)?;
         let p = e.path();
         let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with(".prep-staging") {
+            continue;
+        }
         if p.is_dir() {
             for f in std::fs::read_dir(&p).at(&p)? {
                 let f = f.at(&p)?.path();
@@ -296,7 +299,7 @@ fn clean(out: &Path) -> Result<()> {
     Ok(())
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
+pub fn dir_bytes(dir: &Path) -> u64 {
     walk_bytes(dir)
 }
 

@@ -4,4 +4,4 @@ mod generator;
 mod job;
 
 pub use generator::{split_id, Generator};
-pub use job::{synthesize, SynthOptions, SynthReport};
+pub use job::{clean, dir_bytes, synthesize, SynthOptions, SynthReport};

@@ -24,16 +24,48 @@ fn v1_fixture_reads_and_verifies() {
 fn v1_fixture_regenerates_identically() {
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("again");
-    run(&["synth", "--train", "200", "--test", "50", "--shape", "3x8x8", "--classes", "4", "--seed", "11",
-        "--block-samples", "64", "--shard-blocks", "2", "--out", out.to_str().unwrap(), "--quiet"], 0);
-    let (old, new) = (Dataset::open(fixture()).unwrap(), Dataset::open(&out).unwrap());
+    run(
+        &[
+            "synth",
+            "--train",
+            "200",
+            "--test",
+            "50",
+            "--shape",
+            "3x8x8",
+            "--classes",
+            "4",
+            "--seed",
+            "11",
+            "--block-samples",
+            "64",
+            "--shard-blocks",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        0,
+    );
+    let (old, new) = (
+        Dataset::open(fixture()).unwrap(),
+        Dataset::open(&out).unwrap(),
+    );
     // Same samples and labels, block by block (the generator is stable) ...
     for ((_, a), (_, b)) in old.shards().zip(new.shards()) {
         let (ra, rb) = (old.open_shard(a).unwrap(), new.open_shard(b).unwrap());
         for i in 0..ra.num_blocks() {
-            assert_eq!(ra.read_block(i).unwrap(), rb.read_block(i).unwrap(), "{} block {i}", a.file);
+            assert_eq!(
+                ra.read_block(i).unwrap(),
+                rb.read_block(i).unwrap(),
+                "{} block {i}",
+                a.file
+            );
         }
     }
     // ... and the same bytes (the writer is stable; a zstd upgrade that changes its output shows here).
-    assert!(shard_files(fixture()) == shard_files(&out), "shard bytes differ from the v1 fixture");
+    assert!(
+        shard_files(fixture()) == shard_files(&out),
+        "shard bytes differ from the v1 fixture"
+    );
 }

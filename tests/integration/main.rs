@@ -2,8 +2,11 @@
 //! a test needs to reach inside files.
 
 mod colmajor;
+mod convert;
 mod corruption;
 mod fixtures;
 mod inspect;
+mod scans;
 mod synth;
 mod util;
+mod video;

@@ -1,0 +1,139 @@
+use super::{thousands, UsageError};
+use crate::cli::{ConvertArgs, DtypeArg, FitArg, KindArg, OnErrorArg};
+use anyhow::Context;
+use prep::convert::{convert, ConvertOptions, Kind, OnError};
+use prep::mem::human;
+use prep::shard::Dtype;
+use prep::source::transform::Fit;
+use prep::source::DecodeOptions;
+use std::process::ExitCode;
+
+fn pair<T: std::str::FromStr>(s: &str, sep: char, what: &str) -> Result<(T, T), UsageError> {
+    let bad = || UsageError(format!("bad {what} '{s}'"));
+    let (a, b) = s.split_once(sep).ok_or_else(bad)?;
+    Ok((
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    ))
+}
+
+pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let size = match &a.size {
+        Some(s) => {
+            let (h, w): (u32, u32) = pair(
+                &s.to_ascii_lowercase(),
+                'x',
+                "--size (expected HxW, e.g. 32x32)",
+            )?;
+            if h == 0 || w == 0 {
+                return Err(UsageError(format!("--size {s}: sides must be at least 1")).into());
+            }
+            Some((h, w))
+        }
+        None => None,
+    };
+    let window = match &a.window {
+        Some(s) => Some(pair::<f64>(
+            s,
+            ':',
+            "--window (expected LOW:HIGH, e.g. -1000:400)",
+        )?),
+        None => None,
+    };
+    if let Some(f) = a.fps {
+        if !(f > 0.0 && f.is_finite()) {
+            return Err(UsageError(format!("--fps {f}: must be a positive number")).into());
+        }
+    }
+    let opts = ConvertOptions {
+        input: a.input.clone(),
+        out: a.out.clone(),
+        kind: match a.kind {
+            KindArg::Auto => Kind::Auto,
+            KindArg::Idx => Kind::Idx,
+            KindArg::Cifar => Kind::Cifar,
+            KindArg::Images => Kind::Images,
+            KindArg::Video => Kind::Video,
+            KindArg::Dicom => Kind::Dicom,
+            KindArg::Nifti => Kind::Nifti,
+            KindArg::Tiff => Kind::Tiff,
+            KindArg::Npy => Kind::Npy,
+        },
+        size,
+        channels: a.channels.map(|c| if c >= 2 { 3 } else { 1 }),
+        dtype: a.dtype.map(|d| match d {
+            DtypeArg::U8 => Dtype::U8,
+            DtypeArg::U16 => Dtype::U16,
+        }),
+        fit: match a.fit {
+            FitArg::Crop => Fit::Crop,
+            FitArg::Stretch => Fit::Stretch,
+            FitArg::Pad => Fit::Pad,
+        },
+        labels: a.labels.clone(),
+        test_fraction: a.test_fraction,
+        on_error: match a.on_error {
+            OnErrorArg::Skip => OnError::Skip,
+            OnErrorArg::Fail => OnError::Fail,
+        },
+        decode: DecodeOptions {
+            every: a.every,
+            fps: a.fps,
+            axis: a.axis as usize,
+            window,
+            ..Default::default()
+        },
+        format: a.store.format(),
+        codec: a.store.codec(),
+        block_samples: a.store.block_samples,
+        shard_blocks: a.store.shard_blocks,
+        force: a.force,
+        quiet,
+    };
+    let r = convert(&opts).with_context(|| {
+        format!(
+            "prep convert {} into {}",
+            a.input.display(),
+            a.out.display()
+        )
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else if !quiet {
+        let shape: Vec<String> = r.shape.iter().map(|d| d.to_string()).collect();
+        let splits: Vec<String> = r
+            .splits
+            .iter()
+            .map(|(s, n)| format!("{} {s}", thousands(*n)))
+            .collect();
+        println!(
+            "converted {} ({:?}) to {}: {} samples of {} {}, {} classes, in {:.2} s ({} samples/s), {} on disk, peak RSS {}",
+            a.input.display(),
+            r.kind,
+            a.out.display(),
+            splits.join(" + "),
+            shape.join("x"),
+            r.dtype,
+            r.classes,
+            r.seconds,
+            thousands(r.samples_per_sec as u64),
+            human(r.bytes_on_disk),
+            human(r.peak_rss_bytes)
+        );
+        if !r.rejects.is_empty() {
+            eprintln!(
+                "skipped {} of {} inputs, listed with reasons in {}:",
+                r.rejects.len(),
+                r.inputs,
+                a.out.join("rejects.jsonl").display()
+            );
+            for x in r.rejects.iter().take(10) {
+                eprintln!("  {}: {}", x.path, x.reason);
+            }
+            if r.rejects.len() > 10 {
+                eprintln!("  ... and {} more", r.rejects.len() - 10);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,898 @@
+//! `prep convert`: real data into a dataset (shards or colmajor), decoded in parallel with bounded
+//! memory, with bad inputs skipped into a rejects report or stopping the run.
+//!
+//! Everything is written into `OUT/.prep-staging/` first and moved into place only when the whole
+//! conversion succeeded; a failed run removes its staging folder, so the output directory holds
+//! either the complete new dataset or what it held before.
+
+use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
+use crate::error::{Error, IoContext, Result};
+use crate::pipeline::ordered_map;
+use crate::shard::manifest::{self, stats_split, write_atomic, Provenance, SplitInfo};
+use crate::shard::{
+    default_block_samples, default_shard_blocks, Block, Codec, Dtype, Manifest, SampleSpec, Shape,
+    SplitWriter,
+};
+use crate::source::transform::{native, to_sample, Fit, Target};
+use crate::source::{cifar, idx, npy, tree, DecodeOptions, FileKind, Reject};
+use crate::OutputFormat;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub const STAGING: &str = ".prep-staging";
+pub const REJECTS: &str = "rejects.jsonl";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Auto,
+    Idx,
+    Cifar,
+    Images,
+    Video,
+    Dicom,
+    Nifti,
+    Tiff,
+    Npy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    Skip,
+    Fail,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    pub input: PathBuf,
+    pub out: PathBuf,
+    pub kind: Kind,
+    /// (height, width); None: the source's own size.
+    pub size: Option<(u32, u32)>,
+    pub channels: Option<u8>,
+    pub dtype: Option<Dtype>,
+    pub fit: Fit,
+    pub labels: Option<PathBuf>,
+    pub test_fraction: f64,
+    pub on_error: OnError,
+    pub decode: DecodeOptions,
+    pub format: OutputFormat,
+    pub codec: Codec,
+    pub block_samples: Option<u32>,
+    pub shard_blocks: Option<u32>,
+    pub force: bool,
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RejectEntry {
+    pub path: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConvertReport {
+    pub out: PathBuf,
+    pub kind: Kind,
+    pub shape: Vec<u32>,
+    pub dtype: Dtype,
+    pub classes: usize,
+    pub splits: BTreeMap<String, u64>,
+    pub inputs: usize,
+    pub rejects: Vec<RejectEntry>,
+    pub seconds: f64,
+    pub samples_per_sec: f64,
+    pub bytes_on_disk: u64,
+    pub peak_rss_bytes: u64,
+}
+
+/// One unit of decoding work: a file of a tree, or a range of samples of an array dataset.
+#[derive(Clone)]
+enum Unit {
+    File {
+        rel: String,
+        path: PathBuf,
+        kind: Option<FileKind>,
+        label: Option<u32>,
+    },
+    Array {
+        name: String,
+        array: Arc<Array>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl Unit {
+    fn name(&self) -> &str {
+        match self {
+            Unit::File { rel, .. } => rel,
+            Unit::Array { name, .. } => name,
+        }
+    }
+}
+
+/// Samples of an array dataset in memory: u8/u16 pixels (planar or interleaved) and labels.
+struct Array {
+    n: usize,
+    channels: usize,
+    height: usize,
+    width: usize,
+    planar: bool,
+    dtype: Dtype,
+    data: Vec<u8>,
+    labels: Vec<u32>,
+}
+
+impl Array {
+    fn sample_bytes(&self) -> usize {
+        self.channels * self.height * self.width * self.dtype.size()
+    }
+
+    /// Append samples `start..start+len` in the target layout.
+    fn samples(
+        &self,
+        start: usize,
+        len: usize,
+        t: &Target,
+        out: &mut Vec<u8>,
+        labels: &mut Vec<u32>,
+    ) -> Result<(), Reject> {
+        let sb = self.sample_bytes();
+        let same = self.planar
+            && t.channels as usize == self.channels
+            && (t.height as usize, t.width as usize) == (self.height, self.width)
+            && t.dtype == self.dtype;
+        if same {
+            out.extend_from_slice(&self.data[start * sb..(start + len) * sb]);
+        } else {
+            for i in start..start + len {
+                to_sample(self.image(i)?, t, out);
+            }
+        }
+        labels.extend_from_slice(&self.labels[start..start + len]);
+        Ok(())
+    }
+
+    fn image(&self, i: usize) -> Result<image::DynamicImage, Reject> {
+        use image::{DynamicImage, ImageBuffer};
+        let (c, h, w) = (self.channels, self.height, self.width);
+        let s = &self.data[i * self.sample_bytes()..(i + 1) * self.sample_bytes()];
+        let vals: Vec<u16> = match self.dtype {
+            Dtype::U8 => s.iter().map(|&v| v as u16).collect(),
+            Dtype::U16 => s
+                .chunks_exact(2)
+                .map(|p| u16::from_le_bytes([p[0], p[1]]))
+                .collect(),
+        };
+        // To interleaved HWC, dropping a 4th channel (alpha) and widening 1 to grey.
+        let at = |ch: usize, p: usize| {
+            if self.planar {
+                vals[ch * h * w + p]
+            } else {
+                vals[p * c + ch]
+            }
+        };
+        let cc = if c >= 3 { 3 } else { 1 };
+        let inter: Vec<u16> = (0..h * w)
+            .flat_map(|p| (0..cc).map(move |ch| at(ch, p)))
+            .collect();
+        let (w, h) = (w as u32, h as u32);
+        let bad = || Reject::new("array sample has the wrong size");
+        Ok(match (self.dtype, cc) {
+            (Dtype::U8, 1) => DynamicImage::ImageLuma8(
+                ImageBuffer::from_raw(w, h, inter.iter().map(|&v| v as u8).collect())
+                    .ok_or_else(bad)?,
+            ),
+            (Dtype::U8, _) => DynamicImage::ImageRgb8(
+                ImageBuffer::from_raw(w, h, inter.iter().map(|&v| v as u8).collect())
+                    .ok_or_else(bad)?,
+            ),
+            (Dtype::U16, 1) => {
+                DynamicImage::ImageLuma16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?)
+            }
+            (Dtype::U16, _) => {
+                DynamicImage::ImageRgb16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?)
+            }
+        })
+    }
+}
+
+/// What the source holds, before any pixel is converted.
+struct Plan {
+    kind: Kind,
+    classes: Vec<String>,
+    splits: BTreeMap<String, Vec<Unit>>,
+    /// Channels, (height, width), dtype of the source where it is known without decoding.
+    native: Option<(u8, (u32, u32), Dtype)>,
+    rejects: Vec<RejectEntry>,
+    inputs: usize,
+}
+
+const ARRAY_CHUNK: usize = 2048;
+
+fn array_units(name: &str, a: Arc<Array>) -> Vec<Unit> {
+    (0..a.n)
+        .step_by(ARRAY_CHUNK)
+        .map(|start| Unit::Array {
+            name: format!("{name}[{start}..]"),
+            array: a.clone(),
+            start,
+            len: ARRAY_CHUNK.min(a.n - start),
+        })
+        .collect()
+}
+
+fn detect(input: &Path) -> Kind {
+    if input.is_dir() {
+        if idx::detect(input) {
+            return Kind::Idx;
+        }
+        if cifar::find(input).is_some() {
+            return Kind::Cifar;
+        }
+        if !npy::find(input).is_empty() {
+            return Kind::Npy;
+        }
+    }
+    Kind::Auto
+}
+
+fn reject_to_error(input: &Path, name: &str, r: Reject) -> Error {
+    Error::Source(format!("{}: {r}", input.join(name).display()))
+}
+
+fn plan(o: &ConvertOptions) -> Result<Plan> {
+    let input = &o.input;
+    if !input.exists() {
+        return Err(Error::Invalid(format!(
+            "{}: no such file or directory",
+            input.display()
+        )));
+    }
+    let kind = if o.kind == Kind::Auto {
+        detect(input)
+    } else {
+        o.kind
+    };
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    let fail =
+        |name: &str, r: Reject| Error::Source(format!("{}: {r}", input.join(name).display()));
+    match kind {
+        Kind::Idx => {
+            let mut classes = 0;
+            let mut native = None;
+            for split in ["train", "test"] {
+                let Some((ip, lp)) = idx::find(input, split) else {
+                    continue;
+                };
+                let name = |p: &Path| {
+                    p.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned()
+                };
+                let im = idx::read(&ip).map_err(|r| fail(&name(&ip), r))?;
+                let lb = idx::read(&lp).map_err(|r| fail(&name(&lp), r))?;
+                if im.dims.len() != 3 || lb.dims.len() != 1 || lb.dims[0] != im.dims[0] {
+                    return Err(fail(
+                        &name(&ip),
+                        Reject::new(format!(
+                            "images {:?} and labels {:?} do not match",
+                            im.dims, lb.dims
+                        )),
+                    ));
+                }
+                let labels: Vec<u32> = lb.data.iter().map(|&l| l as u32).collect();
+                classes = classes.max(labels.iter().max().map_or(0, |&m| m as usize + 1));
+                let a = Arc::new(Array {
+                    n: im.dims[0],
+                    channels: 1,
+                    height: im.dims[1],
+                    width: im.dims[2],
+                    planar: true,
+                    dtype: Dtype::U8,
+                    data: im.data,
+                    labels,
+                });
+                native = Some((1, (a.height as u32, a.width as u32), Dtype::U8));
+                splits.insert(split.into(), array_units(&name(&ip), a));
+            }
+            let classes = (0..classes.max(1)).map(|k| k.to_string()).collect();
+            Ok(Plan {
+                kind,
+                classes,
+                splits,
+                native,
+                rejects: vec![],
+                inputs: 4,
+            })
+        }
+        Kind::Cifar => {
+            let (v, train, test) = cifar::find(input).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{}: no CIFAR batches (data_batch_N.bin or train.bin)",
+                    input.display()
+                ))
+            })?;
+            let mut max_label = 0;
+            let inputs = train.len() + test.len();
+            for (split, files) in [("train", train), ("test", test)] {
+                let mut units = Vec::new();
+                for f in files {
+                    let name = f
+                        .file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned();
+                    let raw = cifar::read(&f, v).map_err(|r| fail(&name, r))?;
+                    let n = raw.len() / v.record();
+                    let mut data = Vec::with_capacity(n * cifar::PIXELS);
+                    let mut labels = Vec::with_capacity(n);
+                    for rec in raw.chunks_exact(v.record()) {
+                        labels.push(rec[v.label_offset()] as u32);
+                        data.extend_from_slice(&rec[v.record() - cifar::PIXELS..]);
+                    }
+                    max_label = max_label.max(*labels.iter().max().unwrap_or(&0));
+                    let a = Arc::new(Array {
+                        n,
+                        channels: 3,
+                        height: 32,
+                        width: 32,
+                        planar: true,
+                        dtype: Dtype::U8,
+                        data,
+                        labels,
+                    });
+                    units.extend(array_units(&name, a));
+                }
+                if !units.is_empty() {
+                    splits.insert(split.into(), units);
+                }
+            }
+            let k = (max_label as usize + 1).max(if v == cifar::Variant::Cifar10 {
+                10
+            } else {
+                100
+            });
+            let classes = cifar::class_names(input, v)
+                .filter(|n| n.len() >= k)
+                .unwrap_or_else(|| (0..k).map(|i| i.to_string()).collect());
+            Ok(Plan {
+                kind,
+                classes,
+                splits,
+                native: Some((3, (32, 32), Dtype::U8)),
+                rejects: vec![],
+                inputs,
+            })
+        }
+        Kind::Npy => {
+            let pairs = if input.is_dir() {
+                npy::find(input)
+            } else {
+                vec![]
+            };
+            if pairs.is_empty() {
+                return Err(Error::Invalid(format!(
+                    "{}: no .npy pairs found (train_images.npy/train_labels.npy, x_train.npy/y_train.npy, or images.npy/labels.npy)",
+                    input.display()
+                )));
+            }
+            let mut max_label = 0;
+            let mut native = None;
+            for (split, ip, lp) in &pairs {
+                let name = |p: &Path| {
+                    p.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned()
+                };
+                let im = npy::read_images(ip).map_err(|r| fail(&name(ip), r))?;
+                let labels = npy::read_labels(lp, im.n).map_err(|r| fail(&name(lp), r))?;
+                max_label = max_label.max(labels.iter().copied().max().unwrap_or(0));
+                native = Some((
+                    (im.channels.min(3)) as u8,
+                    (im.height as u32, im.width as u32),
+                    im.dtype,
+                ));
+                let a = Arc::new(Array {
+                    n: im.n,
+                    channels: im.channels,
+                    height: im.height,
+                    width: im.width,
+                    planar: im.planar,
+                    dtype: im.dtype,
+                    data: im.data,
+                    labels,
+                });
+                if split.is_empty() {
+                    // One unsplit pair: split by sample index hash, in chunks kept whole.
+                    for u in array_units(&name(ip), a) {
+                        let s = if tree::is_test(u.name(), o.test_fraction) {
+                            "test"
+                        } else {
+                            "train"
+                        };
+                        splits.entry(s.into()).or_default().push(u);
+                    }
+                } else {
+                    splits.insert(split.clone(), array_units(&name(ip), a));
+                }
+            }
+            let classes = (0..=max_label).map(|k| k.to_string()).collect();
+            Ok(Plan {
+                kind,
+                classes,
+                splits,
+                native,
+                rejects: vec![],
+                inputs: pairs.len() * 2,
+            })
+        }
+        Kind::Auto | Kind::Images | Kind::Tiff | Kind::Video | Kind::Dicom | Kind::Nifti => {
+            plan_tree(o, kind)
+        }
+    }
+}
+
+fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
+    let files = tree::walk(&o.input).at(&o.input)?;
+    let csv = match &o.labels {
+        Some(p) => Some(tree::read_labels_csv(p).map_err(Error::Invalid)?),
+        None => None,
+    };
+    let accepts = |k: FileKind| match kind {
+        Kind::Images => matches!(k, FileKind::Image | FileKind::Tiff),
+        Kind::Tiff => k == FileKind::Tiff,
+        Kind::Video => k == FileKind::Video,
+        Kind::Dicom => k == FileKind::Dicom,
+        Kind::Nifti => k == FileKind::Nifti,
+        _ => true,
+    };
+    let mut rejects = Vec::new();
+    let mut chosen = Vec::new();
+    for f in files {
+        let class = match &csv {
+            Some(m) => m.get(&f.rel).cloned(),
+            None => f.class.clone(),
+        };
+        match (f.kind, class) {
+            (_, None) if csv.is_some() => continue, // not listed: not part of the dataset
+            (_, None) => rejects.push(RejectEntry {
+                path: f.rel.clone(),
+                reason: "not in a class sub-folder (or give --labels)".into(),
+            }),
+            (None, _) => rejects.push(RejectEntry {
+                path: f.rel.clone(),
+                reason: "not an image, video or scan file (unknown extension)".into(),
+            }),
+            (Some(k), Some(_)) if !accepts(k) => rejects.push(RejectEntry {
+                path: f.rel.clone(),
+                reason: format!("is a {} file, not {kind:?}", k.name()).to_lowercase(),
+            }),
+            (Some(_), Some(c)) => chosen.push((f, c)),
+        }
+    }
+    if let Some(m) = &csv {
+        for rel in m.keys() {
+            if !o.input.join(rel).is_file() {
+                rejects.push(RejectEntry {
+                    path: rel.clone(),
+                    reason: "listed in the labels CSV but missing".into(),
+                });
+            }
+        }
+    }
+    let classes: Vec<String> = {
+        let mut c: Vec<String> = chosen.iter().map(|(_, c)| c.clone()).collect();
+        c.sort();
+        c.dedup();
+        c
+    };
+    if classes.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: found no usable input files ({} rejected); images go in one sub-folder per class",
+            o.input.display(),
+            rejects.len()
+        )));
+    }
+    let inputs = chosen.len() + rejects.len();
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    for (f, c) in chosen {
+        let label = classes.binary_search(&c).expect("class listed") as u32;
+        let split = if tree::is_test(&f.rel, o.test_fraction) {
+            "test"
+        } else {
+            "train"
+        };
+        splits.entry(split.into()).or_default().push(Unit::File {
+            rel: f.rel,
+            path: f.path,
+            kind: f.kind,
+            label: Some(label),
+        });
+    }
+    let kind = if kind == Kind::Auto {
+        Kind::Images
+    } else {
+        kind
+    };
+    Ok(Plan {
+        kind,
+        classes,
+        splits,
+        native: None,
+        rejects,
+        inputs,
+    })
+}
+
+/// Decode one unit into target samples.
+fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<(Vec<u8>, Vec<u32>), Reject> {
+    let mut px = Vec::new();
+    let mut labels = Vec::new();
+    match u {
+        Unit::Array {
+            array, start, len, ..
+        } => array.samples(*start, *len, t, &mut px, &mut labels)?,
+        Unit::File {
+            path, kind, label, ..
+        } => {
+            let kind = kind.ok_or_else(|| Reject::new("unknown file kind"))?;
+            let label = label.expect("tree units are labelled");
+            // A decoder bug must not take the whole run down: a panic becomes this file's reject.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                kind.decode(path, d, &mut |img| {
+                    to_sample(img, t, &mut px);
+                    labels.push(label);
+                    Ok(())
+                })
+            }));
+            match r {
+                Ok(r) => r?,
+                Err(_) => return Err(Reject::new("the decoder crashed on this file")),
+            }
+            if labels.is_empty() {
+                return Err(Reject::new("holds no images"));
+            }
+        }
+    }
+    Ok((px, labels))
+}
+
+/// The target shape: options first, else the source's own, probing tree files in order.
+fn target(o: &ConvertOptions, p: &Plan) -> Result<Target> {
+    let native = match p.native {
+        Some(n) => Some(n),
+        None => p.splits.values().flatten().take(32).find_map(|u| match u {
+            Unit::File {
+                path,
+                kind: Some(k),
+                ..
+            } => {
+                let mut first = None;
+                let _ = k.decode(path, &o.decode, &mut |img| {
+                    first = Some(img);
+                    Err(Reject::new("probe done"))
+                });
+                first.map(|img| {
+                    let (c, dt) = native(&img);
+                    (c, (img.height(), img.width()), dt)
+                })
+            }
+            _ => None,
+        }),
+    };
+    let (c, (h, w), _) = native.unwrap_or((3, (32, 32), Dtype::U8));
+    let (h, w) = o.size.unwrap_or((h, w));
+    let t = Target {
+        channels: o.channels.unwrap_or(c),
+        height: h,
+        width: w,
+        dtype: o.dtype.unwrap_or(Dtype::U8),
+        fit: o.fit,
+    };
+    Shape::new(vec![t.channels as u32, t.height, t.width])?;
+    Ok(t)
+}
+
+pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
+    let t0 = Instant::now();
+    if !(0.0..=1.0).contains(&o.test_fraction) {
+        return Err(Error::Invalid(format!(
+            "--test-fraction must be in [0, 1], got {}",
+            o.test_fraction
+        )));
+    }
+    let out = &o.out;
+    std::fs::create_dir_all(out).at(out)?;
+    check_out(out, o.force)?;
+    let plan = plan(o)?;
+    let t = target(o, &plan)?;
+    let spec = SampleSpec {
+        shape: Shape::new(vec![t.channels as u32, t.height, t.width])?,
+        dtype: t.dtype,
+    };
+    let k = plan.classes.len() as u32;
+    let bs = o
+        .block_samples
+        .unwrap_or_else(|| default_block_samples(spec.bytes()))
+        .max(1);
+    let sb = o
+        .shard_blocks
+        .unwrap_or_else(|| default_shard_blocks(bs, spec.bytes()))
+        .max(1);
+    let codec = if o.format == OutputFormat::Colmajor {
+        Codec::Zstd { level: 1 }
+    } else {
+        o.codec
+    };
+
+    let staging = out.join(STAGING);
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).at(&staging)?;
+    }
+    std::fs::create_dir_all(&staging).at(&staging)?;
+    let result = (|| -> Result<(BTreeMap<String, SplitInfo>, Vec<RejectEntry>)> {
+        let total: usize = plan.splits.values().map(Vec::len).sum();
+        let pb = crate::progress::bar(total as u64, "convert", "inputs", o.quiet);
+        let mut rejects = plan.rejects.clone();
+        if o.on_error == OnError::Fail {
+            if let Some(r) = rejects.first() {
+                return Err(reject_to_error(
+                    &o.input,
+                    &r.path,
+                    Reject::new(r.reason.clone()),
+                ));
+            }
+        }
+        let mut infos = BTreeMap::new();
+        for (split, units) in &plan.splits {
+            let mut w = SplitWriter::new(&staging, split, &spec, codec, k, sb);
+            let mut pending: Vec<Block> = Vec::new();
+            let mut px_buf: Vec<u8> = Vec::new();
+            let mut lb_buf: Vec<u32> = Vec::new();
+            let threads = rayon::current_num_threads();
+            let flush = |pending: &mut Vec<Block>, w: &mut SplitWriter| -> Result<()> {
+                let enc = pending
+                    .par_iter()
+                    .map(|b| b.encode(&spec, k, codec))
+                    .collect::<Result<Vec<_>>>()?;
+                pending.clear();
+                enc.iter().try_for_each(|e| w.push(e))
+            };
+            ordered_map(
+                units.len(),
+                threads,
+                2 * threads,
+                |i| Ok::<_, Error>(decode_unit(&units[i], &t, &o.decode)),
+                |i, r| {
+                    pb.inc(1);
+                    match r {
+                        Err(reason) => {
+                            if o.on_error == OnError::Fail {
+                                return Err(reject_to_error(&o.input, units[i].name(), reason));
+                            }
+                            rejects.push(RejectEntry {
+                                path: units[i].name().to_string(),
+                                reason: reason.0,
+                            });
+                        }
+                        Ok((px, labels)) => {
+                            px_buf.extend_from_slice(&px);
+                            lb_buf.extend_from_slice(&labels);
+                            while lb_buf.len() >= bs as usize {
+                                pending.push(make_block(
+                                    &mut px_buf,
+                                    &mut lb_buf,
+                                    bs as usize,
+                                    spec.bytes(),
+                                ));
+                                if pending.len() >= threads {
+                                    flush(&mut pending, &mut w)?;
+                                }
+                            }
+                        }
+                    }
+                    Ok(())
+                },
+            )?;
+            if !lb_buf.is_empty() {
+                let n = lb_buf.len();
+                pending.push(make_block(&mut px_buf, &mut lb_buf, n, spec.bytes()));
+            }
+            flush(&mut pending, &mut w)?;
+            let shards = w.finish()?;
+            if !shards.is_empty() {
+                infos.insert(split.clone(), SplitInfo::from_shards(&spec, k, shards));
+            }
+        }
+        pb.finish_and_clear();
+        if infos.is_empty() {
+            return Err(Error::Source(format!(
+                "{}: no input could be decoded ({} rejected)",
+                o.input.display(),
+                rejects.len()
+            )));
+        }
+        Ok((infos, rejects))
+    })();
+    let (infos, rejects) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    let source = serde_json::json!({
+        "converter": "prep-convert/1",
+        "input": o.input.display().to_string(),
+        "kind": plan.kind,
+        "target": t,
+        "test_fraction": o.test_fraction,
+        "inputs": plan.inputs,
+        "rejects": rejects.len(),
+    });
+    let provenance = Provenance::here(source);
+    let splits: BTreeMap<String, u64> = infos.iter().map(|(s, i)| (s.clone(), i.samples)).collect();
+    let finish = || -> Result<()> {
+        match o.format {
+            OutputFormat::Shards => {
+                let m = Manifest::new(
+                    spec.clone(),
+                    plan.classes.clone(),
+                    codec,
+                    bs,
+                    infos.clone(),
+                    provenance.clone(),
+                );
+                publish(out, &staging, o.force, |out| {
+                    for s in m.splits.values().flat_map(|s| &s.shards) {
+                        std::fs::create_dir_all(out.join(&s.file).parent().unwrap()).at(out)?;
+                        crate::shard::writer::rename_durably(
+                            &staging.join(&s.file),
+                            &out.join(&s.file),
+                        )?;
+                    }
+                    m.write(out)
+                })
+            }
+            OutputFormat::Colmajor => {
+                // Shards in staging become the colmajor files: now the sample counts are known.
+                let mut cm_splits = BTreeMap::new();
+                let mut stats = BTreeMap::new();
+                let m = Manifest::new(
+                    spec.clone(),
+                    plan.classes.clone(),
+                    codec,
+                    bs,
+                    infos.clone(),
+                    provenance.clone(),
+                );
+                write_atomic(&staging.join(manifest::FILE_NAME), &m.to_bytes())?;
+                let ds = crate::shard::Dataset::open(&staging)?;
+                for (split, info) in &ds.manifest.splits {
+                    let mut cw = ColmajorWriter::create(&staging, split, info.samples, &spec, k)?;
+                    for sh in &info.shards {
+                        let r = ds.open_shard(sh)?;
+                        for b in 0..r.num_blocks() {
+                            let block = r.read_block(b)?;
+                            let st = crate::shard::Stats::of_block(&block, &spec, k);
+                            cw.push(&block, &st)?;
+                        }
+                    }
+                    stats.insert(split.clone(), cw.finish()?);
+                    cm_splits.insert(
+                        split.clone(),
+                        ColmajorSplit {
+                            samples: info.samples,
+                            images: crate::colmajor::images_name(split),
+                            labels: crate::colmajor::labels_name(split),
+                            class_counts: info.class_counts.clone(),
+                        },
+                    );
+                }
+                let (mean, std) = stats[stats_split(stats.keys())].mean_std(&spec);
+                let cm = ColmajorManifest {
+                    format: crate::colmajor::FORMAT.into(),
+                    version: crate::colmajor::VERSION,
+                    sample: spec.clone(),
+                    classes: plan.classes.clone(),
+                    mean,
+                    std,
+                    splits: cm_splits,
+                    provenance: provenance.clone(),
+                    checksum: String::new(),
+                };
+                publish(out, &staging, o.force, |out| {
+                    for s in cm.splits.values() {
+                        for f in [&s.images, &s.labels] {
+                            crate::shard::writer::rename_durably(&staging.join(f), &out.join(f))?;
+                        }
+                    }
+                    cm.write(out)
+                })
+            }
+        }
+    };
+    if let Err(e) = finish() {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    let _ = std::fs::remove_dir_all(&staging);
+    let rejects_path = out.join(REJECTS);
+    if rejects.is_empty() {
+        let _ = std::fs::remove_file(&rejects_path);
+    } else {
+        let mut text = String::new();
+        for r in &rejects {
+            text.push_str(&serde_json::to_string(r).expect("serialises"));
+            text.push('\n');
+        }
+        write_atomic(&rejects_path, text.as_bytes())?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let samples: u64 = splits.values().sum();
+    Ok(ConvertReport {
+        out: out.clone(),
+        kind: plan.kind,
+        shape: spec.shape.0.clone(),
+        dtype: spec.dtype,
+        classes: plan.classes.len(),
+        splits,
+        inputs: plan.inputs,
+        rejects,
+        seconds: secs,
+        samples_per_sec: samples as f64 / secs.max(1e-9),
+        bytes_on_disk: crate::synth::dir_bytes(out),
+        peak_rss_bytes: crate::mem::peak_rss_bytes(),
+    })
+}
+
+fn make_block(px: &mut Vec<u8>, labels: &mut Vec<u32>, n: usize, sb: usize) -> Block {
+    let mut b = Block::zeroed(n, sb);
+    b.pixels_mut().copy_from_slice(&px[..n * sb]);
+    for (i, &l) in labels[..n].iter().enumerate() {
+        b.set_label(i, l);
+    }
+    px.drain(..n * sb);
+    labels.drain(..n);
+    b
+}
+
+/// Refuse to replace an existing dataset without --force; the replacement itself happens only
+/// after the new one is complete.
+fn check_out(out: &Path, force: bool) -> Result<()> {
+    if force {
+        return Ok(());
+    }
+    let busy = std::fs::read_dir(out)
+        .at(out)?
+        .flatten()
+        .any(|e| e.file_name() != STAGING && e.file_name() != REJECTS);
+    if busy {
+        return Err(Error::Invalid(format!(
+            "{} is not empty; choose another --out, or pass --force to replace what it holds once the conversion succeeds",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Replace the old dataset in `out` (with --force) by the staged one.
+fn publish(
+    out: &Path,
+    _staging: &Path,
+    force: bool,
+    install: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
+    if force {
+        crate::synth::clean(out)?;
+    }
+    install(out)
+}

@@ -1,0 +1,1229 @@
+//! DICOM Part 10 files: every frame of the pixel data becomes one image.
+//!
+//! Parsing and pixel decoding are dicom-rs (`dicom-object`, `dicom-pixeldata` with the pure-Rust
+//! codecs only: uncompressed, deflated, RLE Lossless and the JPEG baseline / extended / lossless
+//! family). JPEG 2000, JPEG-LS, JPEG XL, HTJ2K and the video syntaxes are rejected as unsupported
+//! transfer syntaxes.
+//!
+//! Grey images (MONOCHROME1/2): the stored samples go through the Modality LUT (Rescale Slope and
+//! Intercept, per frame where the file has them per frame), then a linear window onto 0..=65535
+//! with `window_to_u16`: `opts.window` if given, else the file's first Window Center/Width
+//! (low = c - 0.5 - (w - 1)/2, high = c - 0.5 + (w - 1)/2, as PS3.3 C.11.2.1.2), else the frame's
+//! own min..max. MONOCHROME1 is inverted so that high values are white. Each frame is emitted as
+//! `ImageLuma16`. With `opts.axis` 0 or 1 a multi-frame grey image is treated as a volume (x =
+//! columns, y = rows, z = frames) and cut across the frames instead: axis 0 gives one image per
+//! column (`rows` wide, `frames` high), axis 1 one per row (`columns` wide, `frames` high), frame 0
+//! on the top row; the window is then the same for the whole volume (its min..max when neither
+//! the options nor the file give one).
+//!
+//! Colour images (RGB, and YBR_FULL stored uncompressed; compressed YBR data is converted to RGB
+//! by its codec) are emitted without any LUT as `ImageRgb8`, or `ImageRgb16` when 16 bits are
+//! allocated (samples shifted up so Bits Stored fills 16 bits).
+//!
+//! Robustness: before dicom-rs sees the bytes, a header walk checks that no element declares more
+//! bytes than the file still holds (so a corrupt length never turns into a multi-gigabyte
+//! allocation, and a truncated file is named as such); image sizes are checked (each side
+//! 1..=65535, at most 2^30 samples in all) before pixel data is decoded; every dicom-rs call runs
+//! under `catch_unwind` so that a panic on hostile bytes becomes a `Reject`.
+
+use super::nifti::emit_slices;
+use super::{window_to_u16, DecodeOptions, Emit, Reject};
+use dicom_core::header::HasLength;
+use dicom_dictionary_std::tags;
+use dicom_object::file::ReadPreamble;
+use dicom_object::{DefaultDicomObject, OpenFileOptions};
+use dicom_pixeldata::{
+    DecodedPixelData, PhotometricInterpretation, PixelDecoder, PixelRepresentation,
+    PlanarConfiguration,
+};
+use image::{DynamicImage, ImageBuffer, Luma, Rgb};
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+
+/// At most this many samples (rows x columns x frames x samples per pixel) per file.
+pub const MAX_SAMPLES: u64 = 1 << 30;
+/// Files larger than this are not read (2^30 samples of 32 bits, plus room for the rest).
+const MAX_FILE_BYTES: u64 = (1 << 32) + (1 << 28);
+
+pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), Reject> {
+    if opts.axis > 2 {
+        return Err(Reject::new(format!("axis {} is not 0, 1 or 2", opts.axis)));
+    }
+    let len = std::fs::metadata(path)
+        .map_err(|e| Reject::new(format!("cannot open: {e}")))?
+        .len();
+    if len > MAX_FILE_BYTES {
+        return Err(Reject::new(format!(
+            "DICOM file too large: {len} bytes (limit {MAX_FILE_BYTES})"
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| Reject::new(format!("cannot read: {e}")))?;
+    decode_bytes(&bytes, opts, emit)
+}
+
+/// Decode a whole Part 10 file held in memory.
+pub fn decode_bytes(bytes: &[u8], opts: &DecodeOptions, emit: &mut Emit) -> Result<(), Reject> {
+    let scan = prescan(bytes)?;
+    let obj = guard("reading DICOM", || {
+        OpenFileOptions::new()
+            .read_preamble(ReadPreamble::Never)
+            .from_reader(&bytes[scan.start..])
+    })?
+    .map_err(|e| read_reject(&e, &scan.transfer_syntax))?;
+    decode_object(&obj, opts, emit)
+}
+
+fn decode_object(
+    obj: &DefaultDicomObject,
+    opts: &DecodeOptions,
+    emit: &mut Emit,
+) -> Result<(), Reject> {
+    let ts = obj.meta().transfer_syntax().to_string();
+    if obj.get(tags::PIXEL_DATA).is_none() {
+        if obj.get(tags::FLOAT_PIXEL_DATA).is_some()
+            || obj.get(tags::DOUBLE_FLOAT_PIXEL_DATA).is_some()
+        {
+            return Err(Reject::new(
+                "float pixel data (7FE0,0008/0009) is not supported",
+            ));
+        }
+        return Err(Reject::new("no pixel data (7FE0,0010): not an image"));
+    }
+    check_dimensions(obj)?;
+    let px = guard("decoding DICOM pixel data", || obj.decode_pixel_data())?
+        .map_err(|e| pixel_reject(&e, &ts))?;
+
+    let (rows, cols) = (px.rows() as usize, px.columns() as usize);
+    let frames = px.number_of_frames() as usize;
+    let spp = px.samples_per_pixel();
+    let pi = px.photometric_interpretation().clone();
+    let layout = SampleLayout::of(&px)?;
+    let frame = |f: usize| -> Result<&[u8], Reject> {
+        guard("reading a DICOM frame", || px.frame_data(f as u32))?.map_err(|_| {
+            Reject::new(format!(
+                "truncated DICOM: pixel data holds {} bytes, {frames} frame(s) of {rows}x{cols}x{spp} samples of {} bits need {}",
+                px.data().len(),
+                px.bits_allocated(),
+                frames * rows * cols * spp as usize * layout.bytes
+            ))
+        })
+    };
+
+    match (spp, &pi) {
+        (1, PhotometricInterpretation::Monochrome1 | PhotometricInterpretation::Monochrome2) => {
+            let invert = pi == PhotometricInterpretation::Monochrome1;
+            let rescales = guard("reading Rescale Slope/Intercept", || {
+                px.rescale().map(|r| r.to_vec())
+            })?
+            .map_err(|e| Reject::new(format!("invalid DICOM rescale: {}", chain(&e))))?;
+            let rescale = |f: usize| {
+                rescales
+                    .get(f)
+                    .or(rescales.first())
+                    .map(|r| (r.slope, r.intercept))
+                    .unwrap_or((1.0, 0.0))
+            };
+            let file_window = match opts.window {
+                Some(_) => None,
+                None => guard("reading Window Center/Width", || {
+                    px.window().map(|w| w.map(|w| w.to_vec()))
+                })?
+                .ok()
+                .flatten(),
+            };
+            let window_for = |f: usize| -> Option<(f64, f64)> {
+                if let Some(w) = opts.window {
+                    return Some(w);
+                }
+                let w = file_window.as_ref()?;
+                let w = w.get(f).or(w.first())?;
+                dicom_window(w.center, w.width)
+            };
+            let to_u16 = |v: f64, low: f64, high: f64| {
+                let u = window_to_u16(v, low, high);
+                if invert {
+                    65535 - u
+                } else {
+                    u
+                }
+            };
+
+            if frames > 1 && opts.axis != 2 {
+                // A volume: x = columns, y = rows, z = frames.
+                let n = rows * cols * frames;
+                let mut vol: Vec<f32> = Vec::new();
+                vol.try_reserve_exact(n)
+                    .map_err(|_| Reject::new(format!("cannot allocate a volume of {n} samples")))?;
+                for f in 0..frames {
+                    let (s, i) = rescale(f);
+                    let data = frame(f)?;
+                    vol.extend(layout.values(data).map(|v| (v as f64 * s + i) as f32));
+                }
+                let (low, high) = match window_for(0) {
+                    Some(w) => w,
+                    None => min_max(vol.iter().map(|&v| v as f64)),
+                };
+                return emit_slices(
+                    &vol,
+                    [cols, rows, frames],
+                    opts.axis,
+                    false,
+                    &|v| to_u16(v as f64, low, high),
+                    emit,
+                );
+            }
+
+            for f in 0..frames {
+                let data = frame(f)?;
+                let (s, i) = rescale(f);
+                let (low, high) = match window_for(f) {
+                    Some(w) => w,
+                    None => min_max(layout.values(data).map(|v| v as f64 * s + i)),
+                };
+                let out: Vec<u16> = layout
+                    .values(data)
+                    .map(|v| to_u16(v as f64 * s + i, low, high))
+                    .collect();
+                let img =
+                    ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(cols as u32, rows as u32, out)
+                        .ok_or_else(|| Reject::new("internal: frame size mismatch"))?;
+                emit(DynamicImage::ImageLuma16(img))?;
+            }
+            Ok(())
+        }
+        (3, PhotometricInterpretation::Rgb | PhotometricInterpretation::YbrFull) => {
+            let ybr = pi == PhotometricInterpretation::YbrFull;
+            let planar = px.planar_configuration() == PlanarConfiguration::PixelFirst;
+            let n = rows * cols;
+            let bits = layout.bits.min(16);
+            for f in 0..frames {
+                let data = frame(f)?;
+                let s: Vec<u32> = layout.unsigned_values(data).collect();
+                let sample = |p: usize, c: usize| if planar { s[c * n + p] } else { s[3 * p + c] };
+                let max = ((1u64 << bits) - 1) as f64;
+                let rgb = |p: usize| -> [u32; 3] {
+                    let (a, b, c) = (sample(p, 0), sample(p, 1), sample(p, 2));
+                    if !ybr {
+                        return [a, b, c];
+                    }
+                    // PS3.3 C.7.6.3.1.2, YBR_FULL to RGB.
+                    let half = (max + 1.0) / 2.0;
+                    let (y, cb, cr) = (a as f64, b as f64 - half, c as f64 - half);
+                    let q = |v: f64| v.round().clamp(0.0, max) as u32;
+                    [
+                        q(y + 1.402 * cr),
+                        q(y - 0.344136 * cb - 0.714136 * cr),
+                        q(y + 1.772 * cb),
+                    ]
+                };
+                let img = if layout.bytes == 1 {
+                    let out: Vec<u8> = (0..n).flat_map(|p| rgb(p).map(|v| v as u8)).collect();
+                    DynamicImage::ImageRgb8(
+                        ImageBuffer::<Rgb<u8>, Vec<u8>>::from_raw(cols as u32, rows as u32, out)
+                            .ok_or_else(|| Reject::new("internal: frame size mismatch"))?,
+                    )
+                } else {
+                    let shift = 16 - bits;
+                    let out: Vec<u16> = (0..n)
+                        .flat_map(|p| rgb(p).map(|v| ((v << shift) & 0xFFFF) as u16))
+                        .collect();
+                    DynamicImage::ImageRgb16(
+                        ImageBuffer::<Rgb<u16>, Vec<u16>>::from_raw(cols as u32, rows as u32, out)
+                            .ok_or_else(|| Reject::new("internal: frame size mismatch"))?,
+                    )
+                };
+                emit(img)?;
+            }
+            Ok(())
+        }
+        (1, other) | (3, other) => Err(Reject::new(format!(
+            "unsupported photometric interpretation {} with {spp} sample(s) per pixel",
+            other.as_str()
+        ))),
+        _ => Err(Reject::new(format!("unsupported Samples per Pixel {spp}"))),
+    }
+}
+
+/// The DICOM linear window (PS3.3 C.11.2.1.2.1) as the (low, high) that `window_to_u16` maps onto
+/// 0 and 65535; `None` for a width below 1 (not a valid window).
+fn dicom_window(center: f64, width: f64) -> Option<(f64, f64)> {
+    if !(width >= 1.0) || !center.is_finite() || !width.is_finite() {
+        return None;
+    }
+    let half = (width - 1.0) / 2.0;
+    Some((center - 0.5 - half, center - 0.5 + half))
+}
+
+fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values {
+        if v.is_finite() {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+    }
+    if lo > hi {
+        (0.0, 0.0)
+    } else {
+        (lo, hi)
+    }
+}
+
+/// How to read stored samples out of a frame's native bytes.
+#[derive(Debug, Clone, Copy)]
+struct SampleLayout {
+    /// Bytes per sample: 1, 2 or 4.
+    bytes: usize,
+    /// Bits stored (1..=8 * bytes).
+    bits: u32,
+    /// Right shift that puts the high bit at `bits - 1`.
+    shift: u32,
+    signed: bool,
+}
+
+impl SampleLayout {
+    fn of(px: &DecodedPixelData) -> Result<Self, Reject> {
+        let ba = px.bits_allocated() as u32;
+        let bytes = match ba {
+            1 | 8 => 1, // 1-bit data comes expanded to one byte per sample (0 or 255)
+            16 => 2,
+            32 => 4,
+            _ => return Err(Reject::new(format!("unsupported Bits Allocated {ba}"))),
+        };
+        let width = 8 * bytes as u32;
+        let mut bits = px.bits_stored() as u32;
+        if bits == 0 || bits > width || ba == 1 {
+            bits = if ba == 1 { 8 } else { width };
+        }
+        let high = px.high_bit() as u32;
+        let shift = if high < width && high + 1 >= bits {
+            high + 1 - bits
+        } else {
+            0
+        };
+        Ok(SampleLayout {
+            bytes,
+            bits,
+            shift,
+            signed: px.pixel_representation() == PixelRepresentation::Signed,
+        })
+    }
+
+    /// The raw samples (bits stored, shifted down), unsigned.
+    fn unsigned_values<'a>(&self, data: &'a [u8]) -> impl Iterator<Item = u32> + 'a {
+        let (bytes, shift) = (self.bytes, self.shift);
+        let mask = if self.bits >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << self.bits) - 1
+        };
+        data.chunks_exact(bytes).map(move |c| {
+            let raw = match bytes {
+                1 => c[0] as u32,
+                2 => u16::from_ne_bytes([c[0], c[1]]) as u32,
+                _ => u32::from_ne_bytes([c[0], c[1], c[2], c[3]]),
+            };
+            (raw >> shift) & mask
+        })
+    }
+
+    /// The stored values, sign-extended for Pixel Representation 1.
+    fn values<'a>(&self, data: &'a [u8]) -> impl Iterator<Item = i64> + 'a {
+        let (bits, signed) = (self.bits, self.signed);
+        self.unsigned_values(data).map(move |u| {
+            let u = u as i64;
+            if signed && (u >> (bits - 1)) & 1 == 1 {
+                u - (1i64 << bits)
+            } else {
+                u
+            }
+        })
+    }
+}
+
+/// Rows, Columns, Number of Frames and Samples per Pixel, checked before any pixel data is decoded.
+fn check_dimensions(obj: &DefaultDicomObject) -> Result<(), Reject> {
+    let int = |tag, name: &str, required: bool| -> Result<Option<i64>, Reject> {
+        match obj.get(tag) {
+            None if required => Err(Reject::new(format!("missing {name}"))),
+            None => Ok(None),
+            Some(e) if e.is_empty() && !required => Ok(None),
+            Some(e) => e.to_int::<i64>().map(Some).map_err(|_| {
+                Reject::new(format!(
+                    "invalid {name}: {:?}",
+                    e.to_str().unwrap_or_default()
+                ))
+            }),
+        }
+    };
+    let rows = int(tags::ROWS, "Rows", true)?.unwrap_or(0);
+    let cols = int(tags::COLUMNS, "Columns", true)?.unwrap_or(0);
+    let frames = int(tags::NUMBER_OF_FRAMES, "Number of Frames", false)?.unwrap_or(1);
+    let spp = int(tags::SAMPLES_PER_PIXEL, "Samples per Pixel", false)?.unwrap_or(1);
+    for (v, name) in [(rows, "Rows"), (cols, "Columns")] {
+        if !(1..=65535).contains(&v) {
+            return Err(Reject::new(format!("invalid image size: {name} = {v}")));
+        }
+    }
+    if frames < 1 || !(1..=4).contains(&spp) {
+        return Err(Reject::new(format!(
+            "invalid image: Number of Frames = {frames}, Samples per Pixel = {spp}"
+        )));
+    }
+    let total = (rows as u64) * (cols as u64) * (spp as u64);
+    let total = total.saturating_mul(frames as u64);
+    if total > MAX_SAMPLES {
+        return Err(Reject::new(format!(
+            "DICOM image too large: {frames} frame(s) of {rows}x{cols}x{spp} = {total} samples (limit {MAX_SAMPLES})"
+        )));
+    }
+    Ok(())
+}
+
+/// Run a dicom-rs call, turning a panic into a `Reject`.
+fn guard<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Reject> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Reject::new(format!("{what}: the decoder failed on this file ({msg})"))
+    })
+}
+
+/// An error and its sources, "outer: inner: innermost" (snafu errors often repeat their source in
+/// their message; repeats are dropped).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        let s = err.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
+}
+
+fn is_eof(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::UnexpectedEof {
+                return true;
+            }
+        }
+        let s = err.to_string().to_ascii_lowercase();
+        if s.contains("unexpected end")
+            || s.contains("failed to fill whole buffer")
+            || s.contains("end of file")
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn read_reject(e: &dicom_object::ReadError, ts: &str) -> Reject {
+    let text = chain(e);
+    if is_eof(e) {
+        return Reject::new(format!("truncated DICOM: {text}"));
+    }
+    if text.to_ascii_lowercase().contains("transfer syntax") {
+        return Reject::new(format!(
+            "unsupported transfer syntax {}: {text}",
+            ts_label(ts)
+        ));
+    }
+    Reject::new(format!("invalid DICOM: {text}"))
+}
+
+fn pixel_reject(e: &dicom_pixeldata::Error, ts: &str) -> Reject {
+    let text = chain(e);
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("unsupported transfersyntax") || lower.contains("unknown transfer syntax") {
+        return Reject::new(format!("unsupported transfer syntax {}", ts_label(ts)));
+    }
+    if is_eof(e) {
+        return Reject::new(format!("truncated DICOM pixel data: {text}"));
+    }
+    Reject::new(format!(
+        "cannot decode DICOM pixel data ({}): {text}",
+        ts_label(ts)
+    ))
+}
+
+/// "UID (name)" for the transfer syntaxes one meets, "UID" otherwise.
+fn ts_label(uid: &str) -> String {
+    let name = match uid {
+        "1.2.840.10008.1.2" => "Implicit VR Little Endian",
+        "1.2.840.10008.1.2.1" => "Explicit VR Little Endian",
+        "1.2.840.10008.1.2.1.98" => "Encapsulated Uncompressed",
+        "1.2.840.10008.1.2.1.99" => "Deflated Explicit VR Little Endian",
+        "1.2.840.10008.1.2.2" => "Explicit VR Big Endian",
+        "1.2.840.10008.1.2.4.50" => "JPEG Baseline",
+        "1.2.840.10008.1.2.4.51" => "JPEG Extended",
+        "1.2.840.10008.1.2.4.57" | "1.2.840.10008.1.2.4.70" => "JPEG Lossless",
+        "1.2.840.10008.1.2.4.80" | "1.2.840.10008.1.2.4.81" => "JPEG-LS",
+        "1.2.840.10008.1.2.4.90" | "1.2.840.10008.1.2.4.91" => "JPEG 2000",
+        "1.2.840.10008.1.2.4.92" | "1.2.840.10008.1.2.4.93" => "JPEG 2000 Part 2",
+        "1.2.840.10008.1.2.4.94" | "1.2.840.10008.1.2.4.95" => "JPIP",
+        "1.2.840.10008.1.2.4.100" | "1.2.840.10008.1.2.4.101" => "MPEG-2",
+        "1.2.840.10008.1.2.4.102"
+        | "1.2.840.10008.1.2.4.103"
+        | "1.2.840.10008.1.2.4.104"
+        | "1.2.840.10008.1.2.4.105"
+        | "1.2.840.10008.1.2.4.106" => "MPEG-4",
+        "1.2.840.10008.1.2.4.107" | "1.2.840.10008.1.2.4.108" => "HEVC",
+        "1.2.840.10008.1.2.4.110" | "1.2.840.10008.1.2.4.111" | "1.2.840.10008.1.2.4.112" => {
+            "JPEG XL"
+        }
+        "1.2.840.10008.1.2.4.201" | "1.2.840.10008.1.2.4.202" | "1.2.840.10008.1.2.4.203" => {
+            "HTJ2K"
+        }
+        "1.2.840.10008.1.2.5" => "RLE Lossless",
+        "1.2.840.10008.1.2.8.1" => "Deflated Image Frame Compression",
+        _ => return uid.to_string(),
+    };
+    format!("{uid} ({name})")
+}
+
+/// What the header walk found.
+struct Scan {
+    /// Offset of "DICM" (128 with a preamble, 0 without).
+    start: usize,
+    transfer_syntax: String,
+}
+
+/// Walk the element headers of a Part 10 file without decoding values: find the file meta group's
+/// transfer syntax and check that no element or item declares more bytes than remain in the file.
+/// The walk reads headers by the same rules as dicom-rs (an unknown VR has the long form, as UN;
+/// implicit VR comes from the standard dictionary; any undefined length other than encapsulated
+/// pixel data opens a sequence), so it visits the headers dicom-rs will visit and never rejects a
+/// file that dicom-rs would read. A deflated data set is left to dicom-rs.
+fn prescan(b: &[u8]) -> Result<Scan, Reject> {
+    let start = if b.len() >= 132 && &b[128..132] == b"DICM" {
+        128
+    } else if b.len() >= 4 && &b[0..4] == b"DICM" {
+        0
+    } else {
+        return Err(Reject::new(format!(
+            "not a DICOM Part 10 file: no \"DICM\" marker at byte 128 ({} bytes)",
+            b.len()
+        )));
+    };
+    let trunc = |what: String| Reject::new(format!("truncated DICOM: {what}"));
+    let mut pos = start + 4;
+    let mut ts = String::new();
+    // File meta group: always explicit VR little endian.
+    loop {
+        if pos == b.len() {
+            return Err(trunc("the file ends inside the file meta group".into()));
+        }
+        let Some(h) = header(b, pos, Mode::ExplicitLe) else {
+            return Err(trunc(format!("element header cut off at byte {pos}")));
+        };
+        if h.group != 0x0002 {
+            break;
+        }
+        let Some(len) = h.len else {
+            return Err(Reject::new(
+                "invalid DICOM: undefined length in the file meta group",
+            ));
+        };
+        let rem = b.len() - pos - h.size;
+        if len > rem {
+            return Err(trunc(format!(
+                "{} at byte {pos} declares {len} bytes, {rem} remain",
+                h.tag_name()
+            )));
+        }
+        if h.elem == 0x0010 {
+            let v = &b[pos + h.size..pos + h.size + len];
+            ts = String::from_utf8_lossy(v)
+                .trim_end_matches(['\0', ' '])
+                .to_string();
+        }
+        pos += h.size + len;
+    }
+    if ts.is_empty() {
+        return Err(Reject::new(
+            "invalid DICOM: no Transfer Syntax UID (0002,0010) in the file meta group",
+        ));
+    }
+    let done = |ts: String| {
+        Ok(Scan {
+            start,
+            transfer_syntax: ts,
+        })
+    };
+    let mode = match ts.as_str() {
+        "1.2.840.10008.1.2" => Mode::ImplicitLe,
+        "1.2.840.10008.1.2.2" => Mode::ExplicitBe,
+        "1.2.840.10008.1.2.1.99" => return done(ts),
+        _ => Mode::ExplicitLe,
+    };
+
+    // Data set: a flat walk over element, item and delimiter headers, descending into sequences
+    // and items, stepping over values and pixel data fragments.
+    let mut in_fragments = false;
+    while pos < b.len() {
+        if b.len() - pos < 4 {
+            break; // dicom-rs ends the data set where a tag cannot be read
+        }
+        let Some(h) = header(b, pos, mode) else {
+            return Err(trunc(format!("element header cut off at byte {pos}")));
+        };
+        let rem = b.len() - pos - h.size;
+        if let Some(len) = h.len {
+            if len > rem {
+                let what = if h.group == 0xFFFE {
+                    "item".to_string()
+                } else {
+                    h.tag_name()
+                };
+                return Err(trunc(format!(
+                    "{what} at byte {pos} declares {len} bytes, {rem} remain"
+                )));
+            }
+        }
+        if in_fragments {
+            match (h.group, h.elem, h.len) {
+                (0xFFFE, 0xE000, Some(len)) => pos += h.size + len,
+                (0xFFFE, 0xE0DD, _) => {
+                    in_fragments = false;
+                    pos += h.size;
+                }
+                _ => return done(ts), // malformed: dicom-rs will say how
+            }
+            continue;
+        }
+        match h.len {
+            // Items, delimiters and sequences: their content is more headers.
+            _ if h.group == 0xFFFE || h.sq => pos += h.size,
+            Some(len) => pos += h.size + len,
+            None if h.group == 0x7FE0 && h.elem == 0x0010 => {
+                in_fragments = true;
+                pos += h.size;
+            }
+            None => pos += h.size,
+        }
+    }
+    if in_fragments {
+        return Err(trunc(
+            "the encapsulated pixel data ends without its sequence delimiter".into(),
+        ));
+    }
+    done(ts)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    ImplicitLe,
+    ExplicitLe,
+    ExplicitBe,
+}
+
+struct Header {
+    group: u16,
+    elem: u16,
+    /// A sequence (VR SQ, explicit or from the dictionary).
+    sq: bool,
+    /// None: undefined length.
+    len: Option<usize>,
+    /// Header bytes.
+    size: usize,
+}
+
+impl Header {
+    fn tag_name(&self) -> String {
+        format!("element ({:04X},{:04X})", self.group, self.elem)
+    }
+}
+
+/// The element header at `pos`, read as dicom-rs reads it; None where the file ends inside it.
+fn header(b: &[u8], pos: usize, mode: Mode) -> Option<Header> {
+    use dicom_core::dictionary::{DataDictionary, DataDictionaryEntry};
+    let be = mode == Mode::ExplicitBe;
+    let at = |p: usize, n: usize| b.get(p..p + n);
+    let u16_at = |p: usize| {
+        at(p, 2).map(|s| {
+            if be {
+                u16::from_be_bytes([s[0], s[1]])
+            } else {
+                u16::from_le_bytes([s[0], s[1]])
+            }
+        })
+    };
+    let u32_at = |p: usize| {
+        at(p, 4).map(|s| {
+            let a = [s[0], s[1], s[2], s[3]];
+            if be {
+                u32::from_be_bytes(a)
+            } else {
+                u32::from_le_bytes(a)
+            }
+        })
+    };
+    let (group, elem) = (u16_at(pos)?, u16_at(pos + 2)?);
+    let len = |l: u32| {
+        if l == u32::MAX {
+            None
+        } else {
+            Some(l as usize)
+        }
+    };
+    // Items and delimiters have no VR in any transfer syntax.
+    if group == 0xFFFE {
+        return Some(Header {
+            group,
+            elem,
+            sq: false,
+            len: len(u32_at(pos + 4)?),
+            size: 8,
+        });
+    }
+    if mode == Mode::ImplicitLe {
+        let is_pixels = (group, elem) == (0x7FE0, 0x0010) || (group >> 8 == 0x60 && elem == 0x3000);
+        let sq = !is_pixels
+            && dicom_dictionary_std::StandardDataDictionary
+                .by_tag(dicom_core::Tag(group, elem))
+                .is_some_and(|e| e.vr().relaxed() == dicom_core::VR::SQ);
+        return Some(Header {
+            group,
+            elem,
+            sq,
+            len: len(u32_at(pos + 4)?),
+            size: 8,
+        });
+    }
+    let vr = at(pos + 4, 2)?;
+    // The VRs with a 16-bit length (PS3.5 7.1.2); dicom-rs reads every other VR, unknown ones
+    // included (as UN), with 2 reserved bytes and a 32-bit length.
+    const SHORT: [&[u8; 2]; 21] = [
+        b"AE", b"AS", b"AT", b"CS", b"DA", b"DS", b"DT", b"FL", b"FD", b"IS", b"LO", b"LT", b"PN",
+        b"SH", b"SL", b"SS", b"ST", b"TM", b"UI", b"UL", b"US",
+    ];
+    if SHORT.iter().any(|s| &s[..] == vr) {
+        Some(Header {
+            group,
+            elem,
+            sq: false,
+            len: Some(u16_at(pos + 6)? as usize),
+            size: 8,
+        })
+    } else {
+        Some(Header {
+            group,
+            elem,
+            sq: vr == b"SQ",
+            len: len(u32_at(pos + 8)?),
+            size: 12,
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use dicom_core::value::{PixelFragmentSequence, Value};
+    use dicom_core::{DataElement, PrimitiveValue, VR};
+    use dicom_dictionary_std::uids;
+    use dicom_object::{FileMetaTableBuilder, InMemDicomObject};
+
+    #[derive(Clone, Copy)]
+    pub(crate) struct Spec<'a> {
+        pub rows: u16,
+        pub cols: u16,
+        pub frames: u32,
+        pub bits: u16,
+        pub signed: bool,
+        pub pi: &'a str,
+        pub spp: u16,
+        pub slope: Option<f64>,
+        pub intercept: Option<f64>,
+        pub window: Option<(&'a str, &'a str)>,
+        pub ts: &'a str,
+    }
+
+    impl Default for Spec<'_> {
+        fn default() -> Self {
+            Spec {
+                rows: 3,
+                cols: 4,
+                frames: 1,
+                bits: 16,
+                signed: false,
+                pi: "MONOCHROME2",
+                spp: 1,
+                slope: None,
+                intercept: None,
+                window: None,
+                ts: uids::EXPLICIT_VR_LITTLE_ENDIAN,
+            }
+        }
+    }
+
+    /// A DICOM file (with preamble) built with dicom-object's in-memory API. `pixels` are the
+    /// stored samples in order; for 8 bits they are truncated to bytes.
+    pub(crate) fn dicom_bytes(s: &Spec, pixels: &[i32]) -> Vec<u8> {
+        let mut obj = InMemDicomObject::new_empty();
+        let us = |t, v: u16| DataElement::new(t, VR::US, PrimitiveValue::from(v));
+        obj.put(DataElement::new(
+            tags::SOP_CLASS_UID,
+            VR::UI,
+            PrimitiveValue::from(uids::SECONDARY_CAPTURE_IMAGE_STORAGE),
+        ));
+        obj.put(DataElement::new(
+            tags::SOP_INSTANCE_UID,
+            VR::UI,
+            PrimitiveValue::from("1.2.3.4.5.6.7"),
+        ));
+        obj.put(us(tags::ROWS, s.rows));
+        obj.put(us(tags::COLUMNS, s.cols));
+        obj.put(us(tags::SAMPLES_PER_PIXEL, s.spp));
+        obj.put(us(tags::BITS_ALLOCATED, s.bits));
+        obj.put(us(tags::BITS_STORED, s.bits));
+        obj.put(us(tags::HIGH_BIT, s.bits - 1));
+        obj.put(us(tags::PIXEL_REPRESENTATION, s.signed as u16));
+        obj.put(DataElement::new(
+            tags::PHOTOMETRIC_INTERPRETATION,
+            VR::CS,
+            PrimitiveValue::from(s.pi),
+        ));
+        if s.spp == 3 {
+            obj.put(us(tags::PLANAR_CONFIGURATION, 0));
+        }
+        if s.frames != 1 {
+            obj.put(DataElement::new(
+                tags::NUMBER_OF_FRAMES,
+                VR::IS,
+                PrimitiveValue::from(s.frames.to_string()),
+            ));
+        }
+        if let Some(v) = s.slope {
+            obj.put(DataElement::new(
+                tags::RESCALE_SLOPE,
+                VR::DS,
+                PrimitiveValue::from(v.to_string()),
+            ));
+        }
+        if let Some(v) = s.intercept {
+            obj.put(DataElement::new(
+                tags::RESCALE_INTERCEPT,
+                VR::DS,
+                PrimitiveValue::from(v.to_string()),
+            ));
+        }
+        if let Some((c, w)) = s.window {
+            obj.put(DataElement::new(
+                tags::WINDOW_CENTER,
+                VR::DS,
+                PrimitiveValue::from(c),
+            ));
+            obj.put(DataElement::new(
+                tags::WINDOW_WIDTH,
+                VR::DS,
+                PrimitiveValue::from(w),
+            ));
+        }
+        let pixel = if s.bits == 8 {
+            DataElement::new(
+                tags::PIXEL_DATA,
+                VR::OB,
+                PrimitiveValue::from(pixels.iter().map(|&v| v as u8).collect::<Vec<u8>>()),
+            )
+        } else {
+            DataElement::new(
+                tags::PIXEL_DATA,
+                VR::OW,
+                PrimitiveValue::U16(pixels.iter().map(|&v| v as u16).collect()),
+            )
+        };
+        obj.put(pixel);
+        let file = obj
+            .with_meta(FileMetaTableBuilder::new().transfer_syntax(s.ts))
+            .unwrap();
+        let mut out = Vec::new();
+        file.write_all(&mut out).unwrap();
+        out
+    }
+
+    fn decode_all(bytes: &[u8], opts: &DecodeOptions) -> Result<Vec<DynamicImage>, Reject> {
+        let mut out = Vec::new();
+        decode_bytes(bytes, opts, &mut |img| {
+            out.push(img);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn luma(img: &DynamicImage) -> &ImageBuffer<Luma<u16>, Vec<u16>> {
+        match img {
+            DynamicImage::ImageLuma16(b) => b,
+            other => panic!("expected Luma16, got {:?}", other.color()),
+        }
+    }
+
+    #[test]
+    fn ct_like_frame_with_rescale_and_file_window() {
+        // Stored 0..11, rescaled to 10 v - 1000: -1000 ..= -890; window center -945 width 41 is
+        // [-945.5 - 20, -945.5 + 20] = [-965.5, -925.5].
+        let pixels: Vec<i32> = (0..12).collect();
+        let spec = Spec {
+            slope: Some(10.0),
+            intercept: Some(-1000.0),
+            window: Some(("-945", "41")),
+            ..Spec::default()
+        };
+        for ts in [
+            uids::EXPLICIT_VR_LITTLE_ENDIAN,
+            uids::IMPLICIT_VR_LITTLE_ENDIAN,
+        ] {
+            let bytes = dicom_bytes(&Spec { ts, ..spec }, &pixels);
+            let imgs = decode_all(&bytes, &DecodeOptions::default()).unwrap();
+            assert_eq!(imgs.len(), 1);
+            let img = luma(&imgs[0]);
+            assert_eq!(img.dimensions(), (4, 3));
+            let (low, high) = (-945.0 - 0.5 - 20.0, -945.0 - 0.5 + 20.0);
+            for (i, p) in img.pixels().enumerate() {
+                assert_eq!(
+                    p[0],
+                    window_to_u16(10.0 * i as f64 - 1000.0, low, high),
+                    "pixel {i}"
+                );
+            }
+            assert_eq!(img.get_pixel(0, 0)[0], 0, "below the window");
+            assert_eq!(img.get_pixel(3, 2)[0], 65535, "above the window");
+            // Center -945 is stored 5.5; stored 5 (-950) and 6 (-940) straddle 32768.
+            assert!(img.get_pixel(1, 1)[0] < 32768 && img.get_pixel(2, 1)[0] > 32768);
+            assert!((window_to_u16(-945.0, low, high) as i32 - 32768).abs() < 1000);
+        }
+    }
+
+    #[test]
+    fn option_window_overrides_and_min_max_fallback() {
+        let pixels: Vec<i32> = (0..12).map(|v| v * 100).collect();
+        let bytes = dicom_bytes(
+            &Spec {
+                window: Some(("0", "10")),
+                ..Spec::default()
+            },
+            &pixels,
+        );
+        let o = DecodeOptions {
+            window: Some((0.0, 1100.0)),
+            ..DecodeOptions::default()
+        };
+        let img = decode_all(&bytes, &o).unwrap();
+        assert_eq!(luma(&img[0]).get_pixel(0, 0)[0], 0);
+        assert_eq!(luma(&img[0]).get_pixel(3, 2)[0], 65535);
+        assert_eq!(
+            luma(&img[0]).get_pixel(1, 0)[0],
+            window_to_u16(100.0, 0.0, 1100.0)
+        );
+        // No window in the file: min..max of the frame.
+        let bytes = dicom_bytes(&Spec::default(), &pixels);
+        let img = decode_all(&bytes, &DecodeOptions::default()).unwrap();
+        assert_eq!(luma(&img[0]).get_pixel(0, 0)[0], 0);
+        assert_eq!(luma(&img[0]).get_pixel(3, 2)[0], 65535);
+        assert_eq!(
+            luma(&img[0]).get_pixel(1, 0)[0],
+            window_to_u16(100.0, 0.0, 1100.0)
+        );
+    }
+
+    #[test]
+    fn signed_monochrome1_multiframe() {
+        // Two frames of signed values; MONOCHROME1 inverts.
+        let pixels: Vec<i32> = (-6..6).chain(0..12).collect();
+        let spec = Spec {
+            frames: 2,
+            signed: true,
+            pi: "MONOCHROME1",
+            ..Spec::default()
+        };
+        let bytes = dicom_bytes(&spec, &pixels);
+        let imgs = decode_all(&bytes, &DecodeOptions::default()).unwrap();
+        assert_eq!(imgs.len(), 2);
+        let a = luma(&imgs[0]);
+        assert_eq!(
+            a.get_pixel(0, 0)[0],
+            65535,
+            "-6 is the frame minimum, inverted to white"
+        );
+        assert_eq!(a.get_pixel(3, 2)[0], 0);
+        assert_eq!(a.get_pixel(2, 1)[0], 65535 - window_to_u16(0.0, -6.0, 5.0));
+        assert_eq!(luma(&imgs[1]).get_pixel(0, 0)[0], 65535);
+
+        // The same two frames as a volume, cut along x: 4 images of 3 x 2; along y: 3 of 4 x 2.
+        let spec = Spec {
+            frames: 2,
+            signed: true,
+            ..Spec::default()
+        };
+        let bytes = dicom_bytes(&spec, &pixels);
+        let o = DecodeOptions {
+            axis: 0,
+            ..DecodeOptions::default()
+        };
+        let x = decode_all(&bytes, &o).unwrap();
+        assert_eq!(x.len(), 4);
+        assert_eq!(luma(&x[0]).dimensions(), (3, 2));
+        // Volume window -6..11: column 0, row 0 of frame 0 is -6 -> 0; frame 1 row 2 col 3 is 11.
+        assert_eq!(luma(&x[0]).get_pixel(0, 0)[0], 0);
+        assert_eq!(luma(&x[3]).get_pixel(2, 1)[0], 65535);
+        assert_eq!(
+            luma(&x[1]).get_pixel(2, 1)[0],
+            window_to_u16(9.0, -6.0, 11.0)
+        );
+        let y = decode_all(
+            &bytes,
+            &DecodeOptions {
+                axis: 1,
+                ..DecodeOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(y.len(), 3);
+        assert_eq!(luma(&y[2]).dimensions(), (4, 2));
+        assert_eq!(
+            luma(&y[2]).get_pixel(1, 1)[0],
+            window_to_u16(9.0, -6.0, 11.0)
+        );
+    }
+
+    #[test]
+    fn eight_bit_grey_and_rgb() {
+        let pixels: Vec<i32> = (0..12).map(|v| v * 20).collect();
+        let bytes = dicom_bytes(
+            &Spec {
+                bits: 8,
+                ..Spec::default()
+            },
+            &pixels,
+        );
+        let img = decode_all(&bytes, &DecodeOptions::default()).unwrap();
+        assert_eq!(luma(&img[0]).get_pixel(3, 2)[0], 65535);
+        assert_eq!(luma(&img[0]).get_pixel(0, 0)[0], 0);
+
+        let rgb: Vec<i32> = (0..36).map(|v| v * 7).collect();
+        let bytes = dicom_bytes(
+            &Spec {
+                bits: 8,
+                spp: 3,
+                pi: "RGB",
+                window: Some(("0", "2")),
+                ..Spec::default()
+            },
+            &rgb,
+        );
+        let img = decode_all(&bytes, &DecodeOptions::default()).unwrap();
+        match &img[0] {
+            DynamicImage::ImageRgb8(b) => {
+                assert_eq!(b.dimensions(), (4, 3));
+                assert_eq!(b.get_pixel(1, 0).0, [21, 28, 35]);
+                assert_eq!(b.get_pixel(3, 2).0, [231, 238, 245]);
+            }
+            other => panic!("expected Rgb8, got {:?}", other.color()),
+        }
+        let rgb16: Vec<i32> = (0..36).map(|v| v * 1000).collect();
+        let bytes = dicom_bytes(
+            &Spec {
+                spp: 3,
+                pi: "RGB",
+                ..Spec::default()
+            },
+            &rgb16,
+        );
+        match &decode_all(&bytes, &DecodeOptions::default()).unwrap()[0] {
+            DynamicImage::ImageRgb16(b) => assert_eq!(b.get_pixel(1, 0).0, [3000, 4000, 5000]),
+            other => panic!("expected Rgb16, got {:?}", other.color()),
+        }
+    }
+
+    #[test]
+    fn unsupported_and_missing_pixel_data() {
+        // No pixel data.
+        let mut obj = InMemDicomObject::new_empty();
+        obj.put(DataElement::new(
+            tags::SOP_INSTANCE_UID,
+            VR::UI,
+            PrimitiveValue::from("1.2.3"),
+        ));
+        obj.put(DataElement::new(
+            tags::SOP_CLASS_UID,
+            VR::UI,
+            PrimitiveValue::from(uids::BASIC_TEXT_SR_STORAGE),
+        ));
+        let file = obj
+            .with_meta(FileMetaTableBuilder::new().transfer_syntax(uids::EXPLICIT_VR_LITTLE_ENDIAN))
+            .unwrap();
+        let mut bytes = Vec::new();
+        file.write_all(&mut bytes).unwrap();
+        let e = decode_all(&bytes, &DecodeOptions::default()).unwrap_err();
+        assert!(e.0.contains("no pixel data"), "{e}");
+
+        // JPEG 2000: an encapsulated fragment the pure-Rust build cannot decode.
+        let mut obj = InMemDicomObject::new_empty();
+        let us = |t, v: u16| DataElement::new(t, VR::US, PrimitiveValue::from(v));
+        for (t, v) in [
+            (tags::ROWS, 4),
+            (tags::COLUMNS, 4),
+            (tags::SAMPLES_PER_PIXEL, 1),
+            (tags::BITS_ALLOCATED, 16),
+            (tags::BITS_STORED, 16),
+            (tags::HIGH_BIT, 15),
+            (tags::PIXEL_REPRESENTATION, 0),
+        ] {
+            obj.put(us(t, v));
+        }
+        obj.put(DataElement::new(
+            tags::SOP_INSTANCE_UID,
+            VR::UI,
+            PrimitiveValue::from("1.2.3"),
+        ));
+        obj.put(DataElement::new(
+            tags::SOP_CLASS_UID,
+            VR::UI,
+            PrimitiveValue::from(uids::CT_IMAGE_STORAGE),
+        ));
+        obj.put(DataElement::new(
+            tags::PHOTOMETRIC_INTERPRETATION,
+            VR::CS,
+            PrimitiveValue::from("MONOCHROME2"),
+        ));
+        obj.put(DataElement::new(
+            tags::PIXEL_DATA,
+            VR::OB,
+            Value::PixelSequence(PixelFragmentSequence::new_fragments(vec![vec![
+                0xFF, 0x4F, 0xFF, 0x51, 0, 0,
+            ]])),
+        ));
+        let file = obj
+            .with_meta(FileMetaTableBuilder::new().transfer_syntax("1.2.840.10008.1.2.4.90"))
+            .unwrap();
+        let mut bytes = Vec::new();
+        file.write_all(&mut bytes).unwrap();
+        let e = decode_all(&bytes, &DecodeOptions::default()).unwrap_err();
+        assert_eq!(
+            e.0,
+            "unsupported transfer syntax 1.2.840.10008.1.2.4.90 (JPEG 2000)"
+        );
+        // Cut inside its fragment: the header walk names the truncation.
+        let e = decode_all(&bytes[..bytes.len() - 3], &DecodeOptions::default()).unwrap_err();
+        assert!(e.0.starts_with("truncated DICOM"), "{e}");
+        let e = decode_all(&bytes[..bytes.len() - 8], &DecodeOptions::default()).unwrap_err();
+        assert!(e.0.starts_with("truncated DICOM"), "{e}");
+    }
+
+    #[test]
+    fn absurd_dimensions_are_rejected() {
+        // Claims 60000 x 60000 but holds 12 samples.
+        let bytes = dicom_bytes(&Spec::default(), &(0..12).collect::<Vec<_>>());
+        let mut obj = OpenFileOptions::new().from_reader(&bytes[128..]).unwrap();
+        obj.put(DataElement::new(
+            tags::ROWS,
+            VR::US,
+            PrimitiveValue::from(60000u16),
+        ));
+        obj.put(DataElement::new(
+            tags::COLUMNS,
+            VR::US,
+            PrimitiveValue::from(60000u16),
+        ));
+        let e = decode_object(&obj, &DecodeOptions::default(), &mut |_| Ok(())).unwrap_err();
+        assert!(e.0.contains("too large"), "{e}");
+        obj.put(DataElement::new(
+            tags::ROWS,
+            VR::US,
+            PrimitiveValue::from(30u16),
+        ));
+        obj.put(DataElement::new(
+            tags::COLUMNS,
+            VR::US,
+            PrimitiveValue::from(30u16),
+        ));
+        let e = decode_object(&obj, &DecodeOptions::default(), &mut |_| Ok(())).unwrap_err();
+        assert!(
+            e.0.contains("truncated") || e.0.contains("pixel data"),
+            "{e}"
+        );
+        obj.put(DataElement::new(
+            tags::NUMBER_OF_FRAMES,
+            VR::IS,
+            PrimitiveValue::from("2000000000"),
+        ));
+        let e = decode_object(&obj, &DecodeOptions::default(), &mut |_| Ok(())).unwrap_err();
+        assert!(e.0.contains("too large"), "{e}");
+        obj.put(DataElement::new(
+            tags::ROWS,
+            VR::US,
+            PrimitiveValue::from(0u16),
+        ));
+        let e = decode_object(&obj, &DecodeOptions::default(), &mut |_| Ok(())).unwrap_err();
+        assert!(e.0.contains("Rows = 0"), "{e}");
+    }
+
+    #[test]
+    fn truncated_and_garbage_bytes_are_rejects() {
+        let pixels: Vec<i32> = (0..12).collect();
+        let full = dicom_bytes(
+            &Spec {
+                window: Some(("5", "10")),
+                ..Spec::default()
+            },
+            &pixels,
+        );
+        assert!(decode_all(&full, &DecodeOptions::default()).is_ok());
+        for cut in (0..full.len())
+            .step_by(3)
+            .chain([full.len() - 1, full.len() - 2])
+        {
+            let e = decode_all(&full[..cut], &DecodeOptions::default()).unwrap_err();
+            assert!(
+                e.0.contains("truncated")
+                    || e.0.contains("not a DICOM")
+                    || e.0.contains("pixel data"),
+                "cut at {cut}: {e}"
+            );
+        }
+        let e = decode_all(&full[..full.len() - 5], &DecodeOptions::default()).unwrap_err();
+        assert!(e.0.starts_with("truncated DICOM"), "{e}");
+        // A length field that lies: pixel data claiming 2 GiB.
+        let at = full
+            .windows(4)
+            .rposition(|w| w == [0xE0, 0x7F, 0x10, 0x00])
+            .unwrap();
+        let mut lie = full.clone();
+        lie[at + 8..at + 12].copy_from_slice(&0x8000_0000u32.to_le_bytes());
+        let e = decode_all(&lie, &DecodeOptions::default()).unwrap_err();
+        assert!(e.0.contains("declares 2147483648 bytes"), "{e}");
+        // Garbage, with and without a DICM marker; byte flips everywhere.
+        let mut seed = 0x2545F4914F6CDD1Du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        };
+        for len in [0usize, 10, 132, 200, 1000] {
+            let mut junk: Vec<u8> = (0..len).map(|_| rnd()).collect();
+            assert!(decode_all(&junk, &DecodeOptions::default()).is_err());
+            if len >= 132 {
+                junk[128..132].copy_from_slice(b"DICM");
+                assert!(decode_all(&junk, &DecodeOptions::default()).is_err());
+            }
+        }
+        for i in 128..full.len() {
+            let mut b = full.clone();
+            b[i] ^= 0x5A;
+            let _ = decode_all(&b, &DecodeOptions::default());
+            b[i] = rnd();
+            let _ = decode_all(&b, &DecodeOptions::default());
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Sources for `prep convert`: one file per input kind.
+//!
+//! Two families:
+//! - *array datasets* (IDX, CIFAR, NumPy) hold many samples of one shape in a few files, with their
+//!   own train/test split where they have one;
+//! - *file trees* (image folders, videos, DICOM, NIfTI) where every file is decoded on its own into
+//!   one or more 2-D images (a TIFF stack's pages, a video's frames, a volume's slices), labelled by
+//!   its class sub-folder or a labels CSV.
+//!
+//! Every decoder hands out `image::DynamicImage`s through an `Emit` callback, one at a time, so a
+//! long video or a large volume never sits in memory whole; `transform` then turns each image into
+//! a sample of the target shape and dtype.
+
+pub mod cifar;
+pub mod dicom;
+pub mod idx;
+pub mod images;
+pub mod nifti;
+pub mod npy;
+pub mod transform;
+pub mod tree;
+pub mod video;
+
+use image::DynamicImage;
+use std::path::Path;
+
+/// Why one input could not be used. It names no file: the caller adds the path when it reports
+/// the rejection (in the rejects report, or in the error that stops the run).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Reject(pub String);
+
+impl Reject {
+    pub fn new(what: impl Into<String>) -> Self {
+        Reject(what.into())
+    }
+}
+
+/// Receives decoded images one by one. Returning an error stops the decoder, which must then return
+/// that error.
+pub type Emit<'a> = dyn FnMut(DynamicImage) -> Result<(), Reject> + 'a;
+
+/// Options that shape how files are decoded.
+#[derive(Debug, Clone)]
+pub struct DecodeOptions {
+    /// Video: keep every Nth frame (1 = all).
+    pub every: u32,
+    /// Video: sample frames at this rate (frames per second) instead of `every`.
+    pub fps: Option<f64>,
+    /// Volumes (NIfTI, multi-frame DICOM): slice along this axis of the volume (0 = x, 1 = y,
+    /// 2 = z, the usual axial slices).
+    pub axis: usize,
+    /// Intensity window: DICOM uses its own Window Center/Width unless this overrides it;
+    /// NIfTI uses the `percentiles` window unless this overrides it. (low, high) in stored units
+    /// after rescale slope/intercept.
+    pub window: Option<(f64, f64)>,
+    /// NIfTI: the percentile window (low, high), in percent, over the whole volume's voxels.
+    pub percentiles: (f64, f64),
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            every: 1,
+            fps: None,
+            axis: 2,
+            window: None,
+            percentiles: (0.5, 99.5),
+        }
+    }
+}
+
+/// Map intensities in `[low, high]` linearly onto `0..=65535` (clamping outside), the rule every
+/// scan decoder uses so that 16-bit output keeps the window's full precision and 8-bit output is
+/// its top byte.
+pub fn window_to_u16(v: f64, low: f64, high: f64) -> u16 {
+    if !(high > low) {
+        return if v >= high { 65535 } else { 0 };
+    }
+    let t = ((v - low) / (high - low)).clamp(0.0, 1.0);
+    (t * 65535.0).round() as u16
+}
+
+/// Kinds of single files a tree may hold, by extension (and content, for DICOM files without one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileKind {
+    Image,
+    Tiff,
+    Video,
+    Dicom,
+    Nifti,
+}
+
+impl FileKind {
+    pub fn of(path: &Path) -> Option<FileKind> {
+        let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
+        let ext = name.rsplit('.').next().unwrap_or("");
+        if name.ends_with(".nii") || name.ends_with(".nii.gz") {
+            return Some(FileKind::Nifti);
+        }
+        match ext {
+            "png" | "jpg" | "jpeg" | "bmp" | "gif" | "webp" => Some(FileKind::Image),
+            "tif" | "tiff" => Some(FileKind::Tiff),
+            "mp4" | "m4v" | "mov" | "webm" | "avi" | "mkv" | "mpg" | "mpeg" | "wmv" | "flv"
+            | "ts" => Some(FileKind::Video),
+            "dcm" | "dicom" => Some(FileKind::Dicom),
+            _ if is_dicom_by_content(path) => Some(FileKind::Dicom),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Image => "image",
+            FileKind::Tiff => "tiff",
+            FileKind::Video => "video",
+            FileKind::Dicom => "dicom",
+            FileKind::Nifti => "nifti",
+        }
+    }
+
+    /// Decode one file of this kind, emitting its 2-D images in order.
+    pub fn decode(self, path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), Reject> {
+        match self {
+            FileKind::Image => images::decode(path, emit),
+            FileKind::Tiff => images::decode_tiff(path, emit),
+            FileKind::Video => video::decode(path, opts, emit),
+            FileKind::Dicom => dicom::decode(path, opts, emit),
+            FileKind::Nifti => nifti::decode(path, opts, emit),
+        }
+    }
+}
+
+/// A DICOM Part 10 file has "DICM" at offset 128.
+fn is_dicom_by_content(path: &Path) -> bool {
+    use std::io::Read;
+    let mut b = [0u8; 132];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+        && &b[128..132] == b"DICM"
+}

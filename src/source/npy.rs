@@ -1,0 +1,193 @@
+//! NumPy `.npy` arrays: images of shape (N, H, W), (N, H, W, C) or (N, C, H, W) with dtype
+//! uint8, uint16 or float (taken as values in [0, 1]), and labels of shape (N,) of any integer
+//! type. File pairs are found by name: `{train,test}_{images,labels}.npy`, `x_{train,test}.npy` /
+//! `y_{train,test}.npy`, or one `images.npy` + `labels.npy`.
+
+use super::Reject;
+use crate::shard::Dtype;
+use std::path::{Path, PathBuf};
+
+/// An image array, loaded into memory as u8 or u16 values in sample-major HWC or CHW order.
+pub struct NpyImages {
+    pub n: usize,
+    pub channels: usize,
+    pub height: usize,
+    pub width: usize,
+    /// true: each sample is C x H x W; false: H x W x C.
+    pub planar: bool,
+    pub dtype: Dtype,
+    /// u8 values, or u16 values as little-endian pairs.
+    pub data: Vec<u8>,
+}
+
+const MAX_BYTES: u64 = 16 << 30;
+
+fn open(path: &Path) -> Result<npyz::NpyFile<std::io::BufReader<std::fs::File>>, Reject> {
+    let f = std::fs::File::open(path).map_err(|e| Reject::new(e.to_string()))?;
+    npyz::NpyFile::new(std::io::BufReader::new(f))
+        .map_err(|e| Reject::new(format!("not a valid .npy file: {e}")))
+}
+
+pub fn read_images(path: &Path) -> Result<NpyImages, Reject> {
+    let npy = open(path)?;
+    if npy.order() == npyz::Order::Fortran {
+        return Err(Reject::new(
+            "Fortran-ordered arrays are not supported; save with np.ascontiguousarray",
+        ));
+    }
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    let (n, c, h, w, planar) = match shape[..] {
+        [n, h, w] => (n, 1, h, w, true),
+        [n, a, b, c] if matches!(c, 1 | 3 | 4) => (n, c, a, b, false),
+        [n, c, h, w] if matches!(c, 1 | 3 | 4) => (n, c, h, w, true),
+        _ => return Err(Reject::new(format!(
+            "image array shape {shape:?} is not (N,H,W), (N,H,W,C) or (N,C,H,W) with C in 1,3,4"
+        ))),
+    };
+    let elems = [n, c, h, w]
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+    let type_str = descr(&npy);
+    let (dtype, size) = match type_str.trim_start_matches(['<', '|', '=']) {
+        "u1" => (Dtype::U8, 1),
+        "u2" => (Dtype::U16, 2),
+        "f4" | "f8" => (Dtype::U8, 1),
+        t => {
+            return Err(Reject::new(format!(
+                "image dtype {t} is not supported (uint8, uint16, float32, float64)"
+            )))
+        }
+    };
+    elems
+        .and_then(|e| e.checked_mul(size))
+        .filter(|&b| b <= MAX_BYTES && h > 0 && w > 0)
+        .ok_or_else(|| Reject::new(format!("absurd image array shape {shape:?}")))?;
+    let data: Vec<u8> = match type_str.trim_start_matches(['<', '|', '=']) {
+        "u1" => npy
+            .into_vec::<u8>()
+            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?,
+        "u2" => npy
+            .into_vec::<u16>()
+            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?
+            .into_iter()
+            .flat_map(u16::to_le_bytes)
+            .collect(),
+        "f4" => npy
+            .into_vec::<f32>()
+            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?
+            .into_iter()
+            .map(|v| unit_to_u8(v as f64))
+            .collect(),
+        _ => npy
+            .into_vec::<f64>()
+            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?
+            .into_iter()
+            .map(unit_to_u8)
+            .collect(),
+    };
+    if data.len() != n * c * h * w * dtype.size() {
+        return Err(Reject::new(
+            "array data is shorter than its shape (truncated)",
+        ));
+    }
+    Ok(NpyImages {
+        n,
+        channels: c,
+        height: h,
+        width: w,
+        planar,
+        dtype,
+        data,
+    })
+}
+
+/// The dtype descriptor without quotes or byte-order mark, e.g. "u1", "f4", "i8".
+fn descr<R: std::io::Read>(npy: &npyz::NpyFile<R>) -> String {
+    let d = npy.dtype().descr();
+    d.trim_matches(['\'', '"'])
+        .trim_start_matches(['<', '|', '='])
+        .to_string()
+}
+
+/// Floats are taken as values in [0, 1] (clamped), as most pipelines store them.
+fn unit_to_u8(v: f64) -> u8 {
+    (v.clamp(0.0, 1.0) * 255.0).round() as u8
+}
+
+pub fn read_labels(path: &Path, n: usize) -> Result<Vec<u32>, Reject> {
+    let npy = open(path)?;
+    let shape = npy.shape().to_vec();
+    if shape != [n as u64] {
+        return Err(Reject::new(format!(
+            "labels have shape {shape:?}, expected ({n},)"
+        )));
+    }
+    let t = descr(&npy);
+    let vals: Vec<i64> = match t.trim_start_matches(['<', '|', '=']) {
+        "u1" => npy
+            .into_vec::<u8>()
+            .map(|v| v.into_iter().map(i64::from).collect()),
+        "i1" => npy
+            .into_vec::<i8>()
+            .map(|v| v.into_iter().map(i64::from).collect()),
+        "u2" => npy
+            .into_vec::<u16>()
+            .map(|v| v.into_iter().map(i64::from).collect()),
+        "i2" => npy
+            .into_vec::<i16>()
+            .map(|v| v.into_iter().map(i64::from).collect()),
+        "u4" => npy
+            .into_vec::<u32>()
+            .map(|v| v.into_iter().map(i64::from).collect()),
+        "i4" => npy
+            .into_vec::<i32>()
+            .map(|v| v.into_iter().map(i64::from).collect()),
+        "i8" => npy.into_vec::<i64>(),
+        "u8" => npy.into_vec::<u64>().map(|v| {
+            v.into_iter()
+                .map(|x| x.min(i64::MAX as u64) as i64)
+                .collect()
+        }),
+        other => {
+            return Err(Reject::new(format!(
+                "label dtype {other} is not an integer type"
+            )))
+        }
+    }
+    .map_err(|e| Reject::new(format!("cannot read labels: {e}")))?;
+    vals.into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            u32::try_from(v)
+                .ok()
+                .filter(|&v| v < crate::shard::format::MAX_CLASSES)
+                .ok_or_else(|| {
+                    Reject::new(format!(
+                        "label {v} of sample {i} is not a class index 0..65535"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// (split name, images file, labels file) pairs found in `dir`.
+pub fn find(dir: &Path) -> Vec<(String, PathBuf, PathBuf)> {
+    let has = |n: &str| dir.join(n).is_file().then(|| dir.join(n));
+    let mut out = Vec::new();
+    for split in ["train", "test"] {
+        let pairs = [
+            (format!("{split}_images.npy"), format!("{split}_labels.npy")),
+            (format!("x_{split}.npy"), format!("y_{split}.npy")),
+            (format!("{split}-images.npy"), format!("{split}-labels.npy")),
+        ];
+        if let Some((i, l)) = pairs.iter().find_map(|(i, l)| Some((has(i)?, has(l)?))) {
+            out.push((split.to_string(), i, l));
+        }
+    }
+    if out.is_empty() {
+        if let (Some(i), Some(l)) = (has("images.npy"), has("labels.npy")) {
+            out.push((String::new(), i, l));
+        }
+    }
+    out
+}

@@ -1,0 +1,1019 @@
+//! Video files, decoded frame by frame by an external `ffmpeg`.
+//!
+//! No video codec is linked into `prep`: the `ffmpeg` executable on `PATH` (or the one named by
+//! `PREP_FFMPEG`) decodes the file and writes raw RGB frames to a pipe, which this module reads one
+//! frame at a time and hands to `emit`. So a long video never sits in memory: the decoder holds at
+//! most the one frame it is filling (each emitted frame is moved, not copied, into the image).
+//!
+//! Steps for one file:
+//! 1. find the size of the first video stream, with `ffprobe` next to `ffmpeg` (or, without one,
+//!    from what `ffmpeg -i` prints), and check it before allocating anything;
+//! 2. run `ffmpeg -nostdin -v error -noautorotate -i FILE -map 0:v:0 -vf SELECT,scale=W:H
+//!    [-fps_mode vfr] -f rawvideo -pix_fmt rgb24 -`, where SELECT is `fps=F` (sample at F frames per
+//!    second) or `select=not(mod(n\,N))` (every Nth decoded frame). `-noautorotate` keeps the frames
+//!    at the stored size the probe reported (rotation metadata is ignored), and the final
+//!    `scale=W:H` keeps every frame at that size even if the stream changes size midway;
+//! 3. read exactly W*H*3 bytes per frame from ffmpeg's stdout, while a thread drains its stderr;
+//! 4. wait for ffmpeg on every path (after killing it when `emit` stops the decode), and turn a
+//!    failure, no frames at all, or a cut-off last frame into a `Reject` quoting ffmpeg's message.
+
+use super::{DecodeOptions, Emit, Reject};
+use image::{DynamicImage, RgbImage};
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+/// Largest width or height accepted (a 16384x16384 RGB frame is 768 MiB).
+pub const MAX_SIDE: u32 = 16384;
+
+/// How much of ffmpeg's stderr a rejection quotes (the end, where the reason usually is).
+const STDERR_QUOTE_CHARS: usize = 300;
+/// How much of ffmpeg's stderr is kept while it runs (a broken file can make it print a line per
+/// frame, so only the tail is kept).
+const STDERR_KEEP_BYTES: usize = 16 * 1024;
+
+const INSTALL_HINT: &str =
+    "install it: `apt-get install ffmpeg`, `brew install ffmpeg`, or set PREP_FFMPEG=/path/to/ffmpeg";
+
+/// The `ffmpeg` executable to use: `PREP_FFMPEG` if set, else the first `ffmpeg` on `PATH`. The
+/// error says how to get one.
+pub fn ffmpeg() -> Result<PathBuf, Reject> {
+    find_ffmpeg(std::env::var_os("PREP_FFMPEG"), std::env::var_os("PATH"))
+}
+
+/// `ffmpeg()` with the two environment variables passed in (so tests need not change them).
+fn find_ffmpeg(
+    prep_ffmpeg: Option<OsString>,
+    path_var: Option<OsString>,
+) -> Result<PathBuf, Reject> {
+    if let Some(p) = prep_ffmpeg.filter(|p| !p.is_empty()) {
+        let named = PathBuf::from(&p);
+        // A bare name ("ffmpeg-6") is looked up on PATH; anything with a directory is taken as is.
+        let found = if named.components().count() == 1 && !named.is_absolute() {
+            search_path(&p, path_var.as_deref())
+        } else if is_executable(&named) {
+            Some(named.clone())
+        } else {
+            None
+        };
+        return found.ok_or_else(|| {
+            Reject::new(format!(
+                "PREP_FFMPEG is set to {}, which is not an executable file (point it at an ffmpeg \
+                 executable, or unset it to use the ffmpeg on PATH; to get ffmpeg, {INSTALL_HINT})",
+                named.display()
+            ))
+        });
+    }
+    let exe = format!("ffmpeg{}", std::env::consts::EXE_SUFFIX);
+    search_path(OsStr::new(&exe), path_var.as_deref())
+        .ok_or_else(|| Reject::new(format!("ffmpeg was not found on PATH ({INSTALL_HINT})")))
+}
+
+fn search_path(name: &OsStr, path_var: Option<&OsStr>) -> Option<PathBuf> {
+    let path_var = path_var?;
+    std::env::split_paths(path_var)
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                m.permissions().mode() & 0o111 != 0
+            }
+            #[cfg(not(unix))]
+            {
+                true
+            }
+        }
+        _ => false,
+    }
+}
+
+/// The `ffprobe` that sits next to `ffmpeg` (`ffmpeg-6` pairs with `ffprobe-6`), if there is one.
+fn ffprobe_next_to(ffmpeg: &Path) -> Option<PathBuf> {
+    let name = ffmpeg.file_name()?.to_string_lossy();
+    let probe = if name.contains("ffmpeg") {
+        name.replacen("ffmpeg", "ffprobe", 1)
+    } else {
+        format!("ffprobe{}", std::env::consts::EXE_SUFFIX)
+    };
+    let p = ffmpeg.with_file_name(probe);
+    is_executable(&p).then_some(p)
+}
+
+/// Decode `path`'s first video stream, emitting its frames (every `opts.every`th one, or
+/// `opts.fps` per second) as RGB images of the stream's stored size.
+pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), Reject> {
+    let select = Select::from_options(opts)?;
+    let meta =
+        std::fs::metadata(path).map_err(|e| Reject::new(format!("cannot read the file: {e}")))?;
+    if meta.len() == 0 {
+        return Err(Reject::new("empty file (0 bytes), not a video"));
+    }
+    let ffmpeg = ffmpeg()?;
+    let (w, h) = probe_size(&ffmpeg, path)?;
+    check_size(w, h)?;
+    let frame_bytes = w as usize * h as usize * 3;
+
+    let mut fps_mode = fps_mode_flag(&ffmpeg);
+    loop {
+        match run_decoder(&ffmpeg, path, &select, fps_mode, w, h, frame_bytes, emit) {
+            // An old ffmpeg that does not know -fps_mode fails before decoding anything: say it
+            // with -vsync instead (once).
+            Err(Failure::UnknownOption) if fps_mode == FpsModeFlag::FpsMode => {
+                remember_fps_mode(&ffmpeg, FpsModeFlag::Vsync);
+                fps_mode = FpsModeFlag::Vsync;
+            }
+            Err(Failure::UnknownOption) => {
+                return Err(Reject::new(
+                    "this ffmpeg accepts neither -fps_mode nor -vsync",
+                ))
+            }
+            Err(Failure::Reject(r)) => return Err(r),
+            Ok(()) => return Ok(()),
+        }
+    }
+}
+
+/// Which frames to keep.
+#[derive(Debug, Clone, PartialEq)]
+enum Select {
+    /// Every Nth decoded frame, starting with the first.
+    Every(u32),
+    /// Resample to this many frames per second.
+    Fps(f64),
+}
+
+impl Select {
+    fn from_options(opts: &DecodeOptions) -> Result<Select, Reject> {
+        match opts.fps {
+            Some(f) if f.is_finite() && f > 0.0 => Ok(Select::Fps(f)),
+            Some(f) => Err(Reject::new(format!(
+                "the frame rate must be a positive number, not {f}"
+            ))),
+            None if opts.every == 0 => Err(Reject::new("--every must be at least 1")),
+            None => Ok(Select::Every(opts.every)),
+        }
+    }
+
+    /// The `-vf` filter chain, ending with a scale to the probed size.
+    fn filter(&self, w: u32, h: u32) -> String {
+        match self {
+            Select::Every(1) => format!("scale={w}:{h}"),
+            Select::Every(n) => format!("select=not(mod(n\\,{n})),scale={w}:{h}"),
+            Select::Fps(f) => format!("fps={f},scale={w}:{h}"),
+        }
+    }
+}
+
+/// How this ffmpeg spells "variable frame rate output, no duplicated frames": `-fps_mode vfr`
+/// since 5.1, `-vsync vfr` before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FpsModeFlag {
+    FpsMode,
+    Vsync,
+}
+
+fn fps_mode_cache() -> &'static Mutex<Vec<(PathBuf, FpsModeFlag)>> {
+    static CACHE: OnceLock<Mutex<Vec<(PathBuf, FpsModeFlag)>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+fn remember_fps_mode(ffmpeg: &Path, flag: FpsModeFlag) {
+    let mut c = fps_mode_cache().lock().unwrap_or_else(|e| e.into_inner());
+    c.retain(|(p, _)| p != ffmpeg);
+    c.push((ffmpeg.to_path_buf(), flag));
+}
+
+/// Decide from `ffmpeg -version` (once per executable). A version it cannot read (a git build
+/// says "N-12345-g...") is taken as new; `decode` falls back to -vsync if that was wrong.
+fn fps_mode_flag(ffmpeg: &Path) -> FpsModeFlag {
+    if let Some((_, f)) = fps_mode_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(p, _)| p == ffmpeg)
+    {
+        return *f;
+    }
+    let out = Command::new(ffmpeg)
+        .arg("-version")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    let flag = match out {
+        Ok(o) => match parse_version(&String::from_utf8_lossy(&o.stdout)) {
+            Some((major, minor)) if (major, minor) < (5, 1) => FpsModeFlag::Vsync,
+            _ => FpsModeFlag::FpsMode,
+        },
+        Err(_) => FpsModeFlag::FpsMode,
+    };
+    remember_fps_mode(ffmpeg, flag);
+    flag
+}
+
+/// (major, minor) from "ffmpeg version 5.1.9-0+deb12u1 Copyright ..." or "ffmpeg version n6.0".
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let v = text.lines().next()?.split_whitespace().nth(2)?;
+    let v = v.strip_prefix('n').unwrap_or(v);
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    Some((major, minor))
+}
+
+/// Width and height of the first video stream.
+fn probe_size(ffmpeg: &Path, path: &Path) -> Result<(u32, u32), Reject> {
+    if let Some(ffprobe) = ffprobe_next_to(ffmpeg) {
+        let out = Command::new(&ffprobe)
+            .args([
+                "-v",
+                "error",
+                "-select_streams",
+                "v:0",
+                "-show_entries",
+                "stream=width,height",
+            ])
+            .args(["-of", "csv=p=0"])
+            .arg(path)
+            .stdin(Stdio::null())
+            .output();
+        // An ffprobe that does not run at all is no reason to give up: ask ffmpeg instead.
+        if let Ok(out) = out {
+            let stderr = clean_stderr(&String::from_utf8_lossy(&out.stderr), path);
+            if !out.status.success() {
+                return Err(Reject::new(if stderr.is_empty() {
+                    format!("ffprobe could not read the file ({})", out.status)
+                } else {
+                    format!("ffprobe could not read the file: {stderr}")
+                }));
+            }
+            return match parse_probe_csv(&String::from_utf8_lossy(&out.stdout)) {
+                Some(wh) => Ok(wh),
+                None if stderr.is_empty() => Err(Reject::new("no video stream in the file")),
+                None => Err(Reject::new(format!(
+                    "no video stream in the file: {stderr}"
+                ))),
+            };
+        }
+    }
+    // `ffmpeg -i FILE` with no output describes the input on stderr and exits with status 1.
+    let out = Command::new(ffmpeg)
+        .args(["-nostdin", "-hide_banner", "-i"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Reject::new(format!("could not run {}: {e}", ffmpeg.display())))?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    match parse_ffmpeg_info(&text) {
+        Some(wh) => Ok(wh),
+        None if text.contains("Stream #") => Err(Reject::new("no video stream in the file")),
+        None => Err(Reject::new(format!(
+            "ffmpeg could not read the file: {}",
+            clean_stderr(&text, path)
+        ))),
+    }
+}
+
+/// "64,48" (ffprobe's csv=p=0 output; a trailing comma or more lines may follow).
+fn parse_probe_csv(text: &str) -> Option<(u32, u32)> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let mut nums = line.split(',').map(str::trim).filter(|s| !s.is_empty());
+    let w = nums.next()?.parse().ok()?;
+    let h = nums.next()?.parse().ok()?;
+    Some((w, h))
+}
+
+/// The size from the first "Stream #0:0...: Video: h264 (High) (avc1 / 0x31637661), yuv420p,
+/// 64x48 [SAR 1:1 DAR 4:3], ..." line that `ffmpeg -i` prints.
+fn parse_ffmpeg_info(text: &str) -> Option<(u32, u32)> {
+    let line = text
+        .lines()
+        .find(|l| l.contains("Stream #") && l.contains("Video:"))?;
+    let rest = &line[line.find("Video:")? + "Video:".len()..];
+    rest.split(|c: char| c.is_whitespace() || ",[]()".contains(c))
+        .find_map(|tok| {
+            let (a, b) = tok.split_once('x')?;
+            // Codec tags such as 0x31637661 start with 0, sizes do not.
+            if a.is_empty()
+                || b.is_empty()
+                || a.starts_with('0')
+                || !a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
+            {
+                return None;
+            }
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+}
+
+fn check_size(w: u32, h: u32) -> Result<(), Reject> {
+    if (1..=MAX_SIDE).contains(&w) && (1..=MAX_SIDE).contains(&h) {
+        Ok(())
+    } else {
+        Err(Reject::new(format!(
+            "video frames are {w}x{h}; width and height must each be 1 to {MAX_SIDE}"
+        )))
+    }
+}
+
+/// ffmpeg's message, without the file's path (the caller names the file), trimmed, and cut to its
+/// last `STDERR_QUOTE_CHARS` characters.
+fn clean_stderr(text: &str, path: &Path) -> String {
+    let p = path.display().to_string();
+    let text = text.replace(&format!("{p}: "), "").replace(&p, "the file");
+    // One line: "[mov,mp4,m4a,3gp,3g2,mj2 @ 0x55d0c1a2b800] moov atom not found" loses the
+    // address, and lines are joined with "; ".
+    let lines: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(
+            |l| match (l.strip_prefix('['), l.find(" @ 0x"), l.find("] ")) {
+                (Some(_), Some(at), Some(end)) if at < end => {
+                    format!("{}: {}", &l[1..at], &l[end + 2..])
+                }
+                _ => l.to_string(),
+            },
+        )
+        .collect();
+    let text = lines.join("; ");
+    let text = text.trim();
+    let n = text.chars().count();
+    if n <= STDERR_QUOTE_CHARS {
+        return text.to_string();
+    }
+    let start = text
+        .char_indices()
+        .nth(n - STDERR_QUOTE_CHARS)
+        .map_or(0, |(i, _)| i);
+    format!("...{}", text[start..].trim_start())
+}
+
+enum Failure {
+    /// ffmpeg did not know the frame-rate-mode option.
+    UnknownOption,
+    Reject(Reject),
+}
+
+impl From<Reject> for Failure {
+    fn from(r: Reject) -> Self {
+        Failure::Reject(r)
+    }
+}
+
+/// Kills (if still running) and waits for the child when dropped, so that no path out of
+/// `run_decoder` (an error, `emit` stopping, a panic in `emit`) leaves a running process or a
+/// zombie behind.
+struct Reaper {
+    child: Child,
+    status: Option<ExitStatus>,
+}
+
+impl Reaper {
+    fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        if let Some(s) = self.status {
+            return Ok(s);
+        }
+        let s = self.child.wait()?;
+        self.status = Some(s);
+        Ok(s)
+    }
+
+    fn kill_and_wait(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.wait();
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        // Close our end of stdout first, so a child blocked writing a frame sees a broken pipe.
+        drop(self.child.stdout.take());
+        self.kill_and_wait();
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_decoder(
+    ffmpeg: &Path,
+    path: &Path,
+    select: &Select,
+    fps_mode: FpsModeFlag,
+    w: u32,
+    h: u32,
+    frame_bytes: usize,
+    emit: &mut Emit,
+) -> Result<(), Failure> {
+    let mut cmd = Command::new(ffmpeg);
+    cmd.args(["-nostdin", "-v", "error", "-noautorotate", "-i"])
+        .arg(path)
+        .args(["-map", "0:v:0", "-vf"])
+        .arg(select.filter(w, h));
+    if let Select::Every(_) = select {
+        // Without this, rawvideo output is constant-rate and ffmpeg would fill the frames `select`
+        // dropped with duplicates.
+        match fps_mode {
+            FpsModeFlag::FpsMode => cmd.args(["-fps_mode", "vfr"]),
+            FpsModeFlag::Vsync => cmd.args(["-vsync", "vfr"]),
+        };
+    }
+    cmd.args(["-f", "rawvideo", "-pix_fmt", "rgb24", "-"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd
+        .spawn()
+        .map_err(|e| Reject::new(format!("could not run {}: {e}", ffmpeg.display())))?;
+    let mut child = Reaper {
+        child,
+        status: None,
+    };
+
+    // Drain stderr on its own thread, keeping only its tail, so ffmpeg never blocks on a full
+    // stderr pipe while we wait on stdout.
+    let mut err_pipe = child.child.stderr.take().expect("stderr is piped");
+    let stderr_thread = std::thread::spawn(move || {
+        let mut kept: Vec<u8> = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match err_pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    kept.extend_from_slice(&chunk[..n]);
+                    if kept.len() > 2 * STDERR_KEEP_BYTES {
+                        kept.drain(..kept.len() - STDERR_KEEP_BYTES);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        kept
+    });
+    let stderr_text = |t: std::thread::JoinHandle<Vec<u8>>| -> String {
+        let bytes = t.join().unwrap_or_default();
+        clean_stderr(&String::from_utf8_lossy(&bytes), path)
+    };
+
+    let mut out = child.child.stdout.take().expect("stdout is piped");
+    let mut frames = 0u64;
+    let mut partial = 0usize;
+    let mut read_error = None;
+    loop {
+        // Read straight into the frame's own buffer, of exactly one frame's capacity, which then
+        // becomes the image: one frame in flight, no copy.
+        let mut buf = Vec::with_capacity(frame_bytes);
+        match (&mut out).take(frame_bytes as u64).read_to_end(&mut buf) {
+            Ok(_) => {}
+            Err(e) => {
+                read_error = Some(e);
+                break;
+            }
+        }
+        if buf.len() < frame_bytes {
+            partial = buf.len();
+            break;
+        }
+        let img = RgbImage::from_raw(w, h, buf).expect("buffer holds exactly one frame");
+        frames += 1;
+        if let Err(e) = emit(DynamicImage::ImageRgb8(img)) {
+            drop(out);
+            child.kill_and_wait();
+            let _ = stderr_thread.join();
+            return Err(e.into());
+        }
+    }
+    drop(out);
+
+    if let Some(e) = read_error {
+        child.kill_and_wait();
+        let _ = stderr_thread.join();
+        return Err(Reject::new(format!("could not read ffmpeg's output: {e}")).into());
+    }
+    let status = child.wait();
+    let stderr = stderr_text(stderr_thread);
+    let status = status.map_err(|e| Reject::new(format!("could not wait for ffmpeg: {e}")))?;
+
+    if !status.success() {
+        if frames == 0
+            && (stderr.contains("Unrecognized option") || stderr.contains("Option not found"))
+            && (stderr.contains("fps_mode") || stderr.contains("vsync"))
+        {
+            return Err(Failure::UnknownOption);
+        }
+        return Err(Reject::new(if stderr.is_empty() {
+            format!("ffmpeg could not decode the video ({status})")
+        } else {
+            format!("ffmpeg could not decode: {stderr}")
+        })
+        .into());
+    }
+    if partial > 0 {
+        return Err(Reject::new(format!(
+            "ffmpeg's output ended inside a frame ({partial} of {frame_bytes} bytes of frame {} of \
+             {w}x{h}){}",
+            frames + 1,
+            if stderr.is_empty() { String::new() } else { format!(": {stderr}") }
+        ))
+        .into());
+    }
+    if frames == 0 {
+        return Err(Reject::new(if stderr.is_empty() {
+            "ffmpeg decoded no frames".to_string()
+        } else {
+            format!("ffmpeg decoded no frames: {stderr}")
+        })
+        .into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ffmpeg to test with, or None (after saying so) to skip. With PREP_REQUIRE_FFMPEG=1 (as
+    /// in CI) a missing ffmpeg fails the test instead.
+    fn ffmpeg_or_skip() -> Option<PathBuf> {
+        match ffmpeg() {
+            Ok(p) => Some(p),
+            Err(e) if std::env::var("PREP_REQUIRE_FFMPEG").as_deref() == Ok("1") => {
+                panic!("PREP_REQUIRE_FFMPEG=1 but: {e}")
+            }
+            Err(_) => {
+                println!("skipped: ffmpeg not on PATH");
+                None
+            }
+        }
+    }
+
+    /// Run ffmpeg to make a test clip; panic with its message if it fails.
+    fn make(ffmpeg: &Path, args: &[&str], out: &Path) {
+        let o = Command::new(ffmpeg)
+            .args(["-nostdin", "-v", "error", "-y"])
+            .args(args)
+            .arg(out)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "ffmpeg {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// 30 frames of 64x48 at 10 fps, H.264 (or whatever the build's default MP4 encoder is).
+    fn mp4_clip(ffmpeg: &Path, dir: &Path) -> PathBuf {
+        let p = dir.join("clip.mp4");
+        make(
+            ffmpeg,
+            &[
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=64x48:rate=10",
+                "-t",
+                "3",
+                "-pix_fmt",
+                "yuv420p",
+            ],
+            &p,
+        );
+        p
+    }
+
+    fn collect(path: &Path, every: u32, fps: Option<f64>) -> Result<Vec<DynamicImage>, Reject> {
+        let opts = DecodeOptions {
+            every,
+            fps,
+            ..DecodeOptions::default()
+        };
+        let mut frames = Vec::new();
+        decode(path, &opts, &mut |img| {
+            frames.push(img);
+            Ok(())
+        })?;
+        Ok(frames)
+    }
+
+    fn sizes_and_count(frames: &[DynamicImage]) -> (Vec<(u32, u32)>, usize) {
+        let mut s: Vec<_> = frames.iter().map(|f| (f.width(), f.height())).collect();
+        s.dedup();
+        (s, frames.len())
+    }
+
+    #[test]
+    fn mp4_frame_counts() {
+        let Some(ff) = ffmpeg_or_skip() else { return };
+        let t = tempfile::tempdir().unwrap();
+        let clip = mp4_clip(&ff, t.path());
+
+        let all = collect(&clip, 1, None).unwrap();
+        assert_eq!(sizes_and_count(&all), (vec![(64, 48)], 30));
+        assert!(all.iter().all(|f| matches!(f, DynamicImage::ImageRgb8(_))));
+        // testsrc is a colourful pattern with a moving part, not a flat frame.
+        let px = all[0].as_rgb8().unwrap();
+        let mut colours: Vec<_> = px.pixels().map(|p| p.0).collect();
+        colours.sort();
+        colours.dedup();
+        assert!(colours.len() > 8, "{} colours", colours.len());
+        assert_ne!(all[0].as_bytes(), all[10].as_bytes());
+
+        let third = collect(&clip, 3, None).unwrap();
+        assert_eq!(sizes_and_count(&third), (vec![(64, 48)], 10));
+        // Every third frame is frame 0, 3, 6, ... of the full decode.
+        for (k, f) in third.iter().enumerate() {
+            assert_eq!(f.as_bytes(), all[3 * k].as_bytes(), "frame {k}");
+        }
+
+        let two_fps = collect(&clip, 1, Some(2.0)).unwrap();
+        let (s, n) = sizes_and_count(&two_fps);
+        assert_eq!(s, vec![(64, 48)]);
+        assert!((5..=7).contains(&n), "{n} frames at 2 fps over 3 s");
+        // `fps` wins over `every`.
+        assert_eq!(collect(&clip, 3, Some(2.0)).unwrap().len(), n);
+    }
+
+    #[test]
+    fn avi_and_webm_with_other_codecs() {
+        let Some(ff) = ffmpeg_or_skip() else { return };
+        let t = tempfile::tempdir().unwrap();
+        // MPEG-4 part 2 is built into every ffmpeg; a size other than the mp4's catches a
+        // width/height mix-up.
+        let avi = t.path().join("clip.avi");
+        make(
+            &ff,
+            &[
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=66x38:rate=10",
+                "-t",
+                "2",
+                "-c:v",
+                "mpeg4",
+                "-pix_fmt",
+                "yuv420p",
+            ],
+            &avi,
+        );
+        assert_eq!(
+            sizes_and_count(&collect(&avi, 1, None).unwrap()),
+            (vec![(66, 38)], 20)
+        );
+        assert_eq!(collect(&avi, 2, None).unwrap().len(), 10);
+        assert_eq!(collect(&avi, 7, None).unwrap().len(), 3);
+
+        // VP9 needs libvpx, which not every build has.
+        let webm = t.path().join("clip.webm");
+        let made = Command::new(&ff)
+            .args([
+                "-nostdin",
+                "-v",
+                "error",
+                "-y",
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=40x30:rate=10",
+                "-t",
+                "2",
+            ])
+            .args(["-c:v", "libvpx-vp9", "-pix_fmt", "yuv420p"])
+            .arg(&webm)
+            .output()
+            .unwrap();
+        if made.status.success() {
+            assert_eq!(
+                sizes_and_count(&collect(&webm, 1, None).unwrap()),
+                (vec![(40, 30)], 20)
+            );
+            assert_eq!(collect(&webm, 4, None).unwrap().len(), 5);
+        } else {
+            println!("webm part skipped: this ffmpeg cannot encode VP9");
+        }
+    }
+
+    /// Odd sizes with a lossless RGB codec: no row padding, exact pixels.
+    #[test]
+    fn odd_size_lossless_pixels() {
+        let Some(ff) = ffmpeg_or_skip() else { return };
+        let t = tempfile::tempdir().unwrap();
+        let mkv = t.path().join("clip.mkv");
+        make(
+            &ff,
+            &[
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=33x17:rate=5",
+                "-t",
+                "1",
+                "-c:v",
+                "ffv1",
+                "-pix_fmt",
+                "bgr0",
+            ],
+            &mkv,
+        );
+        let png = t.path().join("first.png");
+        make(
+            &ff,
+            &[
+                "-i",
+                mkv.to_str().unwrap(),
+                "-frames:v",
+                "1",
+                "-pix_fmt",
+                "rgb24",
+            ],
+            &png,
+        );
+        let frames = collect(&mkv, 1, None).unwrap();
+        assert_eq!(sizes_and_count(&frames), (vec![(33, 17)], 5));
+        let want = image::open(&png).unwrap().to_rgb8();
+        assert_eq!(frames[0].as_rgb8().unwrap(), &want);
+    }
+
+    /// Rotation metadata is ignored: frames come out at the stored size, which the probe reports.
+    #[test]
+    fn rotated_clip_keeps_stored_size() {
+        let Some(ff) = ffmpeg_or_skip() else { return };
+        let t = tempfile::tempdir().unwrap();
+        let src = mp4_clip(&ff, t.path());
+        let rotated = t.path().join("rotated.mp4");
+        make(
+            &ff,
+            &[
+                "-i",
+                src.to_str().unwrap(),
+                "-c",
+                "copy",
+                "-metadata:s:v:0",
+                "rotate=90",
+            ],
+            &rotated,
+        );
+        let frames = collect(&rotated, 1, None).unwrap();
+        assert_eq!(sizes_and_count(&frames), (vec![(64, 48)], 30));
+        // Same stream copied: the same pixels, not turned (a turned 48x64 frame has as many bytes).
+        let plain = collect(&src, 1, None).unwrap();
+        assert!(frames
+            .iter()
+            .zip(&plain)
+            .all(|(a, b)| a.as_bytes() == b.as_bytes()));
+    }
+
+    /// The spelling for ffmpeg before 5.1 (`-vsync vfr`) selects the same frames, where this ffmpeg
+    /// still accepts it.
+    #[test]
+    fn vsync_spelling() {
+        let Some(ff) = ffmpeg_or_skip() else { return };
+        let t = tempfile::tempdir().unwrap();
+        let clip = mp4_clip(&ff, t.path());
+        let mut n = 0;
+        match run_decoder(
+            &ff,
+            &clip,
+            &Select::Every(3),
+            FpsModeFlag::Vsync,
+            64,
+            48,
+            64 * 48 * 3,
+            &mut |_| {
+                n += 1;
+                Ok(())
+            },
+        ) {
+            Ok(()) => assert_eq!(n, 10),
+            Err(Failure::UnknownOption) => println!("this ffmpeg no longer knows -vsync"),
+            Err(Failure::Reject(r)) => panic!("{r}"),
+        }
+    }
+
+    #[test]
+    fn emit_error_stops_the_decode() {
+        let Some(ff) = ffmpeg_or_skip() else { return };
+        let t = tempfile::tempdir().unwrap();
+        let clip = mp4_clip(&ff, t.path());
+        let mut calls = 0;
+        let r = decode(&clip, &DecodeOptions::default(), &mut |_| {
+            calls += 1;
+            if calls == 3 {
+                Err(Reject::new("enough"))
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(r, Err(Reject::new("enough")));
+        assert_eq!(calls, 3);
+    }
+
+    #[test]
+    fn bad_files_are_rejects() {
+        let Some(ff) = ffmpeg_or_skip() else { return };
+        let t = tempfile::tempdir().unwrap();
+        let opts = DecodeOptions::default();
+        let mut never = |_: DynamicImage| -> Result<(), Reject> { panic!("no frame expected") };
+
+        let empty = t.path().join("empty.mp4");
+        std::fs::write(&empty, b"").unwrap();
+        let r = decode(&empty, &opts, &mut never).unwrap_err();
+        assert!(r.0.contains("empty"), "{r}");
+
+        let text = t.path().join("notes.mp4");
+        std::fs::write(
+            &text,
+            "these are not the frames you are looking for\n".repeat(50),
+        )
+        .unwrap();
+        let r = decode(&text, &opts, &mut never).unwrap_err();
+        println!("text file: {r}");
+        assert!(
+            !r.0.is_empty() && !r.0.contains(text.to_str().unwrap()),
+            "{r}"
+        );
+
+        let missing = t.path().join("missing.mp4");
+        assert!(decode(&missing, &opts, &mut never).is_err());
+
+        // Audio only: no video stream.
+        let audio = t.path().join("audio.mp4");
+        make(
+            &ff,
+            &[
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=frequency=440:duration=1",
+                "-c:a",
+                "aac",
+            ],
+            &audio,
+        );
+        let r = decode(&audio, &opts, &mut never).unwrap_err();
+        assert!(r.0.contains("no video stream"), "{r}");
+
+        // A clip cut in half: whatever ffmpeg makes of it, no panic; frames only if it succeeds.
+        let clip = mp4_clip(&ff, t.path());
+        let bytes = std::fs::read(&clip).unwrap();
+        let cut = t.path().join("cut.mp4");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let _ = collect(&cut, 1, None);
+
+        // The same checks through the `ffmpeg -i` fallback (no ffprobe).
+        assert_eq!(probe_size(&ff, &clip).unwrap(), (64, 48));
+        let no_probe_dir = t.path().join("bin");
+        std::fs::create_dir(&no_probe_dir).unwrap();
+        let lone = no_probe_dir.join("ffmpeg");
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&ff, &lone).unwrap();
+        #[cfg(unix)]
+        {
+            assert!(ffprobe_next_to(&lone).is_none());
+            assert_eq!(probe_size(&lone, &clip).unwrap(), (64, 48));
+            assert!(probe_size(&lone, &text).is_err());
+            let r = probe_size(&lone, &audio).unwrap_err();
+            assert!(r.0.contains("no video stream"), "{r}");
+        }
+    }
+
+    #[test]
+    fn bad_options_are_rejects() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("x.mp4");
+        std::fs::write(&f, b"x").unwrap();
+        let mut never = |_: DynamicImage| -> Result<(), Reject> { panic!("no frame expected") };
+        let every0 = DecodeOptions {
+            every: 0,
+            ..DecodeOptions::default()
+        };
+        assert!(decode(&f, &every0, &mut never).is_err());
+        for fps in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let o = DecodeOptions {
+                fps: Some(fps),
+                ..DecodeOptions::default()
+            };
+            assert!(decode(&f, &o, &mut never).is_err(), "{fps}");
+        }
+    }
+
+    #[test]
+    fn lookup_messages() {
+        let t = tempfile::tempdir().unwrap();
+        let nowhere = t.path().join("no/such/ffmpeg");
+        let r = find_ffmpeg(Some(nowhere.clone().into()), std::env::var_os("PATH")).unwrap_err();
+        assert!(
+            r.0.contains("PREP_FFMPEG") && r.0.contains(nowhere.to_str().unwrap()),
+            "{r}"
+        );
+        assert!(
+            r.0.contains("apt-get install ffmpeg") && r.0.contains("brew install ffmpeg"),
+            "{r}"
+        );
+
+        let empty_dir = t.path().to_path_buf();
+        let r = find_ffmpeg(None, Some(empty_dir.clone().into())).unwrap_err();
+        assert!(r.0.contains("ffmpeg was not found on PATH"), "{r}");
+        assert!(
+            r.0.contains("apt-get install ffmpeg") && r.0.contains("PREP_FFMPEG="),
+            "{r}"
+        );
+        assert!(find_ffmpeg(None, None).is_err());
+        // An empty PREP_FFMPEG counts as unset.
+        assert!(find_ffmpeg(Some("".into()), Some(empty_dir.into()))
+            .unwrap_err()
+            .0
+            .contains("not found on PATH"));
+
+        // A file that is there but not executable is not an ffmpeg.
+        #[cfg(unix)]
+        {
+            let dir = t.path().join("bin");
+            std::fs::create_dir(&dir).unwrap();
+            let fake = dir.join("ffmpeg");
+            std::fs::write(&fake, b"#!/bin/sh\n").unwrap();
+            assert!(find_ffmpeg(None, Some(dir.clone().into())).is_err());
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+            assert_eq!(find_ffmpeg(None, Some(dir.clone().into())).unwrap(), fake);
+            assert_eq!(find_ffmpeg(Some(fake.clone().into()), None).unwrap(), fake);
+            // A bare name is looked up on PATH.
+            assert_eq!(
+                find_ffmpeg(Some("ffmpeg".into()), Some(dir.into())).unwrap(),
+                fake
+            );
+        }
+    }
+
+    #[test]
+    fn parsers() {
+        assert_eq!(parse_probe_csv("64,48\n"), Some((64, 48)));
+        assert_eq!(parse_probe_csv("\n1920,1080,\n\n-90\n"), Some((1920, 1080)));
+        assert_eq!(parse_probe_csv(""), None);
+        assert_eq!(parse_probe_csv("N/A,N/A"), None);
+
+        let info = "Input #0, mov,mp4,m4a,3gp,3g2,mj2, from 'a.mp4':\n  Duration: 00:00:03.00\n  \
+            Stream #0:0[0x1](und): Video: h264 (High) (avc1 / 0x31637661), yuv420p(progressive), \
+            64x48 [SAR 1:1 DAR 4:3], 8 kb/s, 10 fps, 10 tbr, 10240 tbn (default)\n\
+            At least one output file must be specified\n";
+        assert_eq!(parse_ffmpeg_info(info), Some((64, 48)));
+        let old = "    Stream #0:1(eng): Audio: aac, 44100 Hz\n    Stream #0:0: Video: mpeg4 (Simple Profile) \
+            (FMP4 / 0x34504D46), yuv420p, 66x38 [SAR 1:1 DAR 33:19], 10 fps\n";
+        assert_eq!(parse_ffmpeg_info(old), Some((66, 38)));
+        assert_eq!(parse_ffmpeg_info("  Stream #0:0: Audio: aac\n"), None);
+
+        assert_eq!(
+            parse_version("ffmpeg version 5.1.9-0+deb12u1 Copyright (c) 2000-2026"),
+            Some((5, 1))
+        );
+        assert_eq!(
+            parse_version("ffmpeg version n4.4.2 Copyright"),
+            Some((4, 4))
+        );
+        assert_eq!(parse_version("ffmpeg version 7.0 Copyright"), Some((7, 0)));
+        assert_eq!(
+            parse_version("ffmpeg version N-112345-gabc Copyright"),
+            None
+        );
+
+        assert!(check_size(1, 1).is_ok());
+        assert!(check_size(16384, 16384).is_ok());
+        assert!(check_size(0, 48).is_err());
+        assert!(check_size(64, 16385).is_err());
+
+        let p = Path::new("/tmp/x/a.mp4");
+        assert_eq!(
+            clean_stderr(
+                "  /tmp/x/a.mp4: Invalid data found when processing input\n",
+                p
+            ),
+            "Invalid data found when processing input"
+        );
+        assert_eq!(
+            clean_stderr("[mov,mp4,m4a,3gp,3g2,mj2 @ 0x558374187800] moov atom not found\n/tmp/x/a.mp4: Invalid data found when processing input\n", p),
+            "mov,mp4,m4a,3gp,3g2,mj2: moov atom not found; Invalid data found when processing input"
+        );
+        let long = "x".repeat(1000) + "END";
+        let c = clean_stderr(&long, p);
+        assert!(c.ends_with("END") && c.chars().count() <= STDERR_QUOTE_CHARS + 3);
+
+        assert_eq!(Select::Every(1).filter(64, 48), "scale=64:48");
+        assert_eq!(
+            Select::Every(3).filter(64, 48),
+            "select=not(mod(n\\,3)),scale=64:48"
+        );
+        assert_eq!(Select::Fps(2.0).filter(64, 48), "fps=2,scale=64:48");
+        assert_eq!(Select::Fps(29.97).filter(64, 48), "fps=29.97,scale=64:48");
+    }
+}
