@@ -130,6 +130,21 @@ impl Block {
         // The footer parser bounded this product by MAX_BLOCK_RAW.
         let raw_len = n * (sample_bytes + LABEL_BYTES);
         let data = if codec == super::format::CODEC_ZSTD {
+            // Trust no size before the frame's own header agrees with the index: a few hostile
+            // bytes must not make the reader allocate up to the cap.
+            match zstd::zstd_safe::get_frame_content_size(stored) {
+                Ok(Some(c)) if c == raw_len as u64 => {}
+                Ok(Some(c)) => {
+                    return Err(bad(format!(
+                        "zstd frame declares {c} bytes, the index says {raw_len}"
+                    )))
+                }
+                _ => {
+                    return Err(bad(
+                        "zstd frame header is damaged or does not declare its size".into(),
+                    ))
+                }
+            }
             let d = zstd::bulk::decompress(stored, raw_len)
                 .map_err(|e| bad(format!("zstd frame does not decode: {e}")))?;
             if d.len() != raw_len {

@@ -19,7 +19,7 @@ pub const MAX_BLOCKS: u32 = 1 << 20;
 pub const MAX_CLASSES: u32 = 1 << 16;
 pub const MAX_CHANNELS: u32 = 1 << 12;
 /// Largest decoded block (pixels and labels).
-pub const MAX_BLOCK_RAW: u64 = 1 << 31;
+pub const MAX_BLOCK_RAW: u64 = 1 << 30;
 /// Label bytes per sample (u32, little-endian).
 pub const LABEL_BYTES: usize = 4;
 
@@ -107,7 +107,7 @@ impl Header {
         }
         let spec = SampleSpec { shape, dtype };
         if spec.bytes() as u64 > MAX_SAMPLE_BYTES {
-            return Err(bad("sample is larger than 1 GiB".into()));
+            return Err(bad("sample is larger than 512 MiB".into()));
         }
         let num_samples = u64_at(b, 32);
         let num_blocks = u32_at(b, 40);

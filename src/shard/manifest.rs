@@ -217,7 +217,11 @@ impl Manifest {
 
     /// Raw (decoded) bytes of all pixels in the dataset.
     pub fn raw_bytes(&self) -> u64 {
-        self.splits.values().map(|s| s.samples).sum::<u64>() * self.sample.bytes() as u64
+        let samples = self
+            .splits
+            .values()
+            .fold(0u64, |a, s| a.saturating_add(s.samples));
+        samples.saturating_mul(self.sample.bytes() as u64)
     }
 }
 

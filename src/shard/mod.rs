@@ -68,8 +68,9 @@ impl fmt::Display for Dtype {
 
 /// Largest number of dimensions of one sample: C x H x W, or C x D x H x W for volumes.
 pub const MAX_DIMS: usize = 4;
-/// Largest sample: 1 GiB. Bounds every allocation a reader makes from a header.
-pub const MAX_SAMPLE_BYTES: u64 = 1 << 30;
+/// Largest sample: 512 MiB (so that a block of one sample stays under the 1 GiB block cap).
+/// Bounds every allocation a reader makes from a header.
+pub const MAX_SAMPLE_BYTES: u64 = 1 << 29;
 
 /// Shape of one sample, channels first (`C x H x W` or `C x D x H x W`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,10 +98,10 @@ impl Shape {
             )));
         }
         let s = Shape(dims);
-        // u16 samples take two bytes a value: 2^29 values is the most any dtype can hold in 1 GiB.
+        // u16 samples take two bytes a value: 2^28 values is the most any dtype can hold.
         s.checked_elems()
             .filter(|&e| e <= MAX_SAMPLE_BYTES / 2)
-            .ok_or_else(|| Error::Invalid(format!("sample shape {s} has more than 2^29 values")))?;
+            .ok_or_else(|| Error::Invalid(format!("sample shape {s} has more than 2^28 values")))?;
         Ok(s)
     }
     pub fn channels(&self) -> usize {

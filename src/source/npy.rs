@@ -40,9 +40,11 @@ pub fn read_images(path: &Path) -> Result<NpyImages, Reject> {
         [n, h, w] => (n, 1, h, w, true),
         [n, a, b, c] if matches!(c, 1 | 3 | 4) => (n, c, a, b, false),
         [n, c, h, w] if matches!(c, 1 | 3 | 4) => (n, c, h, w, true),
-        _ => return Err(Reject::new(format!(
+        _ => {
+            return Err(Reject::new(format!(
             "image array shape {shape:?} is not (N,H,W), (N,H,W,C) or (N,C,H,W) with C in 1,3,4"
-        ))),
+        )))
+        }
     };
     let elems = [n, c, h, w]
         .iter()

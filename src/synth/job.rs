@@ -75,7 +75,7 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
         .max(1);
     if bs as u64 * (spec.bytes() as u64 + 4) > crate::shard::format::MAX_BLOCK_RAW {
         return Err(Error::Invalid(format!(
-            "--block-samples {bs}: a block of {} samples would exceed 2 GiB",
+            "--block-samples {bs}: a block of {} samples would exceed 1 GiB",
             spec.shape
         )));
     }
