@@ -4,6 +4,7 @@
 mod colmajor;
 mod convert;
 mod corruption;
+mod fashion;
 mod fixtures;
 mod inspect;
 mod scans;
