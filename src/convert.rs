@@ -569,24 +569,37 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<(Vec<u8>, Vec<
 fn target(o: &ConvertOptions, p: &Plan) -> Result<Target> {
     let native = match p.native {
         Some(n) => Some(n),
-        None => p.splits.values().flatten().take(32).find_map(|u| match u {
-            Unit::File {
-                path,
-                kind: Some(k),
-                ..
-            } => {
-                let mut first = None;
-                let _ = k.decode(path, &o.decode, &mut |img| {
-                    first = Some(img);
-                    Err(Reject::new("probe done"))
-                });
-                first.map(|img| {
-                    let (c, dt) = native(&img);
-                    (c, (img.height(), img.width()), dt)
-                })
-            }
-            _ => None,
-        }),
+        // Probe train files first: the default shape must not depend on how the split fell.
+        None => p
+            .splits
+            .get("train")
+            .into_iter()
+            .chain(
+                p.splits
+                    .iter()
+                    .filter(|(k, _)| *k != "train")
+                    .map(|(_, v)| v),
+            )
+            .flatten()
+            .take(32)
+            .find_map(|u| match u {
+                Unit::File {
+                    path,
+                    kind: Some(k),
+                    ..
+                } => {
+                    let mut first = None;
+                    let _ = k.decode(path, &o.decode, &mut |img| {
+                        first = Some(img);
+                        Err(Reject::new("probe done"))
+                    });
+                    first.map(|img| {
+                        let (c, dt) = native(&img);
+                        (c, (img.height(), img.width()), dt)
+                    })
+                }
+                _ => None,
+            }),
     };
     let (c, (h, w), _) = native.unwrap_or((3, (32, 32), Dtype::U8));
     let (h, w) = o.size.unwrap_or((h, w));

@@ -247,7 +247,7 @@ fn decode_object(
 /// The DICOM linear window (PS3.3 C.11.2.1.2.1) as the (low, high) that `window_to_u16` maps onto
 /// 0 and 65535; `None` for a width below 1 (not a valid window).
 fn dicom_window(center: f64, width: f64) -> Option<(f64, f64)> {
-    if !(width >= 1.0) || !center.is_finite() || !width.is_finite() {
+    if !center.is_finite() || !width.is_finite() || width < 1.0 {
         return None;
     }
     let half = (width - 1.0) / 2.0;
@@ -770,6 +770,32 @@ pub(crate) mod tests {
     /// A DICOM file (with preamble) built with dicom-object's in-memory API. `pixels` are the
     /// stored samples in order; for 8 bits they are truncated to bytes.
     pub(crate) fn dicom_bytes(s: &Spec, pixels: &[i32]) -> Vec<u8> {
+        let pixel = if s.bits == 8 {
+            DataElement::new(
+                tags::PIXEL_DATA,
+                VR::OB,
+                PrimitiveValue::from(pixels.iter().map(|&v| v as u8).collect::<Vec<u8>>()),
+            )
+        } else {
+            DataElement::new(
+                tags::PIXEL_DATA,
+                VR::OW,
+                PrimitiveValue::U16(pixels.iter().map(|&v| v as u16).collect()),
+            )
+        };
+        dicom_with(s, pixel)
+    }
+
+    /// An encapsulated file: one fragment per frame, empty basic offset table.
+    fn dicom_fragments(s: &Spec, frags: Vec<Vec<u8>>) -> Vec<u8> {
+        let seq = PixelFragmentSequence::new_fragments(frags);
+        dicom_with(
+            s,
+            DataElement::new(tags::PIXEL_DATA, VR::OB, Value::PixelSequence(seq)),
+        )
+    }
+
+    fn dicom_with(s: &Spec, pixel: dicom_object::mem::InMemElement) -> Vec<u8> {
         let mut obj = InMemDicomObject::new_empty();
         let us = |t, v: u16| DataElement::new(t, VR::US, PrimitiveValue::from(v));
         obj.put(DataElement::new(
@@ -830,19 +856,6 @@ pub(crate) mod tests {
                 PrimitiveValue::from(w),
             ));
         }
-        let pixel = if s.bits == 8 {
-            DataElement::new(
-                tags::PIXEL_DATA,
-                VR::OB,
-                PrimitiveValue::from(pixels.iter().map(|&v| v as u8).collect::<Vec<u8>>()),
-            )
-        } else {
-            DataElement::new(
-                tags::PIXEL_DATA,
-                VR::OW,
-                PrimitiveValue::U16(pixels.iter().map(|&v| v as u16).collect()),
-            )
-        };
         obj.put(pixel);
         let file = obj
             .with_meta(FileMetaTableBuilder::new().transfer_syntax(s.ts))
@@ -1118,6 +1131,118 @@ pub(crate) mod tests {
         assert!(e.0.starts_with("truncated DICOM"), "{e}");
         let e = decode_all(&bytes[..bytes.len() - 8], &DecodeOptions::default()).unwrap_err();
         assert!(e.0.starts_with("truncated DICOM"), "{e}");
+    }
+
+    #[test]
+    fn rle_and_jpeg_encapsulated_frames() {
+        // RLE Lossless, 8-bit grey, two frames: one PackBits literal run per frame.
+        let frame = |k: u8| -> Vec<u8> {
+            let mut f = vec![0u8; 64];
+            f[0] = 1; // one segment
+            f[4] = 64; // at offset 64
+            f.push(11); // 12 literal bytes follow
+            f.extend((0..12u8).map(|v| v * 20 + k));
+            f.push(0); // even length
+            f
+        };
+        let spec = Spec {
+            bits: 8,
+            frames: 2,
+            ts: uids::RLE_LOSSLESS,
+            ..Spec::default()
+        };
+        let bytes = dicom_fragments(&spec, vec![frame(0), frame(5)]);
+        let o = DecodeOptions {
+            window: Some((0.0, 255.0)),
+            ..DecodeOptions::default()
+        };
+        let imgs = decode_all(&bytes, &o).unwrap();
+        assert_eq!(imgs.len(), 2);
+        for (k, img) in imgs.iter().enumerate() {
+            let img = luma(img);
+            assert_eq!(img.dimensions(), (4, 3));
+            for (i, p) in img.pixels().enumerate() {
+                assert_eq!(
+                    p[0],
+                    (i as u16 * 20 + 5 * k as u16) * 257,
+                    "frame {k} pixel {i}"
+                );
+            }
+        }
+
+        // JPEG baseline, grey and colour (YBR_FULL_422 in the file, RGB out of the codec).
+        use image::codecs::jpeg::JpegEncoder;
+        use image::ExtendedColorType;
+        let (w, h) = (16u32, 8u32);
+        let grey: Vec<u8> = (0..w * h)
+            .map(|i| if i % w < 8 { 40 } else { 200 })
+            .collect();
+        let mut jpg = Vec::new();
+        JpegEncoder::new_with_quality(&mut jpg, 95)
+            .encode(&grey, w, h, ExtendedColorType::L8)
+            .unwrap();
+        if jpg.len() % 2 == 1 {
+            jpg.push(0);
+        }
+        let spec = Spec {
+            bits: 8,
+            rows: h as u16,
+            cols: w as u16,
+            ts: uids::JPEG_BASELINE8_BIT,
+            ..Spec::default()
+        };
+        let imgs = decode_all(&dicom_fragments(&spec, vec![jpg]), &o).unwrap();
+        let img = luma(&imgs[0]);
+        assert_eq!(img.dimensions(), (w, h));
+        assert!((img.get_pixel(2, 3)[0] as i32 - 40 * 257).abs() < 6 * 257);
+        assert!((img.get_pixel(13, 3)[0] as i32 - 200 * 257).abs() < 6 * 257);
+
+        let rgb: Vec<u8> = (0..w * h)
+            .flat_map(|i| {
+                if i % w < 8 {
+                    [200, 30, 30]
+                } else {
+                    [20, 60, 220]
+                }
+            })
+            .collect();
+        let mut jpg = Vec::new();
+        JpegEncoder::new_with_quality(&mut jpg, 95)
+            .encode(&rgb, w, h, ExtendedColorType::Rgb8)
+            .unwrap();
+        if jpg.len() % 2 == 1 {
+            jpg.push(0);
+        }
+        let spec = Spec {
+            spp: 3,
+            pi: "YBR_FULL_422",
+            ..spec
+        };
+        let imgs = decode_all(
+            &dicom_fragments(&spec, vec![jpg]),
+            &DecodeOptions::default(),
+        )
+        .unwrap();
+        match &imgs[0] {
+            DynamicImage::ImageRgb8(b) => {
+                let near = |p: [u8; 3], q: [u8; 3]| {
+                    p.iter()
+                        .zip(q)
+                        .all(|(&a, b)| (a as i32 - b as i32).abs() < 12)
+                };
+                assert!(
+                    near(b.get_pixel(2, 3).0, [200, 30, 30]),
+                    "{:?}",
+                    b.get_pixel(2, 3)
+                );
+                assert!(
+                    near(b.get_pixel(13, 3).0, [20, 60, 220]),
+                    "{:?}",
+                    b.get_pixel(13, 3)
+                );
+            }
+            other => panic!("expected Rgb8, got {:?}", other.color()),
+        }
     }
 
     #[test]

@@ -169,7 +169,7 @@ fn parse_header(hdr: &[u8; 348]) -> Result<Layout, Reject> {
         )));
     }
     let mut all = [1usize; 7];
-    for i in 0..rank {
+    for (i, slot) in all.iter_mut().enumerate().take(rank) {
         let d = h.dim[i + 1] as i16;
         if d <= 0 {
             return Err(Reject::new(format!(
@@ -177,7 +177,7 @@ fn parse_header(hdr: &[u8; 348]) -> Result<Layout, Reject> {
                 i + 1
             )));
         }
-        all[i] = d as usize;
+        *slot = d as usize;
     }
     let total: u64 = all.iter().map(|&d| d as u64).product();
     if total > MAX_VOXELS {
@@ -204,7 +204,7 @@ fn parse_header(hdr: &[u8; 348]) -> Result<Layout, Reject> {
         }
     }
     let vo = h.vox_offset;
-    if !vo.is_finite() || vo < 348.0 || vo > 1e12 {
+    if !(348.0..=1e12).contains(&vo) {
         return Err(Reject::new(format!(
             "invalid NIfTI header: vox_offset = {vo}"
         )));
@@ -513,10 +513,9 @@ pub(crate) mod tests {
         e.finish().unwrap()
     }
 
-    fn run(
-        path: &Path,
-        opts: &DecodeOptions,
-    ) -> Result<Vec<image::ImageBuffer<Luma<u16>, Vec<u16>>>, Reject> {
+    type Gray16 = ImageBuffer<Luma<u16>, Vec<u16>>;
+
+    fn run(path: &Path, opts: &DecodeOptions) -> Result<Vec<Gray16>, Reject> {
         let mut out = Vec::new();
         decode(path, opts, &mut |img: DynamicImage| {
             match img {

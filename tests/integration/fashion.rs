@@ -12,14 +12,19 @@ fn available() -> bool {
     if Path::new(DIR).join("train-images-idx3-ubyte.gz").is_file() {
         return true;
     }
-    assert!(std::env::var("PREP_REQUIRE_FASHION_MNIST").is_err(), "{DIR} is missing: apt-get install dataset-fashion-mnist");
+    assert!(
+        std::env::var("PREP_REQUIRE_FASHION_MNIST").is_err(),
+        "{DIR} is missing: apt-get install dataset-fashion-mnist"
+    );
     eprintln!("skipped: {DIR} not installed");
     false
 }
 
 fn gunzip(name: &str) -> Vec<u8> {
     let mut v = Vec::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(Path::new(DIR).join(name)).unwrap()).read_to_end(&mut v).unwrap();
+    flate2::read::GzDecoder::new(std::fs::File::open(Path::new(DIR).join(name)).unwrap())
+        .read_to_end(&mut v)
+        .unwrap();
     v
 }
 
@@ -30,7 +35,10 @@ fn fashion_mnist_is_pixel_exact_in_shards_and_colmajor() {
     }
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("fm");
-    run(&["convert", DIR, "--out", out.to_str().unwrap(), "--quiet"], 0);
+    run(
+        &["convert", DIR, "--out", out.to_str().unwrap(), "--quiet"],
+        0,
+    );
     let ds = Dataset::open(&out).unwrap();
     let m = &ds.manifest;
     assert_eq!(m.splits["train"].samples, 60_000);
@@ -46,8 +54,14 @@ fn fashion_mnist_is_pixel_exact_in_shards_and_colmajor() {
             let r = ds.open_shard(info).unwrap();
             for b in 0..r.num_blocks() {
                 let block = r.read_block(b).unwrap();
-                assert_eq!(block.pixels(), &px[i * 784..(i + block.len()) * 784], "{split} block {b}");
-                assert!(block.labels().eq(lb[i..i + block.len()].iter().map(|&l| l as u32)));
+                assert_eq!(
+                    block.pixels(),
+                    &px[i * 784..(i + block.len()) * 784],
+                    "{split} block {b}"
+                );
+                assert!(block
+                    .labels()
+                    .eq(lb[i..i + block.len()].iter().map(|&l| l as u32)));
                 i += block.len();
             }
         }
@@ -55,7 +69,18 @@ fn fashion_mnist_is_pixel_exact_in_shards_and_colmajor() {
     }
 
     let cm = t.path().join("fmc");
-    run(&["convert", DIR, "--out", cm.to_str().unwrap(), "--format", "colmajor", "--quiet"], 0);
+    run(
+        &[
+            "convert",
+            DIR,
+            "--out",
+            cm.to_str().unwrap(),
+            "--format",
+            "colmajor",
+            "--quiet",
+        ],
+        0,
+    );
     let images = std::fs::read(cm.join("images_train.bin")).unwrap();
     let labels = std::fs::read(cm.join("labels_train.bin")).unwrap();
     let px = gunzip("train-images-idx3-ubyte.gz");
@@ -66,10 +91,17 @@ fn fashion_mnist_is_pixel_exact_in_shards_and_colmajor() {
         for i in 0..n {
             let o = (f * n + i) * 4;
             let v = f32::from_le_bytes(images[o..o + 4].try_into().unwrap());
-            assert_eq!(v, px[16 + i * 784 + f] as f32 / 255.0, "sample {i} feature {f}");
+            assert_eq!(
+                v,
+                px[16 + i * 784 + f] as f32 / 255.0,
+                "sample {i} feature {f}"
+            );
         }
     }
     for i in 0..n {
-        assert_eq!(i32::from_le_bytes(labels[i * 4..i * 4 + 4].try_into().unwrap()), lb[8 + i] as i32);
+        assert_eq!(
+            i32::from_le_bytes(labels[i * 4..i * 4 + 4].try_into().unwrap()),
+            lb[8 + i] as i32
+        );
     }
 }
