@@ -6,6 +6,7 @@ pub mod convert;
 pub mod error;
 pub mod inspect;
 pub mod mem;
+pub mod nn;
 pub mod pipeline;
 pub mod plan;
 pub mod progress;

@@ -1,0 +1,277 @@
+//! Finite-difference checks of every backward operation and of the whole model, written once for
+//! any `Backend` (the CPU reference runs them in `cargo test`; the CUDA backend runs the same).
+
+use super::{Backend, Model, ModelConfig, RawBatch};
+
+struct Rng(u64);
+impl Rng {
+    fn f(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f()).collect()
+    }
+    fn idx(&mut self, n: usize) -> usize {
+        ((self.f() + 1.0) * 0.5 * n as f32) as usize % n
+    }
+}
+
+const EPS: f32 = 1e-2;
+
+/// Compare analytic gradient `g` of `loss(x)` against central differences at sampled indices.
+fn compare(what: &str, x: &[f32], g: &[f32], mut loss: impl FnMut(&[f32]) -> f64, rng: &mut Rng) {
+    let mut worst = 0.0f64;
+    for _ in 0..24 {
+        let i = rng.idx(x.len());
+        let mut xp = x.to_vec();
+        xp[i] += EPS;
+        let lp = loss(&xp);
+        xp[i] -= 2.0 * EPS;
+        let lm = loss(&xp);
+        let num = (lp - lm) / (2.0 * EPS as f64);
+        let err = (num - g[i] as f64).abs() / (1.0f64).max(num.abs());
+        worst = worst.max(err);
+        assert!(
+            err < 2e-2,
+            "{what}: index {i}: analytic {} vs numeric {num}",
+            g[i]
+        );
+    }
+    eprintln!("gradcheck {what}: worst relative error {worst:.2e}");
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum()
+}
+
+/// Every backward op of `be` against finite differences.
+pub fn check_ops<B: Backend>(be: &mut B) {
+    let mut rng = Rng(7);
+    let (n, cin, cout, h, w) = (3, 2, 4, 6, 5);
+
+    // conv3x3: d/dx and d/dw of <conv(x, w), r>
+    let x = rng.vec(n * cin * h * w);
+    let wt = rng.vec(cout * cin * 9);
+    let r = rng.vec(n * cout * h * w);
+    let (xb, wb, rb) = (be.upload(&x), be.upload(&wt), be.upload(&r));
+    let (mut dx, mut dw) = (be.zeros(0), be.zeros(0));
+    be.conv3x3_backward(&xb, &wb, &rb, Some(&mut dx), &mut dw, n, cin, cout, h, w);
+    let (dx, dw) = (be.download(&dx), be.download(&dw));
+    let conv = |be: &mut B, x: &[f32], wt: &[f32]| {
+        let (xb, wb) = (be.upload(x), be.upload(wt));
+        let mut y = be.zeros(0);
+        be.conv3x3(&xb, &wb, &mut y, n, cin, cout, h, w);
+        dot(&be.download(&y), &r)
+    };
+    compare("conv3x3 dx", &x, &dx, |v| conv(be, v, &wt), &mut rng);
+    compare("conv3x3 dw", &wt, &dw, |v| conv(be, &x, v), &mut rng);
+
+    // batch norm (training mode): dx, dgamma, dbeta of <bn(x), r>
+    let c = 3;
+    let hw = 4;
+    let x = rng.vec(n * c * hw);
+    let gamma: Vec<f32> = rng.vec(c).iter().map(|v| 1.0 + 0.5 * v).collect();
+    let beta = rng.vec(c);
+    let r = rng.vec(n * c * hw);
+    let bn = |be: &mut B, x: &[f32], g: &[f32], b: &[f32], grads: bool| -> (f64, Vec<Vec<f32>>) {
+        let (xb, gb, bb, rb) = (be.upload(x), be.upload(g), be.upload(b), be.upload(&r));
+        let (mut y, mut m, mut is) = (be.zeros(0), be.zeros(0), be.zeros(0));
+        let (mut rm, mut rv) = (be.zeros(c), be.upload(&vec![1.0; c]));
+        be.bn_train(
+            &xb, &gb, &bb, &mut y, &mut m, &mut is, &mut rm, &mut rv, n, c, hw,
+        );
+        let l = dot(&be.download(&y), &r);
+        if !grads {
+            return (l, vec![]);
+        }
+        let (mut dx, mut dg, mut db) = (be.zeros(0), be.zeros(0), be.zeros(0));
+        be.bn_backward(&xb, &rb, &gb, &m, &is, &mut dx, &mut dg, &mut db, n, c, hw);
+        (
+            l,
+            vec![be.download(&dx), be.download(&dg), be.download(&db)],
+        )
+    };
+    let (_, gr) = bn(be, &x, &gamma, &beta, true);
+    compare(
+        "batchnorm dx",
+        &x,
+        &gr[0],
+        |v| bn(be, v, &gamma, &beta, false).0,
+        &mut rng,
+    );
+    compare(
+        "batchnorm dgamma",
+        &gamma,
+        &gr[1],
+        |v| bn(be, &x, v, &beta, false).0,
+        &mut rng,
+    );
+    compare(
+        "batchnorm dbeta",
+        &beta,
+        &gr[2],
+        |v| bn(be, &x, &gamma, v, false).0,
+        &mut rng,
+    );
+
+    // ReLU, away from the kink.
+    let x: Vec<f32> = rng
+        .vec(64)
+        .iter()
+        .map(|v| if v.abs() < 0.1 { 0.5 } else { *v })
+        .collect();
+    let r = rng.vec(64);
+    let mut y = be.upload(&x);
+    be.relu(&mut y);
+    let mut d = be.upload(&r);
+    be.relu_backward(&y, &mut d);
+    let d = be.download(&d);
+    compare(
+        "relu",
+        &x,
+        &d,
+        |v| {
+            let mut y = be.upload(v);
+            be.relu(&mut y);
+            dot(&be.download(&y), &r)
+        },
+        &mut rng,
+    );
+
+    // max pool 2x2, with well separated values so the winner does not change.
+    let (c, h, w) = (2, 4, 6);
+    let mut x: Vec<f32> = (0..n * c * h * w)
+        .map(|i| (i as f32 * 0.37).sin() * 3.0)
+        .collect();
+    for (i, v) in x.iter_mut().enumerate() {
+        *v += i as f32 * 0.05;
+    }
+    let r = rng.vec(n * c * h * w / 4);
+    let (mut y, mut arg, mut dx) = (be.zeros(0), be.zeros(0), be.zeros(0));
+    let xb = be.upload(&x);
+    be.maxpool2(&xb, &mut y, &mut arg, n, c, h, w);
+    let rb = be.upload(&r);
+    be.maxpool2_backward(&rb, &arg, &mut dx, n, c, h, w);
+    let dx = be.download(&dx);
+    compare(
+        "maxpool2",
+        &x,
+        &dx,
+        |v| {
+            let (mut y, mut a) = (be.zeros(0), be.zeros(0));
+            let vb = be.upload(v);
+            be.maxpool2(&vb, &mut y, &mut a, n, c, h, w);
+            dot(&be.download(&y), &r)
+        },
+        &mut rng,
+    );
+
+    // global average pool
+    let x = rng.vec(n * c * 9);
+    let r = rng.vec(n * c);
+    let mut dx = be.zeros(0);
+    let rb = be.upload(&r);
+    be.gap_backward(&rb, &mut dx, n, c, 9);
+    let dx = be.download(&dx);
+    compare(
+        "gap",
+        &x,
+        &dx,
+        |v| {
+            let mut y = be.zeros(0);
+            let vb = be.upload(v);
+            be.gap(&vb, &mut y, n, c, 9);
+            dot(&be.download(&y), &r)
+        },
+        &mut rng,
+    );
+
+    // linear: dx, dw, db
+    let (k, m) = (5, 3);
+    let x = rng.vec(n * k);
+    let wt = rng.vec(m * k);
+    let b = rng.vec(m);
+    let r = rng.vec(n * m);
+    let (mut dx, mut dw, mut db) = (be.zeros(0), be.zeros(0), be.zeros(0));
+    let (xb, wb, rb) = (be.upload(&x), be.upload(&wt), be.upload(&r));
+    be.linear_backward(&xb, &wb, &rb, &mut dx, &mut dw, &mut db, n, k, m);
+    let (dx, dw, db) = (be.download(&dx), be.download(&dw), be.download(&db));
+    let lin = |be: &mut B, x: &[f32], wt: &[f32], b: &[f32]| {
+        let mut y = be.zeros(0);
+        let (xb, wb, bb) = (be.upload(x), be.upload(wt), be.upload(b));
+        be.linear(&xb, &wb, &bb, &mut y, n, k, m);
+        dot(&be.download(&y), &r)
+    };
+    compare("linear dx", &x, &dx, |v| lin(be, v, &wt, &b), &mut rng);
+    compare("linear dw", &wt, &dw, |v| lin(be, &x, v, &b), &mut rng);
+    compare("linear db", &b, &db, |v| lin(be, &x, &wt, v), &mut rng);
+
+    // softmax cross-entropy with label smoothing
+    let k = 5;
+    let z: Vec<f32> = rng.vec(n * k).iter().map(|v| v * 3.0).collect();
+    let labels = [1u32, 4, 0];
+    let mut dz = be.zeros(0);
+    let zb = be.upload(&z);
+    be.softmax_xent(&zb, &labels, 0.1, &mut dz, n, k);
+    let dz = be.download(&dz);
+    compare(
+        "softmax cross-entropy",
+        &z,
+        &dz,
+        |v| {
+            let mut d = be.zeros(0);
+            let vb = be.upload(v);
+            be.softmax_xent(&vb, &labels, 0.1, &mut d, n, k).0 / n as f64
+        },
+        &mut rng,
+    );
+}
+
+/// Whole-model check: d(mean loss)/d(every trainable tensor) against finite differences.
+pub fn check_model<B: Backend>(be: &mut B) {
+    let cfg = ModelConfig::small(2, 8, 8, 3);
+    let n = 4;
+    let mut rng = Rng(11);
+    let px: Vec<u8> = (0..n * 2 * 64)
+        .map(|_| ((rng.f() + 1.0) * 127.0) as u8)
+        .collect();
+    let labels = [0u32, 2, 1, 2];
+    let raw = RawBatch {
+        pixels: &px,
+        u16: false,
+        n,
+        c: 2,
+        h: 8,
+        w: 8,
+    };
+    let init = super::model::init_values(&cfg, 5);
+    let loss_with = |be: &mut B, name: &str, vals: &[f32]| -> f64 {
+        let mut v = init.clone();
+        v.iter_mut().find(|(k, _)| k == name).unwrap().1 = vals.to_vec();
+        let mut m = Model::new(be, cfg.clone(), &v);
+        m.load(be, &raw, &[0.5, 0.5], &[0.25, 0.25], 0, &[]);
+        m.forward(be, n, true);
+        m.loss(be, &labels, 0.1).0 / n as f64
+    };
+    let mut m = Model::new(be, cfg.clone(), &init);
+    m.load(be, &raw, &[0.5, 0.5], &[0.25, 0.25], 0, &[]);
+    m.forward(be, n, true);
+    m.loss(be, &labels, 0.1);
+    m.backward(be, n);
+    let names = m.params.names.clone();
+    for (i, name) in names.iter().enumerate() {
+        let g = be.download(&m.params.g[i]);
+        let w = init.iter().find(|(k, _)| k == name).unwrap().1.clone();
+        compare(
+            &format!("model {name}"),
+            &w,
+            &g,
+            |v| loss_with(be, name, v),
+            &mut rng,
+        );
+    }
+}

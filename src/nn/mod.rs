@@ -1,0 +1,214 @@
+//! The model and the small backend trait it runs on. `small` is defined once, here, as a sequence
+//! of backend operations; the CPU backend is the numerical reference and the CUDA backend
+//! implements the same trait.
+
+pub mod cpu;
+#[cfg(test)]
+pub mod gradcheck;
+pub mod model;
+
+pub use model::{Model, ModelConfig, Params};
+
+/// Per-sample augmentation, decided on the host (seeded) and applied where the batch is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Aug {
+    /// Crop offset in the zero-padded image, 0..=2*pad (pad means no shift).
+    pub dy: u8,
+    pub dx: u8,
+    pub flip: bool,
+}
+
+/// A batch of raw pixels as read from shards.
+pub struct RawBatch<'a> {
+    /// `n` samples of `c*h*w` values, u8 or u16 (little-endian pairs).
+    pub pixels: &'a [u8],
+    pub u16: bool,
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+}
+
+/// The operations `small` needs, on buffers of f32 that live wherever the backend computes.
+/// Shapes are NCHW. Every backward op *writes* its input gradient and *writes* (not accumulates)
+/// parameter gradients.
+pub trait Backend {
+    type Buf;
+
+    fn zeros(&mut self, len: usize) -> Self::Buf;
+    fn upload(&mut self, data: &[f32]) -> Self::Buf;
+    fn download(&mut self, b: &Self::Buf) -> Vec<f32>;
+
+    /// Normalise `(pixel/max - mean[c]) / std[c]`, pad by `pad` with zeros (after normalisation:
+    /// the padded border is the mean), crop back to h x w at each sample's offset, flip.
+    fn load_batch(
+        &mut self,
+        raw: &RawBatch,
+        mean: &[f32],
+        std: &[f32],
+        pad: usize,
+        aug: &[Aug],
+        out: &mut Self::Buf,
+    );
+
+    /// 3x3 convolution, stride 1, zero padding 1, no bias. w: [cout, cin, 3, 3].
+    #[allow(clippy::too_many_arguments)]
+    fn conv3x3(
+        &mut self,
+        x: &Self::Buf,
+        w: &Self::Buf,
+        y: &mut Self::Buf,
+        n: usize,
+        cin: usize,
+        cout: usize,
+        h: usize,
+        wd: usize,
+    );
+    #[allow(clippy::too_many_arguments)]
+    fn conv3x3_backward(
+        &mut self,
+        x: &Self::Buf,
+        w: &Self::Buf,
+        dy: &Self::Buf,
+        dx: Option<&mut Self::Buf>,
+        dw: &mut Self::Buf,
+        n: usize,
+        cin: usize,
+        cout: usize,
+        h: usize,
+        wd: usize,
+    );
+
+    /// Training-mode batch norm over (n, hw) per channel; saves mean and 1/std for backward and
+    /// updates the running statistics (running = (1-m) running + m batch; variance unbiased).
+    #[allow(clippy::too_many_arguments)]
+    fn bn_train(
+        &mut self,
+        x: &Self::Buf,
+        gamma: &Self::Buf,
+        beta: &Self::Buf,
+        y: &mut Self::Buf,
+        saved_mean: &mut Self::Buf,
+        saved_invstd: &mut Self::Buf,
+        running_mean: &mut Self::Buf,
+        running_var: &mut Self::Buf,
+        n: usize,
+        c: usize,
+        hw: usize,
+    );
+    #[allow(clippy::too_many_arguments)]
+    fn bn_eval(
+        &mut self,
+        x: &Self::Buf,
+        gamma: &Self::Buf,
+        beta: &Self::Buf,
+        running_mean: &Self::Buf,
+        running_var: &Self::Buf,
+        y: &mut Self::Buf,
+        n: usize,
+        c: usize,
+        hw: usize,
+    );
+    #[allow(clippy::too_many_arguments)]
+    fn bn_backward(
+        &mut self,
+        x: &Self::Buf,
+        dy: &Self::Buf,
+        gamma: &Self::Buf,
+        saved_mean: &Self::Buf,
+        saved_invstd: &Self::Buf,
+        dx: &mut Self::Buf,
+        dgamma: &mut Self::Buf,
+        dbeta: &mut Self::Buf,
+        n: usize,
+        c: usize,
+        hw: usize,
+    );
+
+    /// y = max(x, 0) in place.
+    fn relu(&mut self, x: &mut Self::Buf);
+    /// dy *= (y > 0), in place.
+    fn relu_backward(&mut self, y: &Self::Buf, dy: &mut Self::Buf);
+
+    /// 2x2 max pooling, stride 2 (h and w even); `arg` records which of the 4 won.
+    #[allow(clippy::too_many_arguments)]
+    fn maxpool2(
+        &mut self,
+        x: &Self::Buf,
+        y: &mut Self::Buf,
+        arg: &mut Self::Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+    );
+    #[allow(clippy::too_many_arguments)]
+    fn maxpool2_backward(
+        &mut self,
+        dy: &Self::Buf,
+        arg: &Self::Buf,
+        dx: &mut Self::Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+    );
+
+    /// Global average pool: [n, c, hw] -> [n, c].
+    fn gap(&mut self, x: &Self::Buf, y: &mut Self::Buf, n: usize, c: usize, hw: usize);
+    fn gap_backward(&mut self, dy: &Self::Buf, dx: &mut Self::Buf, n: usize, c: usize, hw: usize);
+
+    /// y = x w^T + b; x: [n, k], w: [m, k], b: [m], y: [n, m].
+    #[allow(clippy::too_many_arguments)]
+    fn linear(
+        &mut self,
+        x: &Self::Buf,
+        w: &Self::Buf,
+        b: &Self::Buf,
+        y: &mut Self::Buf,
+        n: usize,
+        k: usize,
+        m: usize,
+    );
+    #[allow(clippy::too_many_arguments)]
+    fn linear_backward(
+        &mut self,
+        x: &Self::Buf,
+        w: &Self::Buf,
+        dy: &Self::Buf,
+        dx: &mut Self::Buf,
+        dw: &mut Self::Buf,
+        db: &mut Self::Buf,
+        n: usize,
+        k: usize,
+        m: usize,
+    );
+
+    /// Mean softmax cross-entropy with label smoothing over the batch; writes d(loss)/d(logits)
+    /// and returns (sum of per-sample losses, number of correct argmax predictions).
+    fn softmax_xent(
+        &mut self,
+        logits: &Self::Buf,
+        labels: &[u32],
+        smoothing: f32,
+        dlogits: &mut Self::Buf,
+        n: usize,
+        k: usize,
+    ) -> (f64, usize);
+
+    /// Predicted class of each row of [n, k] logits.
+    fn argmax(&mut self, logits: &Self::Buf, n: usize, k: usize) -> Vec<u32>;
+
+    /// SGD with Nesterov momentum (PyTorch's formulation): d = g + wd*w; v = mu*v + d;
+    /// w -= lr * (d + mu*v).
+    #[allow(clippy::too_many_arguments)]
+    fn sgd_step(
+        &mut self,
+        w: &mut Self::Buf,
+        g: &Self::Buf,
+        v: &mut Self::Buf,
+        lr: f32,
+        momentum: f32,
+        wd: f32,
+    );
+}
