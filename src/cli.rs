@@ -27,6 +27,10 @@ pub enum Command {
     Synth(SynthArgs),
     /// Convert real data (IDX, CIFAR, image folders, video, DICOM, NIfTI, TIFF, .npy) into a dataset.
     Convert(ConvertArgs),
+    /// Train the CNN on a dataset (CPU reference backend; CUDA where built).
+    Train(TrainArgs),
+    /// Recompute a run's test accuracy on a dataset.
+    Eval(EvalArgs),
     /// Show what a dataset holds; optionally draw a grid of samples per class.
     Inspect(InspectArgs),
     /// Read and check every block of every shard and the manifest.
@@ -177,6 +181,67 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
     /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// Dataset directory (not needed with --resume).
+    #[arg(required_unless_present = "resume")]
+    pub data: Option<PathBuf>,
+    #[arg(long, default_value_t = 15)]
+    pub epochs: usize,
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub batch: u64,
+    /// Peak learning rate of the one-cycle schedule.
+    #[arg(long, default_value_t = 0.4)]
+    pub lr: f32,
+    #[arg(long, default_value_t = 0.9)]
+    pub momentum: f32,
+    #[arg(long, default_value_t = 5e-4)]
+    pub weight_decay: f32,
+    #[arg(long, default_value_t = 0.1)]
+    pub label_smoothing: f32,
+    /// Seed of the initial weights, the data order and the augmentation.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Train without random crop and flip.
+    #[arg(long)]
+    pub no_augment: bool,
+    /// auto, cpu, or cuda[:N].
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Input pipeline on the GPU: auto, device, stream or managed (the CPU backend streams).
+    #[arg(long, default_value = "auto")]
+    pub memory: String,
+    /// Run folder (default: the next free runs/NNN).
+    #[arg(long, short, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Continue the run in DIR from its last checkpoint.
+    #[arg(long, value_name = "DIR", conflicts_with = "out")]
+    pub resume: Option<PathBuf>,
+    /// Write a checkpoint every N steps as well as after each epoch (0: only after each epoch).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub checkpoint_every: usize,
+    /// Skip damaged blocks (each one logged) instead of stopping.
+    #[arg(long)]
+    pub skip_damaged: bool,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// Run folder (holds config.json and checkpoint.safetensors).
+    pub run: PathBuf,
+    /// Dataset directory.
+    pub data: PathBuf,
+    /// Split to evaluate.
+    #[arg(long, default_value = "test")]
+    pub split: String,
+    /// Print JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }

@@ -13,6 +13,7 @@ pub mod progress;
 pub mod shard;
 pub mod source;
 pub mod synth;
+pub mod train;
 
 pub use error::{Error, Result};
 

@@ -1,9 +1,11 @@
 //! One file per subcommand: check arguments, call the library, print the result.
 
 mod convert;
+mod eval;
 mod inspect;
 mod plan;
 mod synth;
+mod train;
 mod verify;
 
 use crate::cli::{Cli, CodecArg, Command, FormatArg, StoreArgs};
@@ -16,6 +18,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Synth(a) => synth::run(a, quiet),
         Command::Convert(a) => convert::run(a, quiet),
+        Command::Train(a) => train::run(a, quiet),
+        Command::Eval(a) => eval::run(a),
         Command::Inspect(a) => inspect::run(a, quiet),
         Command::Verify(a) => verify::run(a, quiet),
         Command::Plan(a) => plan::run(a),

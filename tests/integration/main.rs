@@ -9,5 +9,6 @@ mod fixtures;
 mod inspect;
 mod scans;
 mod synth;
+mod train;
 mod util;
 mod video;

@@ -1,0 +1,68 @@
+use super::UsageError;
+use crate::cli::TrainArgs;
+use anyhow::Context;
+use prep::mem::human;
+use prep::train::{train, TrainOptions};
+use std::process::ExitCode;
+
+pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    if !["auto", "device", "stream", "managed"].contains(&a.memory.as_str()) {
+        return Err(UsageError(format!(
+            "--memory {}: expected auto, device, stream or managed",
+            a.memory
+        ))
+        .into());
+    }
+    if !(a.lr > 0.0 && a.lr.is_finite())
+        || !(0.0..1.0).contains(&a.momentum)
+        || !(0.0..1.0).contains(&a.label_smoothing)
+        || a.weight_decay < 0.0
+    {
+        return Err(UsageError(
+            "--lr must be > 0, --momentum and --label-smoothing in [0, 1), --weight-decay >= 0"
+                .into(),
+        )
+        .into());
+    }
+    let opts = TrainOptions {
+        data: a.data.clone().unwrap_or_default(),
+        out: a.out.clone(),
+        resume: a.resume.clone(),
+        epochs: a.epochs,
+        batch: a.batch as usize,
+        lr: a.lr,
+        momentum: a.momentum,
+        weight_decay: a.weight_decay,
+        label_smoothing: a.label_smoothing,
+        seed: a.seed,
+        augment: !a.no_augment,
+        checkpoint_every: a.checkpoint_every,
+        device: a.device.clone(),
+        skip_damaged: a.skip_damaged,
+        quiet,
+        stop_after: None,
+    };
+    let what = match (&a.resume, &a.data) {
+        (Some(r), _) => format!("resuming {}", r.display()),
+        (None, Some(d)) => format!("training on {}", d.display()),
+        _ => "training".into(),
+    };
+    let t = train(&opts).context(what)?;
+    if let Some(s) = &t.summary {
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(s)?);
+        } else if !quiet {
+            println!(
+                "{}: test accuracy {:.4} after {} epochs, {:.0} samples/s on {}, {:.1} s, peak RSS {}",
+                t.dir.display(),
+                s.test_accuracy,
+                s.epochs,
+                s.samples_per_sec,
+                s.device,
+                s.seconds,
+                human(s.peak_rss_bytes)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

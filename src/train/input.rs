@@ -1,0 +1,272 @@
+//! The training input pipeline: a seeded permutation of blocks, shuffling within a window of
+//! blocks, blocks decoded ahead on worker threads with a bounded lookahead, batches handed to the
+//! training loop through a bounded channel. Host memory is bounded by the lookahead, not the
+//! dataset; the order is a pure function of (seed, epoch), so a run resumes mid-epoch from a
+//! cursor of (epoch, batches done).
+
+use crate::error::{Error, Result};
+use crate::pipeline::ordered_map;
+use crate::shard::{Block, Dataset, SampleSpec, ShardReader};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+
+/// Blocks shuffled together: samples of this many blocks are mixed before batching.
+pub const WINDOW_BLOCKS: usize = 8;
+
+/// One split of a dataset, open for reading.
+pub struct Source {
+    pub spec: SampleSpec,
+    pub classes: usize,
+    readers: Vec<ShardReader>,
+    /// (reader, block, samples) of every block, in file order.
+    blocks: Vec<(usize, usize, usize)>,
+    pub samples: usize,
+}
+
+impl Source {
+    pub fn open(ds: &Dataset, split: &str) -> Result<Arc<Self>> {
+        let info = ds.manifest.splits.get(split).ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: the dataset has no '{split}' split (it has: {})",
+                ds.dir.display(),
+                ds.manifest
+                    .splits
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let mut readers = Vec::new();
+        let mut blocks = Vec::new();
+        for sh in &info.shards {
+            let r = ds.open_shard(sh)?;
+            for b in 0..r.num_blocks() {
+                blocks.push((readers.len(), b, r.entry(b).num_samples as usize));
+            }
+            readers.push(r);
+        }
+        Ok(Arc::new(Source {
+            spec: ds.manifest.sample.clone(),
+            classes: ds.manifest.classes.len(),
+            samples: blocks.iter().map(|b| b.2).sum(),
+            readers,
+            blocks,
+        }))
+    }
+
+    pub fn read(&self, i: usize) -> Result<Block> {
+        let (r, b, _) = self.blocks[i];
+        self.readers[r].read_block(b)
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
+/// splitmix64 over a key: the seed of every random decision in training.
+pub fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn permutation(n: usize, key: u64) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    let mut s = key;
+    for i in (1..n).rev() {
+        s = mix(s);
+        let j = ((s as u128 * (i as u128 + 1)) >> 64) as usize;
+        v.swap(i, j);
+    }
+    v
+}
+
+/// A batch of raw samples.
+pub struct Batch {
+    pub pixels: Vec<u8>,
+    pub labels: Vec<u32>,
+    /// Index of this batch in its epoch.
+    pub index: usize,
+}
+
+/// What to do with a damaged block met while training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDamage {
+    Stop,
+    Skip,
+}
+
+/// Stream the batches of one epoch, from batch `start` on. Training order: blocks permuted by
+/// (seed, epoch), samples shuffled within each window of `WINDOW_BLOCKS` blocks; the last partial
+/// batch is dropped. With `shuffle` false (evaluation), file order and the partial batch is kept.
+pub struct Loader {
+    pub rx: Receiver<Result<Batch>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        // Dropping the receiver makes the producer's next send fail; then wait for it.
+        let (_, dead) = sync_channel(0);
+        let rx = std::mem::replace(&mut self.rx, dead);
+        drop(rx);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn epoch(
+    src: Arc<Source>,
+    batch: usize,
+    seed: u64,
+    epoch: usize,
+    start: usize,
+    shuffle: bool,
+    on_damage: OnDamage,
+    workers: usize,
+    damaged: Arc<std::sync::Mutex<Vec<String>>>,
+) -> Loader {
+    let (tx, rx) = sync_channel::<Result<Batch>>(2);
+    let handle = std::thread::spawn(move || {
+        let nb = src.num_blocks();
+        let order = if shuffle {
+            permutation(nb, mix(seed ^ mix(epoch as u64 + 1)))
+        } else {
+            (0..nb).collect()
+        };
+        let sb = src.spec.bytes();
+        // Skip whole windows before the resume point without decoding them.
+        let mut skip = start * batch;
+        let mut w0 = 0;
+        while w0 * WINDOW_BLOCKS < nb {
+            let wsize: usize = order[w0 * WINDOW_BLOCKS..((w0 + 1) * WINDOW_BLOCKS).min(nb)]
+                .iter()
+                .map(|&b| src.blocks[b].2)
+                .sum();
+            if !shuffle || skip < wsize {
+                break;
+            }
+            skip -= wsize;
+            w0 += 1;
+        }
+        if !shuffle {
+            w0 = 0;
+        }
+        let first_block = w0 * WINDOW_BLOCKS;
+        let todo = &order[first_block..];
+        let mut index = start;
+        let mut pixels = Vec::with_capacity(batch * sb);
+        let mut labels = Vec::with_capacity(batch);
+        let mut window: Vec<Block> = Vec::new();
+        let mut wi = w0;
+        let emit = |pixels: &mut Vec<u8>, labels: &mut Vec<u32>, index: &mut usize| -> bool {
+            let b = Batch {
+                pixels: std::mem::replace(pixels, Vec::with_capacity(batch * sb)),
+                labels: std::mem::take(labels),
+                index: *index,
+            };
+            *index += 1;
+            tx.send(Ok(b)).is_ok()
+        };
+        let flush_window = |window: &mut Vec<Block>,
+                            wi: usize,
+                            skip: &mut usize,
+                            pixels: &mut Vec<u8>,
+                            labels: &mut Vec<u32>,
+                            index: &mut usize|
+         -> bool {
+            let mut idx: Vec<(usize, usize)> = window
+                .iter()
+                .enumerate()
+                .flat_map(|(b, bl)| (0..bl.len()).map(move |i| (b, i)))
+                .collect();
+            if shuffle {
+                let p = permutation(
+                    idx.len(),
+                    mix(seed ^ mix(epoch as u64 + 1) ^ mix(0xABCD ^ wi as u64)),
+                );
+                idx = p.into_iter().map(|i| idx[i]).collect();
+            }
+            for (b, i) in idx.into_iter().skip(std::mem::take(skip)) {
+                pixels.extend_from_slice(window[b].sample(i));
+                labels.push(window[b].label(i));
+                if labels.len() == batch && !emit(pixels, labels, index) {
+                    return false;
+                }
+            }
+            window.clear();
+            true
+        };
+        let r = ordered_map(
+            todo.len(),
+            workers,
+            2 * workers.max(2),
+            |i| Ok::<_, Error>(src.read(todo[i])),
+            |i, block| {
+                match block {
+                    Ok(b) => window.push(b),
+                    Err(e) if on_damage == OnDamage::Skip => {
+                        eprintln!("warning: skipping damaged block: {e}");
+                        damaged.lock().unwrap().push(e.to_string());
+                    }
+                    Err(e) => return Err(e),
+                }
+                let pos = first_block + i + 1;
+                if pos % WINDOW_BLOCKS == 0 || pos == nb {
+                    if !flush_window(
+                        &mut window,
+                        wi,
+                        &mut skip,
+                        &mut pixels,
+                        &mut labels,
+                        &mut index,
+                    ) {
+                        return Err(Error::Invalid("stopped".into()));
+                    }
+                    wi += 1;
+                }
+                Ok(())
+            },
+        );
+        match r {
+            Err(Error::Invalid(s)) if s == "stopped" => {}
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+            Ok(()) => {
+                if !shuffle && !labels.is_empty() {
+                    emit(&mut pixels, &mut labels, &mut index);
+                }
+            }
+        }
+    });
+    Loader {
+        rx,
+        handle: Some(handle),
+    }
+}
+
+/// Batches per epoch when the partial batch is dropped.
+pub fn batches_per_epoch(samples: usize, batch: usize) -> usize {
+    samples / batch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutations_are_seeded_and_complete() {
+        let a = permutation(1000, 5);
+        let mut s = a.clone();
+        s.sort();
+        assert_eq!(s, (0..1000).collect::<Vec<_>>());
+        assert_eq!(a, permutation(1000, 5));
+        assert_ne!(a, permutation(1000, 6));
+    }
+}

@@ -1,0 +1,557 @@
+//! `prep train` and `prep eval`: the training loop over the input pipeline, SGD with Nesterov
+//! momentum and weight decay, a one-cycle learning rate, on-device augmentation, evaluation every
+//! epoch, checkpoints that resume mid-epoch, and the run's outputs.
+
+pub mod checkpoint;
+pub mod input;
+pub mod plot;
+
+use crate::error::{Error, IoContext, Result};
+use crate::nn::cpu::Cpu;
+use crate::nn::model::init_values;
+use crate::nn::{Aug, Backend, Model, ModelConfig, RawBatch};
+use crate::shard::manifest::write_atomic;
+use crate::shard::{Dataset, Dtype};
+use checkpoint::Cursor;
+use input::{mix, OnDamage, Source};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The recipe. Saved as `config.json` in the run folder; `--resume` continues with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recipe {
+    pub data: PathBuf,
+    pub model: ModelConfig,
+    pub epochs: usize,
+    pub batch: usize,
+    /// Peak learning rate of the one-cycle schedule.
+    pub lr: f32,
+    pub momentum: f32,
+    pub weight_decay: f32,
+    pub label_smoothing: f32,
+    pub seed: u64,
+    /// Padding of the random crop, in pixels (0: no crop).
+    pub crop_pad: usize,
+    pub flip: bool,
+    /// Steps between mid-epoch checkpoints (0: only at the end of each epoch).
+    pub checkpoint_every: usize,
+    pub device: String,
+    pub skip_damaged: bool,
+    /// Per-channel mean and std of the training split, from the manifest.
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+    pub classes: Vec<String>,
+    pub tool: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    pub data: PathBuf,
+    pub out: Option<PathBuf>,
+    pub resume: Option<PathBuf>,
+    pub epochs: usize,
+    pub batch: usize,
+    pub lr: f32,
+    pub momentum: f32,
+    pub weight_decay: f32,
+    pub label_smoothing: f32,
+    pub seed: u64,
+    pub augment: bool,
+    pub checkpoint_every: usize,
+    pub device: String,
+    pub skip_damaged: bool,
+    pub quiet: bool,
+    /// Stop after this many optimiser steps in this process (for tests of resuming).
+    pub stop_after: Option<usize>,
+}
+
+/// One line of `metrics.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EpochMetrics {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub train_accuracy: f64,
+    pub test_loss: f64,
+    pub test_accuracy: f64,
+    pub lr: f32,
+    pub samples_per_sec: f64,
+    pub seconds: f64,
+    pub host_rss_bytes: u64,
+    pub gpu_mem_bytes: u64,
+    pub damaged_blocks_skipped: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    pub test_accuracy: f64,
+    pub test_loss: f64,
+    pub epochs: usize,
+    pub samples_per_sec: f64,
+    pub seconds: f64,
+    pub peak_rss_bytes: u64,
+    pub peak_gpu_mem_bytes: u64,
+    pub device: String,
+    pub confusion: Vec<Vec<u64>>,
+    pub classes: Vec<String>,
+}
+
+/// One-cycle: linear warm-up from lr/25 over the first 25% of steps, then linear decay to 0.
+pub fn one_cycle(step: usize, total: usize, lr: f32) -> f32 {
+    let total = total.max(1) as f32;
+    let warm = (0.25 * total).max(1.0);
+    let s = step as f32;
+    if s < warm {
+        lr * (0.04 + 0.96 * s / warm)
+    } else {
+        lr * (1.0 - (s - warm) / (total - warm).max(1.0)).max(0.0)
+    }
+}
+
+fn next_run_dir() -> Result<PathBuf> {
+    let root = Path::new("runs");
+    std::fs::create_dir_all(root).at(root)?;
+    for i in 1.. {
+        let p = root.join(format!("{i:03}"));
+        if !p.exists() {
+            return Ok(p);
+        }
+    }
+    unreachable!()
+}
+
+/// Per-sample augmentation for sample `i` of batch `b` of `epoch`: a pure function of the seed.
+fn augmentation(r: &Recipe, epoch: usize, b: usize, n: usize) -> Vec<Aug> {
+    (0..n)
+        .map(|i| {
+            let h = mix(r.seed ^ mix((epoch as u64) << 40 ^ (b as u64) << 16 ^ i as u64 ^ 0x5151));
+            let span = 2 * r.crop_pad as u64 + 1;
+            Aug {
+                dy: (h % span) as u8,
+                dx: ((h >> 16) % span) as u8,
+                flip: r.flip && (h >> 32) & 1 == 1,
+            }
+        })
+        .collect()
+}
+
+/// The backend named by `--device`. Only the CPU backend is built so far.
+pub fn pick_device(device: &str, quiet: bool) -> Result<String> {
+    match device {
+        "cpu" => Ok("cpu".into()),
+        "auto" => {
+            if !quiet {
+                eprintln!("device: no CUDA backend in this build of prep; training on the CPU");
+            }
+            Ok("cpu".into())
+        }
+        d if d.starts_with("cuda") => Err(Error::Invalid(format!(
+            "--device {d}: this build of prep has no CUDA backend; use --device cpu"
+        ))),
+        d => Err(Error::Invalid(format!(
+            "--device {d}: expected auto, cpu or cuda[:N]"
+        ))),
+    }
+}
+
+pub struct Trained {
+    pub dir: PathBuf,
+    pub summary: Option<Summary>,
+}
+
+pub fn train(o: &TrainOptions) -> Result<Trained> {
+    let (dir, recipe, resume_state) = match &o.resume {
+        Some(dir) => {
+            let cfg = dir.join("config.json");
+            let recipe: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
+                .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
+            let state = checkpoint::load(&dir.join(checkpoint::FILE))?;
+            (dir.clone(), recipe, Some(state))
+        }
+        None => {
+            let ds = Dataset::open(&o.data)?;
+            let m = &ds.manifest;
+            let dims = &m.sample.shape.0;
+            if dims.len() != 3 {
+                return Err(Error::Invalid(format!(
+                    "model `small` takes CxHxW images; this dataset's samples are {}",
+                    m.sample.shape
+                )));
+            }
+            let (c, h, w) = (dims[0] as usize, dims[1] as usize, dims[2] as usize);
+            if h < 4 || w < 4 {
+                return Err(Error::Invalid(format!(
+                    "model `small` needs images of at least 4x4, got {h}x{w}"
+                )));
+            }
+            let device = pick_device(&o.device, o.quiet)?;
+            let recipe = Recipe {
+                data: o.data.clone(),
+                model: ModelConfig::small(c, h, w, m.classes.len()),
+                epochs: o.epochs,
+                batch: o.batch,
+                lr: o.lr,
+                momentum: o.momentum,
+                weight_decay: o.weight_decay,
+                label_smoothing: o.label_smoothing,
+                seed: o.seed,
+                crop_pad: if o.augment {
+                    (h.min(w) as f32 / 12.0).round().max(1.0) as usize
+                } else {
+                    0
+                },
+                flip: o.augment,
+                checkpoint_every: o.checkpoint_every,
+                device,
+                skip_damaged: o.skip_damaged,
+                mean: m.mean.iter().map(|&v| v as f32).collect(),
+                std: m.std.iter().map(|&v| (v as f32).max(1e-3)).collect(),
+                classes: m.classes.clone(),
+                tool: format!("prep {}", env!("CARGO_PKG_VERSION")),
+            };
+            let dir = match &o.out {
+                Some(d) => d.clone(),
+                None => next_run_dir()?,
+            };
+            if dir.join("config.json").exists() {
+                return Err(Error::Invalid(format!(
+                    "{} already holds a run; use --resume {} to continue it, or another --out",
+                    dir.display(),
+                    dir.display()
+                )));
+            }
+            std::fs::create_dir_all(&dir).at(&dir)?;
+            write_atomic(
+                &dir.join("config.json"),
+                serde_json::to_string_pretty(&recipe).unwrap().as_bytes(),
+            )?;
+            (dir, recipe, None)
+        }
+    };
+    run(o, &dir, &recipe, resume_state)
+}
+
+fn run(
+    o: &TrainOptions,
+    dir: &Path,
+    r: &Recipe,
+    resume: Option<(Vec<(String, Vec<f32>)>, Cursor)>,
+) -> Result<Trained> {
+    let t_start = Instant::now();
+    let ds = Dataset::open(&r.data)?;
+    let train_src = Source::open(&ds, "train")?;
+    let test_src = if ds.manifest.splits.contains_key("test") {
+        Some(Source::open(&ds, "test")?)
+    } else {
+        None
+    };
+    if train_src
+        .spec
+        .shape
+        .0
+        .iter()
+        .map(|&d| d as usize)
+        .collect::<Vec<_>>()
+        != [r.model.channels, r.model.height, r.model.width]
+    {
+        return Err(Error::Invalid(format!(
+            "{}: its samples are {}, the run was made for {}x{}x{}",
+            r.data.display(),
+            train_src.spec.shape,
+            r.model.channels,
+            r.model.height,
+            r.model.width
+        )));
+    }
+    let per_epoch = input::batches_per_epoch(train_src.samples, r.batch);
+    if per_epoch == 0 {
+        return Err(Error::Invalid(format!(
+            "the training split has {} samples, fewer than one batch of {}",
+            train_src.samples, r.batch
+        )));
+    }
+    let total_steps = per_epoch * r.epochs;
+    let mut be = Cpu;
+    let (mut model, mut cur) = match resume {
+        Some((state, cur)) => {
+            let mut m = Model::new(&mut be, r.model.clone(), &state);
+            m.set_momentum(&mut be, &state);
+            (m, cur)
+        }
+        None => (
+            Model::new(&mut be, r.model.clone(), &init_values(&r.model, r.seed)),
+            Cursor::default(),
+        ),
+    };
+    // metrics.jsonl keeps exactly the finished epochs (a killed run may have written no more).
+    let metrics_path = dir.join("metrics.jsonl");
+    let mut history: Vec<EpochMetrics> = std::fs::read_to_string(&metrics_path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .take(cur.epoch)
+        .collect();
+    rewrite_metrics(&metrics_path, &history)?;
+    let on_damage = if r.skip_damaged {
+        OnDamage::Skip
+    } else {
+        OnDamage::Stop
+    };
+    let workers = rayon::current_num_threads();
+    let sb = train_src.spec.bytes();
+    let u16 = train_src.spec.dtype == Dtype::U16;
+    let ckpt = dir.join(checkpoint::FILE);
+    let mut steps_here = 0;
+    let mut last_eval: Option<(f64, f64, Vec<Vec<u64>>)> = None;
+    while cur.epoch < r.epochs {
+        let epoch = cur.epoch;
+        let t_epoch = Instant::now();
+        let damaged = Arc::new(Mutex::new(Vec::new()));
+        let pb = crate::progress::bar(
+            ((per_epoch - cur.batch) * r.batch) as u64,
+            &format!("epoch {}", epoch + 1),
+            "samples",
+            o.quiet,
+        );
+        let loader = input::epoch(
+            train_src.clone(),
+            r.batch,
+            r.seed,
+            epoch,
+            cur.batch,
+            true,
+            on_damage,
+            workers,
+            damaged.clone(),
+        );
+        let mut lr = one_cycle(cur.step, total_steps, r.lr);
+        for batch in loader.rx.iter() {
+            let batch = batch?;
+            if batch.index >= per_epoch {
+                break;
+            }
+            let t = Instant::now();
+            let n = batch.labels.len();
+            let raw = RawBatch {
+                pixels: &batch.pixels,
+                u16,
+                n,
+                c: r.model.channels,
+                h: r.model.height,
+                w: r.model.width,
+            };
+            debug_assert_eq!(batch.pixels.len(), n * sb);
+            let aug = augmentation(r, epoch, batch.index, n);
+            model.load(&mut be, &raw, &r.mean, &r.std, r.crop_pad, &aug);
+            model.forward(&mut be, n, true);
+            let (loss, correct) = model.loss(&mut be, &batch.labels, r.label_smoothing);
+            if !loss.is_finite() {
+                return Err(Error::Invalid(format!(
+                    "the loss became {loss} at epoch {} step {}: lower --lr",
+                    epoch + 1,
+                    cur.step
+                )));
+            }
+            model.backward(&mut be, n);
+            lr = one_cycle(cur.step, total_steps, r.lr);
+            model.step(&mut be, lr, r.momentum, r.weight_decay);
+            cur.step += 1;
+            cur.batch = batch.index + 1;
+            cur.loss_sum += loss;
+            cur.correct += correct as u64;
+            cur.seen += n as u64;
+            cur.train_seconds += t.elapsed().as_secs_f64();
+            pb.inc(n as u64);
+            steps_here += 1;
+            if r.checkpoint_every > 0 && cur.step % r.checkpoint_every == 0 && cur.batch < per_epoch
+            {
+                checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+            }
+            if o.stop_after == Some(steps_here) {
+                checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+                return Ok(Trained {
+                    dir: dir.to_path_buf(),
+                    summary: None,
+                });
+            }
+        }
+        drop(loader);
+        pb.finish_and_clear();
+        let (test_loss, test_acc, confusion) = match &test_src {
+            Some(t) => evaluate(&mut be, &mut model, r, t.clone(), workers)?,
+            None => (f64::NAN, f64::NAN, vec![]),
+        };
+        let skipped = damaged.lock().unwrap().len();
+        let m = EpochMetrics {
+            epoch: epoch + 1,
+            train_loss: cur.loss_sum / cur.seen.max(1) as f64,
+            train_accuracy: cur.correct as f64 / cur.seen.max(1) as f64,
+            test_loss,
+            test_accuracy: test_acc,
+            lr,
+            samples_per_sec: cur.seen as f64 / cur.train_seconds.max(1e-9),
+            seconds: t_epoch.elapsed().as_secs_f64(),
+            host_rss_bytes: crate::mem::rss_bytes(),
+            gpu_mem_bytes: 0,
+            damaged_blocks_skipped: skipped,
+        };
+        if !o.quiet {
+            eprintln!(
+                "epoch {:>3}/{}: train loss {:.4} acc {:.4} | test loss {:.4} acc {:.4} | {:.0} samples/s | {:.1} s | RSS {}",
+                m.epoch, r.epochs, m.train_loss, m.train_accuracy, m.test_loss, m.test_accuracy, m.samples_per_sec, m.seconds, crate::mem::human(m.host_rss_bytes)
+            );
+        }
+        history.push(m);
+        rewrite_metrics(&metrics_path, &history)?;
+        cur = Cursor {
+            epoch: epoch + 1,
+            batch: 0,
+            step: cur.step,
+            ..Default::default()
+        };
+        checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+        last_eval = Some((test_loss, test_acc, confusion));
+    }
+    let (test_loss, test_accuracy, confusion) = match last_eval {
+        Some(e) => e,
+        None => match &test_src {
+            Some(t) => evaluate(&mut be, &mut model, r, t.clone(), workers)?,
+            None => (f64::NAN, f64::NAN, vec![]),
+        },
+    };
+    let train_secs: f64 = history.iter().map(|m| m.seconds).sum();
+    let sps = history.iter().map(|m| m.samples_per_sec).sum::<f64>() / history.len().max(1) as f64;
+    let summary = Summary {
+        test_accuracy,
+        test_loss,
+        epochs: r.epochs,
+        samples_per_sec: sps,
+        seconds: train_secs.max(t_start.elapsed().as_secs_f64()),
+        peak_rss_bytes: crate::mem::peak_rss_bytes(),
+        peak_gpu_mem_bytes: 0,
+        device: r.device.clone(),
+        confusion: confusion.clone(),
+        classes: r.classes.clone(),
+    };
+    write_atomic(
+        &dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary).unwrap().as_bytes(),
+    )?;
+    let points: Vec<plot::EpochPoint> = history
+        .iter()
+        .map(|m| plot::EpochPoint {
+            epoch: m.epoch,
+            train_loss: m.train_loss,
+            test_loss: m.test_loss,
+            train_accuracy: m.train_accuracy,
+            test_accuracy: m.test_accuracy,
+        })
+        .collect();
+    plot::curves_png(&points, &dir.join("curves.png")).map_err(Error::Invalid)?;
+    if !confusion.is_empty() {
+        plot::confusion_png(&confusion, &r.classes, &dir.join("confusion.png"))
+            .map_err(Error::Invalid)?;
+        let mut csv = format!("true\\predicted,{}\n", r.classes.join(","));
+        for (k, row) in confusion.iter().enumerate() {
+            csv.push_str(&format!(
+                "{},{}\n",
+                r.classes[k],
+                row.iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
+        write_atomic(&dir.join("confusion.csv"), csv.as_bytes())?;
+    }
+    Ok(Trained {
+        dir: dir.to_path_buf(),
+        summary: Some(summary),
+    })
+}
+
+fn rewrite_metrics(path: &Path, history: &[EpochMetrics]) -> Result<()> {
+    let mut text = Vec::new();
+    for m in history {
+        writeln!(text, "{}", serde_json::to_string(m).unwrap()).unwrap();
+    }
+    write_atomic(path, &text)
+}
+
+/// Test loss, accuracy and confusion matrix (rows: true class) in evaluation mode.
+fn evaluate<B: Backend>(
+    be: &mut B,
+    model: &mut Model<B>,
+    r: &Recipe,
+    src: Arc<Source>,
+    workers: usize,
+) -> Result<(f64, f64, Vec<Vec<u64>>)> {
+    let k = r.model.classes;
+    let mut confusion = vec![vec![0u64; k]; k];
+    let (mut loss_sum, mut n_all) = (0.0, 0usize);
+    let u16 = src.spec.dtype == Dtype::U16;
+    let loader = input::epoch(
+        src,
+        1024,
+        0,
+        0,
+        0,
+        false,
+        OnDamage::Stop,
+        workers,
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    for batch in loader.rx.iter() {
+        let batch = batch?;
+        let n = batch.labels.len();
+        let raw = RawBatch {
+            pixels: &batch.pixels,
+            u16,
+            n,
+            c: r.model.channels,
+            h: r.model.height,
+            w: r.model.width,
+        };
+        model.load(be, &raw, &r.mean, &r.std, 0, &[]);
+        let logits = model.forward(be, n, false);
+        let pred = be.argmax(logits, n, k);
+        for (p, &y) in pred.iter().zip(&batch.labels) {
+            confusion[y as usize][*p as usize] += 1;
+        }
+        let (l, _) = model.loss(be, &batch.labels, 0.0);
+        loss_sum += l;
+        n_all += n;
+    }
+    let correct: u64 = (0..k).map(|i| confusion[i][i]).sum();
+    Ok((
+        loss_sum / n_all.max(1) as f64,
+        correct as f64 / n_all.max(1) as f64,
+        confusion,
+    ))
+}
+
+/// `prep eval`: the accuracy of a run's checkpoint on a dataset's test split.
+pub fn eval(run: &Path, data: &Path, split: &str) -> Result<(f64, f64, usize, Vec<Vec<u64>>)> {
+    let cfg = run.join("config.json");
+    let r: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
+        .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
+    let (state, _) = checkpoint::load(&run.join(checkpoint::FILE))?;
+    let ds = Dataset::open(data)?;
+    let src = Source::open(&ds, split)?;
+    if ds.manifest.classes.len() != r.model.classes {
+        return Err(Error::Invalid(format!(
+            "{}: {} classes, the model has {}",
+            data.display(),
+            ds.manifest.classes.len(),
+            r.model.classes
+        )));
+    }
+    let n = src.samples;
+    let mut be = Cpu;
+    let mut model = Model::new(&mut be, r.model.clone(), &state);
+    let (loss, acc, confusion) =
+        evaluate(&mut be, &mut model, &r, src, rayon::current_num_threads())?;
+    Ok((loss, acc, n, confusion))
+}

@@ -1,0 +1,321 @@
+//! `prep train` and `prep eval` on the CPU reference backend.
+
+use crate::util::*;
+use prep::shard::{Dataset, ShardReader};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn dataset(dir: &Path, train: &str) -> String {
+    let out = dir.join("ds");
+    run(
+        &[
+            "synth",
+            "--train",
+            train,
+            "--test",
+            "512",
+            "--shape",
+            "3x16x16",
+            "--classes",
+            "4",
+            "--seed",
+            "1",
+            "--block-samples",
+            "256",
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        0,
+    );
+    out.to_str().unwrap().to_string()
+}
+
+fn tensors(run: &Path) -> Vec<(String, Vec<f32>)> {
+    prep::train::checkpoint::load(&run.join("checkpoint.safetensors"))
+        .unwrap()
+        .0
+}
+
+#[test]
+fn trains_writes_every_output_and_eval_reproduces_the_accuracy() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = dataset(t.path(), "3072");
+    let run_dir = t.path().join("run");
+    let o = run(
+        &[
+            "train",
+            &ds,
+            "--device",
+            "cpu",
+            "--epochs",
+            "3",
+            "--batch",
+            "64",
+            "--lr",
+            "0.2",
+            "--out",
+            run_dir.to_str().unwrap(),
+            "--quiet",
+            "--json",
+        ],
+        0,
+    );
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let acc = s["test_accuracy"].as_f64().unwrap();
+    assert!(acc > 0.6, "4 learnable classes: test accuracy {acc}");
+    for f in [
+        "checkpoint.safetensors",
+        "config.json",
+        "metrics.jsonl",
+        "summary.json",
+        "curves.png",
+        "confusion.png",
+        "confusion.csv",
+    ] {
+        assert!(run_dir.join(f).is_file(), "{f} missing");
+    }
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for k in [
+        "epoch",
+        "train_loss",
+        "train_accuracy",
+        "test_accuracy",
+        "samples_per_sec",
+        "seconds",
+        "host_rss_bytes",
+    ] {
+        assert!(lines[2][k].is_number(), "metrics.jsonl lacks {k}");
+    }
+    assert!(lines[2]["train_loss"].as_f64() < lines[0]["train_loss"].as_f64());
+    for k in [
+        "test_accuracy",
+        "samples_per_sec",
+        "seconds",
+        "peak_rss_bytes",
+    ] {
+        assert!(s[k].is_number(), "summary.json lacks {k}");
+    }
+    let confusion: Vec<Vec<u64>> = serde_json::from_value(s["confusion"].clone()).unwrap();
+    assert_eq!(confusion.iter().flatten().sum::<u64>(), 512);
+    let o = run(&["eval", run_dir.to_str().unwrap(), &ds, "--json"], 0);
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        e["accuracy"].as_f64().unwrap(),
+        acc,
+        "prep eval must reproduce summary.json exactly"
+    );
+    // A finished run is not overwritten.
+    let o = run(
+        &[
+            "train",
+            &ds,
+            "--device",
+            "cpu",
+            "--out",
+            run_dir.to_str().unwrap(),
+        ],
+        2,
+    );
+    assert!(stderr(&o).contains("--resume"), "{}", stderr(&o));
+}
+
+#[test]
+fn killed_mid_epoch_and_resumed_gives_bit_identical_weights() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = dataset(t.path(), "4096");
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "train",
+            &ds,
+            "--device",
+            "cpu",
+            "--epochs",
+            "2",
+            "--batch",
+            "64",
+            "--lr",
+            "0.2",
+            "--checkpoint-every",
+            "4",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let clean = t.path().join("clean");
+    run(
+        &args(&clean).iter().map(String::as_str).collect::<Vec<_>>(),
+        0,
+    );
+
+    let killed = t.path().join("killed");
+    let mut child = prep().args(args(&killed)).spawn().unwrap();
+    let t0 = Instant::now();
+    // Kill once a mid-epoch checkpoint of the first epoch exists (cursor: epoch 0, batch >= 12).
+    loop {
+        let cur = prep::train::checkpoint::load(&killed.join("checkpoint.safetensors"))
+            .ok()
+            .map(|c| c.1);
+        if let Some(c) = cur {
+            if c.epoch == 0 && c.batch >= 12 {
+                break;
+            }
+            assert!(
+                c.epoch == 0,
+                "the run got past epoch 1 before it could be killed: {c:?}"
+            );
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "no checkpoint appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(!killed.join("summary.json").exists());
+    run(
+        &["train", "--resume", killed.to_str().unwrap(), "--quiet"],
+        0,
+    );
+    let (a, b) = (tensors(&clean), tensors(&killed));
+    assert_eq!(a.len(), b.len());
+    for ((na, va), (nb, vb)) in a.iter().zip(&b) {
+        assert_eq!(na, nb);
+        assert!(
+            va.iter().zip(vb).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{na} differs after resume"
+        );
+    }
+    let ma = std::fs::read_to_string(clean.join("metrics.jsonl")).unwrap();
+    let mb = std::fs::read_to_string(killed.join("metrics.jsonl")).unwrap();
+    let acc = |m: &str| {
+        m.lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["test_accuracy"]
+                    .as_f64()
+                    .unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(acc(&ma), acc(&mb));
+}
+
+#[test]
+fn a_damaged_block_stops_training_naming_shard_and_block() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = dataset(t.path(), "2048");
+    let m = Dataset::open(&ds).unwrap().manifest;
+    let shard = &m.splits["train"].shards[0].file;
+    let p = Path::new(&ds).join(shard);
+    let e = *ShardReader::open(&p).unwrap().entry(3);
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes[(e.offset + e.stored_len / 3) as usize] ^= 0x10;
+    std::fs::write(&p, bytes).unwrap();
+    let run_dir = t.path().join("run");
+    let o = run(
+        &[
+            "train",
+            &ds,
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+            "--batch",
+            "64",
+            "--out",
+            run_dir.to_str().unwrap(),
+            "--quiet",
+        ],
+        1,
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains(shard.as_str()) && err.contains("block 3") && err.contains("checksum"),
+        "{err}"
+    );
+    // With --skip-damaged the run completes and says what it skipped.
+    let run2 = t.path().join("run2");
+    let o = run(
+        &[
+            "train",
+            &ds,
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+            "--batch",
+            "64",
+            "--skip-damaged",
+            "--out",
+            run2.to_str().unwrap(),
+            "--quiet",
+        ],
+        0,
+    );
+    assert!(
+        stderr(&o).contains("skipping damaged block") && stderr(&o).contains("block 3"),
+        "{}",
+        stderr(&o)
+    );
+    let line: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(run2.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(line["damaged_blocks_skipped"], 1);
+}
+
+#[test]
+fn device_choice_on_a_machine_without_cuda() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = dataset(t.path(), "512");
+    let o = run(
+        &[
+            "train",
+            &ds,
+            "--device",
+            "cuda",
+            "--epochs",
+            "1",
+            "--batch",
+            "64",
+            "--out",
+            t.path().join("r").to_str().unwrap(),
+        ],
+        2,
+    );
+    assert!(
+        stderr(&o).contains("cuda") && stderr(&o).contains("--device cpu"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(
+        &[
+            "train",
+            &ds,
+            "--device",
+            "auto",
+            "--epochs",
+            "1",
+            "--batch",
+            "64",
+            "--out",
+            t.path().join("r2").to_str().unwrap(),
+        ],
+        0,
+    );
+    assert!(stderr(&o).contains("training on the CPU"), "{}", stderr(&o));
+}
