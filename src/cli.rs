@@ -195,7 +195,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub batch: u64,
     /// Peak learning rate of the one-cycle schedule.
-    #[arg(long, default_value_t = 0.4)]
+    #[arg(long, default_value_t = 1.2)]
     pub lr: f32,
     #[arg(long, default_value_t = 0.9)]
     pub momentum: f32,

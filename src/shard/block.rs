@@ -129,6 +129,16 @@ impl Block {
         let sample_bytes = spec.bytes();
         // The footer parser bounded this product by MAX_BLOCK_RAW.
         let raw_len = n * (sample_bytes + LABEL_BYTES);
+        // One byte of zstd data never decodes to more than 32768 bytes (an RLE block of 4 bytes
+        // holds at most 128 KiB), so a larger claim is a lie told to make us allocate.
+        if codec == super::format::CODEC_ZSTD
+            && raw_len as u64 > (stored.len() as u64).saturating_mul(32768)
+        {
+            return Err(bad(format!(
+                "{} stored bytes cannot decode to {raw_len} bytes",
+                stored.len()
+            )));
+        }
         let data = if codec == super::format::CODEC_ZSTD {
             // Trust no size before the frame's own header agrees with the index: a few hostile
             // bytes must not make the reader allocate up to the cap.

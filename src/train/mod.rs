@@ -36,6 +36,9 @@ pub struct Recipe {
     /// Padding of the random crop, in pixels (0: no crop).
     pub crop_pad: usize,
     pub flip: bool,
+    /// Epochs trained with augmentation; the rest (the last tenth, at least one epoch when there
+    /// are two or more) train on clean samples, which settles the weights on the data as it is.
+    pub augment_epochs: usize,
     /// Steps between mid-epoch checkpoints (0: only at the end of each epoch).
     pub checkpoint_every: usize,
     pub device: String,
@@ -203,6 +206,11 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     0
                 },
                 flip: o.augment,
+                augment_epochs: if o.augment {
+                    o.epochs.saturating_sub(o.epochs.div_ceil(10)).max(1)
+                } else {
+                    0
+                },
                 checkpoint_every: o.checkpoint_every,
                 device,
                 skip_damaged: o.skip_damaged,
@@ -343,8 +351,12 @@ fn run(
                 w: r.model.width,
             };
             debug_assert_eq!(batch.pixels.len(), n * sb);
-            let aug = augmentation(r, epoch, batch.index, n);
-            model.load(&mut be, &raw, &r.mean, &r.std, r.crop_pad, &aug);
+            let (aug, pad) = if epoch < r.augment_epochs {
+                (augmentation(r, epoch, batch.index, n), r.crop_pad)
+            } else {
+                (Vec::new(), 0)
+            };
+            model.load(&mut be, &raw, &r.mean, &r.std, pad, &aug);
             model.forward(&mut be, n, true);
             let (loss, correct) = model.loss(&mut be, &batch.labels, r.label_smoothing);
             if !loss.is_finite() {
