@@ -764,7 +764,7 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
                     infos.clone(),
                     provenance.clone(),
                 );
-                publish(out, &staging, o.force, |out| {
+                publish(out, o.force, |out| {
                     for s in m.splits.values().flat_map(|s| &s.shards) {
                         std::fs::create_dir_all(out.join(&s.file).parent().unwrap()).at(out)?;
                         crate::shard::writer::rename_durably(
@@ -822,7 +822,7 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
                     provenance: provenance.clone(),
                     checksum: String::new(),
                 };
-                publish(out, &staging, o.force, |out| {
+                publish(out, o.force, |out| {
                     for s in cm.splits.values() {
                         for f in [&s.images, &s.labels] {
                             crate::shard::writer::rename_durably(&staging.join(f), &out.join(f))?;
@@ -898,12 +898,7 @@ fn check_out(out: &Path, force: bool) -> Result<()> {
 }
 
 /// Replace the old dataset in `out` (with --force) by the staged one.
-fn publish(
-    out: &Path,
-    _staging: &Path,
-    force: bool,
-    install: impl FnOnce(&Path) -> Result<()>,
-) -> Result<()> {
+fn publish(out: &Path, force: bool, install: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     if force {
         crate::synth::clean(out)?;
     }

@@ -236,7 +236,9 @@ fn fuzz_regressions_are_rejected_cleanly() {
         let p = e.unwrap().path();
         match p.extension().and_then(|x| x.to_str()) {
             Some("shard") => {
-                let res = ShardReader::open(&p).and_then(|r| (0..r.num_blocks()).try_for_each(|i| r.read_block(i).map(|_| ())));
+                let res = ShardReader::open(&p).and_then(|r| {
+                    (0..r.num_blocks()).try_for_each(|i| r.read_block(i).map(|_| ()))
+                });
                 assert!(res.is_err(), "{} was accepted", p.display());
                 seen += 1;
             }
@@ -250,5 +252,9 @@ fn fuzz_regressions_are_rejected_cleanly() {
             _ => {}
         }
     }
-    assert!(seen >= 3, "expected the committed reproducers in {}", dir.display());
+    assert!(
+        seen >= 3,
+        "expected the committed reproducers in {}",
+        dir.display()
+    );
 }
