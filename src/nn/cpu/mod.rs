@@ -162,15 +162,12 @@ fn cn_to_nchw(x: &[f32], s_count: usize, c: usize, hw: usize, out: &mut [f32]) {
     }
 }
 
-/// Per-channel (sum, sum of squares) of [n, c, hw] in f64, reduced in a fixed order.
+/// Per-channel sums of `f(sample, channel)` over the batch, in f64, reduced in a fixed order.
 fn channel_sums(
-    x: &[f32],
     n: usize,
     c: usize,
-    hw: usize,
     f: impl Fn(usize, usize) -> (f64, f64) + Sync,
 ) -> Vec<(f64, f64)> {
-    let _ = x;
     let parts: Vec<Vec<(f64, f64)>> = (0..n.div_ceil(CHUNK))
         .into_par_iter()
         .map(|ch| {
@@ -185,7 +182,6 @@ fn channel_sums(
             acc
         })
         .collect();
-    let _ = hw;
     let mut total = vec![(0.0, 0.0); c];
     for p in parts {
         for (t, v) in total.iter_mut().zip(p) {
@@ -395,7 +391,7 @@ impl Backend for Cpu {
         c: usize,
         hw: usize,
     ) {
-        let sums = channel_sums(x, n, c, hw, |s, ci| {
+        let sums = channel_sums(n, c, |s, ci| {
             let v = &x[(s * c + ci) * hw..][..hw];
             let (mut p, mut q) = (0.0f64, 0.0f64);
             for &e in v {
@@ -474,7 +470,7 @@ impl Backend for Cpu {
         hw: usize,
     ) {
         // sums of dy and dy * xhat per channel
-        let sums = channel_sums(x, n, c, hw, |s, ci| {
+        let sums = channel_sums(n, c, |s, ci| {
             let o = (s * c + ci) * hw;
             let (m, is) = (saved_mean[ci], saved_invstd[ci]);
             let (mut p, mut q) = (0.0f64, 0.0f64);
