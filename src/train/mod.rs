@@ -504,9 +504,10 @@ fn evaluate<B: Backend>(
     let mut confusion = vec![vec![0u64; k]; k];
     let (mut loss_sum, mut n_all) = (0.0, 0usize);
     let u16 = src.spec.dtype == Dtype::U16;
+    // Batches of the training size: evaluation then needs no more memory than a training step.
     let loader = input::epoch(
         src,
-        1024,
+        r.batch,
         0,
         0,
         0,
