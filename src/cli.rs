@@ -212,9 +212,14 @@ pub struct TrainArgs {
     /// auto, cpu, or cuda[:N].
     #[arg(long, default_value = "auto")]
     pub device: String,
-    /// Input pipeline on the GPU: auto, device, stream or managed (the CPU backend streams).
+    /// Input pipeline on the GPU: device (split held in GPU memory), stream (pinned ring, copies
+    /// overlapped), managed (ring of managed memory), or auto (device when the split fits half of
+    /// the free GPU memory, else stream). The CPU backend streams.
     #[arg(long, default_value = "auto")]
     pub memory: String,
+    /// GPU arithmetic: bf16 (mixed precision, float32 master weights) or f32.
+    #[arg(long, default_value = "bf16")]
+    pub precision: String,
     /// Run folder (default: the next free runs/NNN).
     #[arg(long, short, value_name = "DIR")]
     pub out: Option<PathBuf>,

@@ -51,6 +51,9 @@ pub enum Error {
     /// The caller asked for something impossible (bad shape, zero classes, ...).
     #[error("{0}")]
     Invalid(String),
+    /// The GPU, its driver or a CUDA library is missing or failed.
+    #[error("{0}")]
+    Device(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -13,6 +13,13 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         ))
         .into());
     }
+    if !["bf16", "f32"].contains(&a.precision.as_str()) {
+        return Err(UsageError(format!(
+            "--precision {}: expected bf16 or f32",
+            a.precision
+        ))
+        .into());
+    }
     if !(a.lr > 0.0 && a.lr.is_finite())
         || !(0.0..1.0).contains(&a.momentum)
         || !(0.0..1.0).contains(&a.label_smoothing)
@@ -38,6 +45,8 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         augment: !a.no_augment,
         checkpoint_every: a.checkpoint_every,
         device: a.device.clone(),
+        memory: a.memory.clone(),
+        precision: a.precision.clone(),
         skip_damaged: a.skip_damaged,
         quiet,
         stop_after: None,

@@ -213,10 +213,11 @@ pub fn check_ops<B: Backend>(be: &mut B) {
     // softmax cross-entropy with label smoothing
     let k = 5;
     let z: Vec<f32> = rng.vec(n * k).iter().map(|v| v * 3.0).collect();
-    let labels = [1u32, 4, 0];
+    let labels = be.upload(&[1.0, 4.0, 0.0]);
     let mut dz = be.zeros(0);
     let zb = be.upload(&z);
     be.softmax_xent(&zb, &labels, 0.1, &mut dz, n, k);
+    be.take_loss_stats();
     let dz = be.download(&dz);
     compare(
         "softmax cross-entropy",
@@ -225,7 +226,8 @@ pub fn check_ops<B: Backend>(be: &mut B) {
         |v| {
             let mut d = be.zeros(0);
             let vb = be.upload(v);
-            be.softmax_xent(&vb, &labels, 0.1, &mut d, n, k).0 / n as f64
+            be.softmax_xent(&vb, &labels, 0.1, &mut d, n, k);
+            be.take_loss_stats().0 / n as f64
         },
         &mut rng,
     );
@@ -247,6 +249,7 @@ pub fn check_model<B: Backend>(be: &mut B) {
         c: 2,
         h: 8,
         w: 8,
+        labels: &labels,
     };
     let init = super::model::init_values(&cfg, 5);
     let loss_with = |be: &mut B, name: &str, vals: &[f32]| -> f64 {
@@ -255,12 +258,14 @@ pub fn check_model<B: Backend>(be: &mut B) {
         let mut m = Model::new(be, cfg.clone(), &v);
         m.load(be, &raw, &[0.5, 0.5], &[0.25, 0.25], 0, &[]);
         m.forward(be, n, true);
-        m.loss(be, &labels, 0.1).0 / n as f64
+        m.loss(be, n, 0.1);
+        be.take_loss_stats().0 / n as f64
     };
     let mut m = Model::new(be, cfg.clone(), &init);
     m.load(be, &raw, &[0.5, 0.5], &[0.25, 0.25], 0, &[]);
     m.forward(be, n, true);
-    m.loss(be, &labels, 0.1);
+    m.loss(be, n, 0.1);
+    be.take_loss_stats();
     m.backward(be, n);
     let names = m.params.names.clone();
     for (i, name) in names.iter().enumerate() {

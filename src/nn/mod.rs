@@ -3,6 +3,8 @@
 //! implements the same trait.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 #[cfg(test)]
 pub mod gradcheck;
 pub mod model;
@@ -27,6 +29,8 @@ pub struct RawBatch<'a> {
     pub c: usize,
     pub h: usize,
     pub w: usize,
+    /// Class of each sample.
+    pub labels: &'a [u32],
 }
 
 /// The operations `small` needs, on buffers of f32 that live wherever the backend computes.
@@ -40,7 +44,9 @@ pub trait Backend {
     fn download(&mut self, b: &Self::Buf) -> Vec<f32>;
 
     /// Normalise `(pixel/max - mean[c]) / std[c]`, pad by `pad` with zeros (after normalisation:
-    /// the padded border is the mean), crop back to h x w at each sample's offset, flip.
+    /// the padded border is the mean), crop back to h x w at each sample's offset, flip. The
+    /// labels go to `labels` as f32 class numbers (exact below 2^24), where the loss reads them.
+    #[allow(clippy::too_many_arguments)]
     fn load_batch(
         &mut self,
         raw: &RawBatch,
@@ -49,6 +55,7 @@ pub trait Backend {
         pad: usize,
         aug: &[Aug],
         out: &mut Self::Buf,
+        labels: &mut Self::Buf,
     );
 
     /// 3x3 convolution, stride 1, zero padding 1, no bias. w: [cout, cin, 3, 3].
@@ -185,16 +192,31 @@ pub trait Backend {
     );
 
     /// Mean softmax cross-entropy with label smoothing over the batch; writes d(loss)/d(logits)
-    /// and returns (sum of per-sample losses, number of correct argmax predictions).
+    /// and adds the sum of per-sample losses and the number of correct argmax predictions to
+    /// running totals that `take_loss_stats` reads. Nothing here waits for the device.
+    #[allow(clippy::too_many_arguments)]
     fn softmax_xent(
         &mut self,
         logits: &Self::Buf,
-        labels: &[u32],
+        labels: &Self::Buf,
         smoothing: f32,
         dlogits: &mut Self::Buf,
         n: usize,
         k: usize,
-    ) -> (f64, usize);
+    );
+
+    /// (sum of losses, correct predictions) since the last call, then zero. Waits for the device.
+    fn take_loss_stats(&mut self) -> (f64, u64);
+
+    /// The first failure of the device since the backend was made (ops cannot return one).
+    fn status(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Device memory in use by this process (0 on the CPU).
+    fn gpu_mem_bytes(&mut self) -> u64 {
+        0
+    }
 
     /// Predicted class of each row of [n, k] logits.
     fn argmax(&mut self, logits: &Self::Buf, n: usize, k: usize) -> Vec<u32>;

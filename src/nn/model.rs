@@ -134,6 +134,7 @@ struct Acts<B: Backend> {
     // scratch for backward
     d1: B::Buf,
     d2: B::Buf,
+    dp: B::Buf,
     dlogits: B::Buf,
 }
 
@@ -142,6 +143,8 @@ pub struct Model<B: Backend> {
     pub params: Params<B>,
     acts: Acts<B>,
     pub input: B::Buf,
+    /// Labels of the batch in `input`, as the backend's loss reads them.
+    pub labels: B::Buf,
 }
 
 impl<B: Backend> Model<B> {
@@ -175,14 +178,17 @@ impl<B: Backend> Model<B> {
             logits: z(be),
             d1: z(be),
             d2: z(be),
+            dp: z(be),
             dlogits: z(be),
         };
         let input = be.zeros(0);
+        let labels = be.zeros(0);
         Model {
             cfg,
             params,
             acts,
             input,
+            labels,
         }
     }
 
@@ -201,7 +207,7 @@ impl<B: Backend> Model<B> {
         pad: usize,
         aug: &[Aug],
     ) {
-        be.load_batch(raw, mean, std, pad, aug, &mut self.input);
+        be.load_batch(raw, mean, std, pad, aug, &mut self.input, &mut self.labels);
     }
 
     /// Forward pass on `self.input` (n samples). Training mode uses batch statistics and saves
@@ -264,12 +270,12 @@ impl<B: Backend> Model<B> {
         &a.logits
     }
 
-    /// Loss and its gradient for the last forward pass; returns (sum of losses, correct).
-    pub fn loss(&mut self, be: &mut B, labels: &[u32], smoothing: f32) -> (f64, usize) {
-        let n = labels.len();
+    /// Loss and its gradient for the last forward pass of `n` samples; the loss sum and correct
+    /// count accumulate in the backend (`Backend::take_loss_stats`).
+    pub fn loss(&mut self, be: &mut B, n: usize, smoothing: f32) {
         be.softmax_xent(
             &self.acts.logits,
-            labels,
+            &self.labels,
             smoothing,
             &mut self.acts.dlogits,
             n,
@@ -328,13 +334,12 @@ impl<B: Backend> Model<B> {
             if s == 0 {
                 be.conv3x3_backward(x, &p.w[0], &a.d1, None, &mut p.g[0], n, cin, c, h, w);
             } else {
-                // d(pooled input) into d2, then through the previous stage's pool.
-                let mut dp = be.zeros(0);
+                // d(pooled input) into dp, then through the previous stage's pool into d2.
                 be.conv3x3_backward(
                     x,
                     &p.w[3 * s],
                     &a.d1,
-                    Some(&mut dp),
+                    Some(&mut a.dp),
                     &mut p.g[3 * s],
                     n,
                     cin,
@@ -343,7 +348,7 @@ impl<B: Backend> Model<B> {
                     w,
                 );
                 let (ph, pw) = dims[s - 1];
-                be.maxpool2_backward(&dp, &a.arg[s - 1], &mut a.d2, n, cin, ph, pw);
+                be.maxpool2_backward(&a.dp, &a.arg[s - 1], &mut a.d2, n, cin, ph, pw);
             }
         }
     }

@@ -63,6 +63,40 @@ impl Source {
     pub fn num_blocks(&self) -> usize {
         self.blocks.len()
     }
+
+    /// Samples in each block, in file order.
+    pub fn block_sizes(&self) -> Vec<usize> {
+        self.blocks.iter().map(|b| b.2).collect()
+    }
+}
+
+/// The training order of one epoch as indices into the split's samples in file order: exactly
+/// the order `epoch` streams them (blocks permuted, samples shuffled within each window), for
+/// inputs that hold the whole split in memory. Blocks with `present[b]` false are left out, as a
+/// skipped damaged block is.
+pub fn epoch_order(sizes: &[usize], present: &[bool], seed: u64, epoch: usize) -> Vec<u32> {
+    let nb = sizes.len();
+    let order = permutation(nb, mix(seed ^ mix(epoch as u64 + 1)));
+    let mut starts = Vec::with_capacity(nb);
+    let mut acc = 0usize;
+    for &s in sizes {
+        starts.push(acc);
+        acc += s;
+    }
+    let mut out = Vec::with_capacity(acc);
+    for (wi, win) in order.chunks(WINDOW_BLOCKS).enumerate() {
+        let idx: Vec<u32> = win
+            .iter()
+            .filter(|&&b| present[b])
+            .flat_map(|&b| (starts[b]..starts[b] + sizes[b]).map(|i| i as u32))
+            .collect();
+        let p = permutation(
+            idx.len(),
+            mix(seed ^ mix(epoch as u64 + 1) ^ mix(0xABCD ^ wi as u64)),
+        );
+        out.extend(p.into_iter().map(|i| idx[i]));
+    }
+    out
 }
 
 /// splitmix64 over a key: the seed of every random decision in training.
@@ -259,6 +293,61 @@ pub fn batches_per_epoch(samples: usize, batch: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `epoch_order` (the GPU-resident input) walks the samples in the order `epoch` streams them.
+    #[test]
+    fn epoch_order_is_the_streamed_order() {
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("ds");
+        crate::synth::synthesize(&crate::synth::SynthOptions {
+            out: out.clone(),
+            splits: vec![("train".into(), 3000)],
+            shape: "1x6x6".parse().unwrap(),
+            classes: 10,
+            seed: 3,
+            format: crate::OutputFormat::Shards,
+            codec: crate::shard::Codec::Zstd { level: 1 },
+            block_samples: Some(64),
+            shard_blocks: Some(5),
+            force: false,
+            quiet: true,
+        })
+        .unwrap();
+        let ds = Dataset::open(&out).unwrap();
+        let src = Source::open(&ds, "train").unwrap();
+        // Every sample in file order.
+        let mut all: Vec<(Vec<u8>, u32)> = Vec::new();
+        for b in 0..src.num_blocks() {
+            let bl = src.read(b).unwrap();
+            all.extend((0..bl.len()).map(|i| (bl.sample(i).to_vec(), bl.label(i))));
+        }
+        let sizes = src.block_sizes();
+        for (epoch, start) in [(0, 0), (3, 7)] {
+            let order = epoch_order(&sizes, &vec![true; sizes.len()], 42, epoch);
+            assert_eq!(order.len(), 3000);
+            let loader = super::epoch(
+                src.clone(),
+                32,
+                42,
+                epoch,
+                start,
+                true,
+                OnDamage::Stop,
+                2,
+                Arc::new(std::sync::Mutex::new(Vec::new())),
+            );
+            let mut k = start * 32;
+            for b in loader.rx.iter() {
+                let b = b.unwrap();
+                for (i, &l) in b.labels.iter().enumerate() {
+                    let (px, lab) = &all[order[k] as usize];
+                    assert_eq!((&b.pixels[i * 36..(i + 1) * 36], l), (px.as_slice(), *lab));
+                    k += 1;
+                }
+            }
+            assert_eq!(k, 3000 / 32 * 32);
+        }
+    }
 
     #[test]
     fn permutations_are_seeded_and_complete() {

@@ -65,6 +65,10 @@ pub struct TrainOptions {
     pub augment: bool,
     pub checkpoint_every: usize,
     pub device: String,
+    /// GPU input pipeline: auto, device, stream or managed.
+    pub memory: String,
+    /// GPU arithmetic: bf16 (mixed precision, float32 master weights) or f32.
+    pub precision: String,
     pub skip_damaged: bool,
     pub quiet: bool,
     /// Stop after this many optimiser steps in this process (for tests of resuming).
@@ -126,7 +130,7 @@ fn next_run_dir() -> Result<PathBuf> {
 }
 
 /// Per-sample augmentation for sample `i` of batch `b` of `epoch`: a pure function of the seed.
-fn augmentation(r: &Recipe, epoch: usize, b: usize, n: usize) -> Vec<Aug> {
+pub(crate) fn augmentation(r: &Recipe, epoch: usize, b: usize, n: usize) -> Vec<Aug> {
     (0..n)
         .map(|i| {
             let h = mix(r.seed ^ mix((epoch as u64) << 40 ^ (b as u64) << 16 ^ i as u64 ^ 0x5151));
@@ -140,19 +144,55 @@ fn augmentation(r: &Recipe, epoch: usize, b: usize, n: usize) -> Vec<Aug> {
         .collect()
 }
 
-/// The backend named by `--device`. Only the CPU backend is built so far.
+/// The backend named by `--device`: `cpu`, `cuda[:N]`, or `auto` (the first GPU when a driver
+/// and a device are there, else the CPU with a one-line notice).
 pub fn pick_device(device: &str, quiet: bool) -> Result<String> {
+    let cuda = |ordinal: usize| -> std::result::Result<String, String> {
+        #[cfg(feature = "cuda")]
+        {
+            crate::nn::cuda::probe(ordinal)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = ordinal;
+            Err("this build of prep has no CUDA backend (built without the `cuda` feature)".into())
+        }
+    };
     match device {
         "cpu" => Ok("cpu".into()),
-        "auto" => {
-            if !quiet {
-                eprintln!("device: no CUDA backend in this build of prep; training on the CPU");
+        "auto" => match cuda(0) {
+            Ok(name) => {
+                if !quiet {
+                    eprintln!("device: cuda:0 ({name})");
+                }
+                Ok("cuda:0".into())
             }
-            Ok("cpu".into())
+            Err(why) => {
+                if !quiet {
+                    eprintln!("device: no usable GPU ({why}); training on the CPU");
+                }
+                Ok("cpu".into())
+            }
+        },
+        d if d == "cuda" || d.starts_with("cuda:") => {
+            let ordinal = match d.strip_prefix("cuda:") {
+                None => 0,
+                Some(i) => i.parse::<usize>().map_err(|_| {
+                    Error::Invalid(format!("--device {d}: expected cuda or cuda:N"))
+                })?,
+            };
+            match cuda(ordinal) {
+                Ok(name) => {
+                    if !quiet {
+                        eprintln!("device: cuda:{ordinal} ({name})");
+                    }
+                    Ok(format!("cuda:{ordinal}"))
+                }
+                Err(why) => Err(Error::Device(format!(
+                    "--device {d}: {why}; use --device cpu (or auto) to train on the CPU"
+                ))),
+            }
         }
-        d if d.starts_with("cuda") => Err(Error::Invalid(format!(
-            "--device {d}: this build of prep has no CUDA backend; use --device cpu"
-        ))),
         d => Err(Error::Invalid(format!(
             "--device {d}: expected auto, cpu or cuda[:N]"
         ))),
@@ -241,13 +281,125 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
     run(o, &dir, &recipe, resume_state)
 }
 
+/// Where training batches come from and how they reach the backend: the host pipeline
+/// (`HostFeed`, every backend) or, on CUDA, a dataset cached in GPU memory.
+pub trait Feed<B: Backend> {
+    /// Begin `epoch` at batch `start`.
+    fn start(&mut self, be: &mut B, epoch: usize, start: usize) -> Result<()>;
+    /// Put the next batch into the model's input and labels: `Some((batch index, samples))`, or
+    /// `None` at the end of the epoch.
+    fn next(&mut self, be: &mut B, model: &mut Model<B>) -> Result<Option<(usize, usize)>>;
+    /// Damaged blocks skipped so far in this epoch.
+    fn damaged(&self) -> usize;
+}
+
+/// Batches from the host pipeline (`input::epoch`), normalised and augmented by the backend.
+pub struct HostFeed {
+    src: Arc<Source>,
+    recipe: Recipe,
+    on_damage: OnDamage,
+    workers: usize,
+    per_epoch: usize,
+    epoch: usize,
+    loader: Option<input::Loader>,
+    damaged: Arc<Mutex<Vec<String>>>,
+}
+
+impl HostFeed {
+    pub fn new(src: Arc<Source>, r: &Recipe, workers: usize) -> Self {
+        HostFeed {
+            per_epoch: input::batches_per_epoch(src.samples, r.batch),
+            src,
+            recipe: r.clone(),
+            on_damage: if r.skip_damaged {
+                OnDamage::Skip
+            } else {
+                OnDamage::Stop
+            },
+            workers,
+            epoch: 0,
+            loader: None,
+            damaged: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+}
+
+impl<B: Backend> Feed<B> for HostFeed {
+    fn start(&mut self, _be: &mut B, epoch: usize, start: usize) -> Result<()> {
+        self.loader = None;
+        self.epoch = epoch;
+        self.damaged = Arc::new(Mutex::new(Vec::new()));
+        self.loader = Some(input::epoch(
+            self.src.clone(),
+            self.recipe.batch,
+            self.recipe.seed,
+            epoch,
+            start,
+            true,
+            self.on_damage,
+            self.workers,
+            self.damaged.clone(),
+        ));
+        Ok(())
+    }
+
+    fn next(&mut self, be: &mut B, model: &mut Model<B>) -> Result<Option<(usize, usize)>> {
+        let Some(loader) = &self.loader else {
+            return Ok(None);
+        };
+        let batch = match loader.rx.recv() {
+            Ok(b) => b?,
+            Err(_) => return Ok(None),
+        };
+        if batch.index >= self.per_epoch {
+            self.loader = None;
+            return Ok(None);
+        }
+        let r = &self.recipe;
+        let n = batch.labels.len();
+        let raw = RawBatch {
+            pixels: &batch.pixels,
+            u16: self.src.spec.dtype == Dtype::U16,
+            n,
+            c: r.model.channels,
+            h: r.model.height,
+            w: r.model.width,
+            labels: &batch.labels,
+        };
+        let (aug, pad) = if self.epoch < r.augment_epochs {
+            (augmentation(r, self.epoch, batch.index, n), r.crop_pad)
+        } else {
+            (Vec::new(), 0)
+        };
+        model.load(be, &raw, &r.mean, &r.std, pad, &aug);
+        Ok(Some((batch.index, n)))
+    }
+
+    fn damaged(&self) -> usize {
+        self.damaged.lock().unwrap().len()
+    }
+}
+
+/// What a training run needs besides the backend and its feed.
+pub struct RunCtx<'a> {
+    pub opts: &'a TrainOptions,
+    pub dir: &'a Path,
+    pub recipe: &'a Recipe,
+    pub resume: Option<(Vec<(String, Vec<f32>)>, Cursor)>,
+    pub train_src: Arc<Source>,
+    pub test_src: Option<Arc<Source>>,
+    pub per_epoch: usize,
+    pub workers: usize,
+    /// What the device and the input pipeline are, for the log and summary.json.
+    pub device_desc: String,
+}
+
 fn run(
     o: &TrainOptions,
     dir: &Path,
     r: &Recipe,
     resume: Option<(Vec<(String, Vec<f32>)>, Cursor)>,
 ) -> Result<Trained> {
-    let t_start = Instant::now();
     let ds = Dataset::open(&r.data)?;
     let train_src = Source::open(&ds, "train")?;
     let test_src = if ds.manifest.splits.contains_key("test") {
@@ -280,8 +432,48 @@ fn run(
             train_src.samples, r.batch
         )));
     }
+    let workers = rayon::current_num_threads();
+    let ctx = RunCtx {
+        opts: o,
+        dir,
+        recipe: r,
+        resume,
+        train_src: train_src.clone(),
+        test_src,
+        per_epoch,
+        workers,
+        device_desc: "cpu".into(),
+    };
+    if r.device == "cpu" {
+        let feed = HostFeed::new(train_src, r, workers);
+        return run_on(Cpu::default(), Box::new(feed), ctx);
+    }
+    #[cfg(feature = "cuda")]
+    {
+        crate::nn::cuda::train::run(ctx)
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::Invalid(format!(
+        "--device {}: this build of prep has no CUDA backend",
+        r.device
+    )))
+}
+
+/// The training loop, the same for every backend.
+pub fn run_on<B: Backend>(mut be: B, mut feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<Trained> {
+    let t_start = Instant::now();
+    let RunCtx {
+        opts: o,
+        dir,
+        recipe: r,
+        resume,
+        train_src: _,
+        test_src,
+        per_epoch,
+        workers,
+        device_desc,
+    } = ctx;
     let total_steps = per_epoch * r.epochs;
-    let mut be = Cpu;
     let (mut model, mut cur) = match resume {
         Some((state, cur)) => {
             let mut m = Model::new(&mut be, r.model.clone(), &state);
@@ -302,100 +494,76 @@ fn run(
         .take(cur.epoch)
         .collect();
     rewrite_metrics(&metrics_path, &history)?;
-    let on_damage = if r.skip_damaged {
-        OnDamage::Skip
-    } else {
-        OnDamage::Stop
-    };
-    let workers = rayon::current_num_threads();
-    let sb = train_src.spec.bytes();
-    let u16 = train_src.spec.dtype == Dtype::U16;
     let ckpt = dir.join(checkpoint::FILE);
     let mut steps_here = 0;
+    let mut peak_gpu = history.iter().map(|m| m.gpu_mem_bytes).max().unwrap_or(0);
     let mut last_eval: Option<(f64, f64, Vec<Vec<u64>>)> = None;
+    // Loss figures stay on the device between these points, so that no step waits for one.
+    let flush = |be: &mut B, cur: &mut Cursor, t_seg: Instant| -> Result<()> {
+        let (loss, correct) = be.take_loss_stats();
+        be.status().map_err(Error::Device)?;
+        cur.train_seconds += t_seg.elapsed().as_secs_f64();
+        cur.loss_sum += loss;
+        cur.correct += correct;
+        if !cur.loss_sum.is_finite() {
+            return Err(Error::Invalid(format!(
+                "the loss became {} at epoch {} step {}: lower --lr",
+                cur.loss_sum,
+                cur.epoch + 1,
+                cur.step
+            )));
+        }
+        Ok(())
+    };
     while cur.epoch < r.epochs {
         let epoch = cur.epoch;
         let t_epoch = Instant::now();
-        let damaged = Arc::new(Mutex::new(Vec::new()));
         let pb = crate::progress::bar(
             ((per_epoch - cur.batch) * r.batch) as u64,
             &format!("epoch {}", epoch + 1),
             "samples",
             o.quiet,
         );
-        let loader = input::epoch(
-            train_src.clone(),
-            r.batch,
-            r.seed,
-            epoch,
-            cur.batch,
-            true,
-            on_damage,
-            workers,
-            damaged.clone(),
-        );
+        feed.start(&mut be, epoch, cur.batch)?;
         let mut lr = one_cycle(cur.step, total_steps, r.lr);
-        for batch in loader.rx.iter() {
-            let batch = batch?;
-            if batch.index >= per_epoch {
-                break;
-            }
-            let t = Instant::now();
-            let n = batch.labels.len();
-            let raw = RawBatch {
-                pixels: &batch.pixels,
-                u16,
-                n,
-                c: r.model.channels,
-                h: r.model.height,
-                w: r.model.width,
-            };
-            debug_assert_eq!(batch.pixels.len(), n * sb);
-            let (aug, pad) = if epoch < r.augment_epochs {
-                (augmentation(r, epoch, batch.index, n), r.crop_pad)
-            } else {
-                (Vec::new(), 0)
-            };
-            model.load(&mut be, &raw, &r.mean, &r.std, pad, &aug);
+        let mut t_seg = Instant::now();
+        while let Some((index, n)) = feed.next(&mut be, &mut model)? {
             model.forward(&mut be, n, true);
-            let (loss, correct) = model.loss(&mut be, &batch.labels, r.label_smoothing);
-            if !loss.is_finite() {
-                return Err(Error::Invalid(format!(
-                    "the loss became {loss} at epoch {} step {}: lower --lr",
-                    epoch + 1,
-                    cur.step
-                )));
-            }
+            model.loss(&mut be, n, r.label_smoothing);
             model.backward(&mut be, n);
             lr = one_cycle(cur.step, total_steps, r.lr);
             model.step(&mut be, lr, r.momentum, r.weight_decay);
             cur.step += 1;
-            cur.batch = batch.index + 1;
-            cur.loss_sum += loss;
-            cur.correct += correct as u64;
+            cur.batch = index + 1;
             cur.seen += n as u64;
-            cur.train_seconds += t.elapsed().as_secs_f64();
             pb.inc(n as u64);
             steps_here += 1;
-            if r.checkpoint_every > 0 && cur.step % r.checkpoint_every == 0 && cur.batch < per_epoch
+            let stop = o.stop_after == Some(steps_here);
+            if stop
+                || (r.checkpoint_every > 0
+                    && cur.step % r.checkpoint_every == 0
+                    && cur.batch < per_epoch)
             {
+                flush(&mut be, &mut cur, t_seg)?;
                 checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+                t_seg = Instant::now();
             }
-            if o.stop_after == Some(steps_here) {
-                checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+            if stop {
                 return Ok(Trained {
                     dir: dir.to_path_buf(),
                     summary: None,
                 });
             }
         }
-        drop(loader);
+        flush(&mut be, &mut cur, t_seg)?;
+        let skipped = feed.damaged();
         pb.finish_and_clear();
+        let gpu_mem = be.gpu_mem_bytes();
+        peak_gpu = peak_gpu.max(gpu_mem);
         let (test_loss, test_acc, confusion) = match &test_src {
             Some(t) => evaluate(&mut be, &mut model, r, t.clone(), workers)?,
             None => (f64::NAN, f64::NAN, vec![]),
         };
-        let skipped = damaged.lock().unwrap().len();
         let m = EpochMetrics {
             epoch: epoch + 1,
             train_loss: cur.loss_sum / cur.seen.max(1) as f64,
@@ -406,12 +574,17 @@ fn run(
             samples_per_sec: cur.seen as f64 / cur.train_seconds.max(1e-9),
             seconds: t_epoch.elapsed().as_secs_f64(),
             host_rss_bytes: crate::mem::rss_bytes(),
-            gpu_mem_bytes: 0,
+            gpu_mem_bytes: gpu_mem,
             damaged_blocks_skipped: skipped,
         };
         if !o.quiet {
+            let gpu = if gpu_mem > 0 {
+                format!(" | GPU {}", crate::mem::human(gpu_mem))
+            } else {
+                String::new()
+            };
             eprintln!(
-                "epoch {:>3}/{}: train loss {:.4} acc {:.4} | test loss {:.4} acc {:.4} | {:.0} samples/s | {:.1} s | RSS {}",
+                "epoch {:>3}/{}: train loss {:.4} acc {:.4} | test loss {:.4} acc {:.4} | {:.0} samples/s | {:.1} s | RSS {}{gpu}",
                 m.epoch, r.epochs, m.train_loss, m.train_accuracy, m.test_loss, m.test_accuracy, m.samples_per_sec, m.seconds, crate::mem::human(m.host_rss_bytes)
             );
         }
@@ -442,8 +615,8 @@ fn run(
         samples_per_sec: sps,
         seconds: train_secs.max(t_start.elapsed().as_secs_f64()),
         peak_rss_bytes: crate::mem::peak_rss_bytes(),
-        peak_gpu_mem_bytes: 0,
-        device: r.device.clone(),
+        peak_gpu_mem_bytes: peak_gpu,
+        device: device_desc,
         confusion: confusion.clone(),
         classes: r.classes.clone(),
     };
@@ -502,7 +675,7 @@ fn evaluate<B: Backend>(
 ) -> Result<(f64, f64, Vec<Vec<u64>>)> {
     let k = r.model.classes;
     let mut confusion = vec![vec![0u64; k]; k];
-    let (mut loss_sum, mut n_all) = (0.0, 0usize);
+    let mut n_all = 0usize;
     let u16 = src.spec.dtype == Dtype::U16;
     // Batches of the training size: evaluation then needs no more memory than a training step.
     let loader = input::epoch(
@@ -526,6 +699,7 @@ fn evaluate<B: Backend>(
             c: r.model.channels,
             h: r.model.height,
             w: r.model.width,
+            labels: &batch.labels,
         };
         model.load(be, &raw, &r.mean, &r.std, 0, &[]);
         let logits = model.forward(be, n, false);
@@ -533,10 +707,11 @@ fn evaluate<B: Backend>(
         for (p, &y) in pred.iter().zip(&batch.labels) {
             confusion[y as usize][*p as usize] += 1;
         }
-        let (l, _) = model.loss(be, &batch.labels, 0.0);
-        loss_sum += l;
+        model.loss(be, n, 0.0);
         n_all += n;
     }
+    // The training loop took its own figures before evaluating, so these are the test split's.
+    let loss_sum = be.take_loss_stats().0;
     let correct: u64 = (0..k).map(|i| confusion[i][i]).sum();
     Ok((
         loss_sum / n_all.max(1) as f64,
@@ -562,7 +737,7 @@ pub fn eval(run: &Path, data: &Path, split: &str) -> Result<(f64, f64, usize, Ve
         )));
     }
     let n = src.samples;
-    let mut be = Cpu;
+    let mut be = Cpu::default();
     let mut model = Model::new(&mut be, r.model.clone(), &state);
     let (loss, acc, confusion) =
         evaluate(&mut be, &mut model, &r, src, rayon::current_num_threads())?;

@@ -13,7 +13,10 @@ const BN_EPS: f32 = 1e-5;
 const BN_MOMENTUM: f32 = 0.1;
 
 #[derive(Debug, Default)]
-pub struct Cpu;
+pub struct Cpu {
+    loss_sum: f64,
+    correct: u64,
+}
 
 /// Two per-thread scratch buffers, grown as needed and reused across calls: the im2col and GEMM
 /// buffers of a chunk are tens of MB, and allocating them afresh costs page faults and zeroing
@@ -213,7 +216,10 @@ impl Backend for Cpu {
         pad: usize,
         aug: &[Aug],
         out: &mut Vec<f32>,
+        labels: &mut Vec<f32>,
     ) {
+        labels.clear();
+        labels.extend(raw.labels.iter().map(|&l| l as f32));
         let (c, h, w) = (raw.c, raw.h, raw.w);
         let per = c * h * w;
         out.resize(raw.n * per, 0.0);
@@ -633,12 +639,12 @@ impl Backend for Cpu {
     fn softmax_xent(
         &mut self,
         logits: &Vec<f32>,
-        labels: &[u32],
+        labels: &Vec<f32>,
         smoothing: f32,
         dlogits: &mut Vec<f32>,
         n: usize,
         k: usize,
-    ) -> (f64, usize) {
+    ) {
         dlogits.resize(n * k, 0.0);
         let per: Vec<(f64, bool)> = dlogits
             .par_chunks_mut(k)
@@ -661,10 +667,14 @@ impl Backend for Cpu {
                 (loss, pred == y)
             })
             .collect();
-        (
-            per.iter().map(|p| p.0).sum(),
-            per.iter().filter(|p| p.1).count(),
-        )
+        self.loss_sum += per.iter().map(|p| p.0).sum::<f64>();
+        self.correct += per.iter().filter(|p| p.1).count() as u64;
+    }
+
+    fn take_loss_stats(&mut self) -> (f64, u64) {
+        let r = (self.loss_sum, self.correct);
+        (self.loss_sum, self.correct) = (0.0, 0);
+        r
     }
 
     fn argmax(&mut self, logits: &Vec<f32>, n: usize, k: usize) -> Vec<u32> {
@@ -702,11 +712,11 @@ impl Backend for Cpu {
 mod tests {
     #[test]
     fn every_op_matches_finite_differences() {
-        crate::nn::gradcheck::check_ops(&mut super::Cpu);
+        crate::nn::gradcheck::check_ops(&mut super::Cpu::default());
     }
 
     #[test]
     fn whole_model_matches_finite_differences() {
-        crate::nn::gradcheck::check_model(&mut super::Cpu);
+        crate::nn::gradcheck::check_model(&mut super::Cpu::default());
     }
 }

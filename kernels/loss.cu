@@ -1,0 +1,61 @@
+// Softmax cross-entropy with label smoothing (one warp per sample), the argmax, and the SGD step.
+
+// stats[0] += sum of per-sample losses, stats[1] += correct predictions: the totals stay on the
+// device until the host asks, so no training step waits for them.
+extern "C" __global__ void softmax_xent(const float* z, const float* labels, float* dz,
+                                        double* stats, int n, int k, float smoothing) {
+    int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (row >= n) return;
+    const float* zr = z + (long)row * k;
+    float mx = -INFINITY;
+    int best = 0;
+    for (int j = lane; j < k; j += 32) {
+        if (zr[j] > mx) { mx = zr[j]; best = j; }
+    }
+    // max with the first index on ties, like the CPU
+    for (int o = 16; o > 0; o >>= 1) {
+        float om = __shfl_xor_sync(0xffffffffu, mx, o);
+        int ob = __shfl_xor_sync(0xffffffffu, best, o);
+        if (om > mx || (om == mx && ob < best)) { mx = om; best = ob; }
+    }
+    float se = 0.f;
+    for (int j = lane; j < k; j += 32) se += expf(zr[j] - mx);
+    se = warp_sum(se);
+    float lse = mx + logf(se);
+    int y = (int)labels[row];
+    float off = smoothing / k;
+    float loss = 0.f;
+    for (int j = lane; j < k; j += 32) {
+        float q = off + (j == y ? 1.f - smoothing : 0.f);
+        float logp = zr[j] - lse;
+        loss -= q * logp;
+        dz[(long)row * k + j] = (expf(logp) - q) / n;
+    }
+    loss = warp_sum(loss);
+    if (lane == 0) {
+        atomicAdd(&stats[0], (double)loss);
+        if (best == y) atomicAdd(&stats[1], 1.0);
+    }
+}
+
+extern "C" __global__ void argmax_rows(const float* z, u32* out, int n, int k) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const float* zr = z + (long)row * k;
+    int best = 0;
+    for (int j = 1; j < k; j++)
+        if (zr[j] > zr[best]) best = j;
+    out[row] = best;
+}
+
+// SGD with Nesterov momentum (PyTorch's form) on float32 master weights.
+extern "C" __global__ void sgd(float* w, const float* g, float* v, long total, float lr,
+                               float mu, float wd) {
+    GRID_STRIDE(t, total) {
+        float d = g[t] + wd * w[t];
+        float vv = mu * v[t] + d;
+        v[t] = vv;
+        w[t] -= lr * (d + mu * vv);
+    }
+}

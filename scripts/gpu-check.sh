@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The GPU tests and benchmarks of prep, in one call on a machine with an NVIDIA GPU; a table last.
+#
+#   scripts/gpu-check.sh                 # every stage
+#   STAGES="tests fmnist" scripts/gpu-check.sh
+#
+# Binaries come from $BIN (default .dev/, made by scripts/gpu-build.sh on a machine with Rust):
+# prep and prep-lib-tests (the library's test executable). Fashion-MNIST's four IDX .gz files are
+# read from $FM_RAW. Logs and run folders go under $LOGS (default $OUT if set, else /tmp).
+set -uo pipefail
+BIN=${BIN:-.dev}
+PREP=$BIN/prep
+FM_RAW=${FM_RAW:-.dev/fm}
+LOGS=${LOGS:-${OUT:-/tmp/gpu-check}}
+WORK=${WORK:-/tmp/prep-gpu}
+STAGES=${STAGES:-"tests fmnist fmnist128 modes memory sanitizer"}
+mkdir -p "$LOGS" "$WORK"
+ROWS=()
+row() { ROWS+=("$1|$2|$3"); }
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+json() { python3 -c "import json,sys; d=json.load(open('$1')); print(d$2)"; }
+train() { # name, args...: a run folder under $WORK, its log under $LOGS
+    local name=$1; shift
+    rm -rf "$WORK/$name"
+    "$PREP" train "$@" --device cuda --out "$WORK/$name" 2>&1 | tee "$LOGS/$name.log" | grep -v "^\s*$" | tail -4
+}
+echo "== $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+echo "== prep $("$PREP" --version)"
+
+if has tests; then
+    echo "== GPU tests (nn::cuda: every op, gradient checks, training steps, input rings)"
+    PREP_REQUIRE_CUDA=1 PREP_KERNEL_CACHE="$WORK/kcache" "$BIN/prep-lib-tests" nn:: --test-threads=1 --nocapture \
+        >"$LOGS/tests.log" 2>&1
+    rc=$?
+    grep -E "^test |relative error|test result" "$LOGS/tests.log" | grep -E "^test |test result" | tail -20
+    passed=$(grep -c "^test .* ok$" "$LOGS/tests.log")
+    failed=$(grep -c "^test .* FAILED$" "$LOGS/tests.log")
+    row "GPU tests (nn::)" "$passed passed, $failed failed" "$([ $rc = 0 ] && echo ok || echo FAIL)"
+fi
+
+if has fmnist || has fmnist128; then
+    [ -f "$WORK/fm/manifest.json" ] || "$PREP" convert "$FM_RAW" --out "$WORK/fm" >"$LOGS/convert.log" 2>&1
+fi
+if has fmnist; then
+    echo "== Fashion-MNIST, batch 512, 15 epochs"
+    train fm512 "$WORK/fm" --epochs 15 --batch 512
+    s="$WORK/fm512/summary.json"
+    acc=$(json "$s" "['test_accuracy']"); sps=$(json "$s" "['samples_per_sec']")
+    row "FMNIST b512 15 ep: test accuracy" "$acc" "$(python3 -c "print('ok' if $acc >= 0.915 else 'FAIL')")"
+    row "FMNIST b512: samples/s (mean of epochs)" "$(printf %.0f "$sps")" "$(python3 -c "print('ok' if $sps >= 225000 else 'FAIL')")"
+    row "FMNIST b512: peak GPU memory" "$(json "$s" "['peak_gpu_mem_bytes']")" "-"
+    ev=$("$PREP" eval "$WORK/fm512" "$WORK/fm" --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['accuracy'])")
+    row "FMNIST b512: prep eval (CPU) accuracy" "$ev" "-"
+fi
+if has fmnist128; then
+    echo "== Fashion-MNIST, batch 128, 3 epochs"
+    train fm128 "$WORK/fm" --epochs 3 --batch 128 --lr 0.6
+    sps=$(json "$WORK/fm128/summary.json" "['samples_per_sec']")
+    row "FMNIST b128: samples/s" "$(printf %.0f "$sps")" "$(python3 -c "print('ok' if $sps >= 125000 else 'FAIL')")"
+fi
+
+synth() { # name, train samples
+    [ -f "$WORK/$1/manifest.json" ] || "$PREP" synth --train "$2" --test 10000 --out "$WORK/$1" 2>&1 | tail -1
+}
+if has modes; then
+    echo "== input modes on 1,000,000 synthetic samples (3x32x32), 1 epoch each"
+    synth s1m 1000000
+    for m in device stream managed; do
+        train "s1m-$m" "$WORK/s1m" --epochs 1 --memory "$m"
+        eval "sps_$m=$(json "$WORK/s1m-$m/summary.json" "['samples_per_sec']")"
+        row "1M synth, $m: samples/s" "$(eval printf %.0f \$sps_$m)" "-"
+    done
+    ratio=$(python3 -c "print(f'{$sps_stream / $sps_device:.3f}')")
+    row "1M synth: stream / device" "$ratio" "$(python3 -c "print('ok' if $ratio >= 0.97 else 'FAIL')")"
+    ratio=$(python3 -c "print(f'{$sps_managed / $sps_device:.3f}')")
+    row "1M synth: managed / device" "$ratio" "-"
+fi
+
+if has memory; then
+    echo "== GPU memory and host RSS in stream mode: 60k, 1M, 10M synthetic samples"
+    synth s60k 60000
+    synth s1m 1000000
+    synth s10m 10000000
+    for d in s60k s1m s10m; do
+        train "mem-$d" "$WORK/$d" --epochs 1 --memory stream
+        s="$WORK/mem-$d/summary.json"
+        eval "gpu_$d=$(json "$s" "['peak_gpu_mem_bytes']")"
+        rss=$(json "$s" "['peak_rss_bytes']")
+        row "stream $d: peak GPU memory / host RSS" "$(eval echo \$gpu_$d) / $rss" "$(python3 -c "print('ok' if $rss < 2**30 else 'FAIL')")"
+    done
+    spread=$(python3 -c "v=[$gpu_s60k,$gpu_s1m,$gpu_s10m]; print(f'{(max(v)-min(v))/min(v)*100:.2f}%')")
+    row "stream GPU memory spread 60k/1M/10M" "$spread" "$(python3 -c "print('ok' if float('${spread%\%}') <= 2 else 'FAIL')")"
+    rm -rf "$WORK/s10m"
+fi
+
+if has sanitizer; then
+    echo "== compute-sanitizer memcheck over short training runs"
+    synth s4k 4096
+    for m in device stream; do
+        rm -rf "$WORK/san-$m"
+        compute-sanitizer --tool memcheck --error-exitcode 9 "$PREP" train "$WORK/s4k" --device cuda \
+            --epochs 1 --batch 256 --memory "$m" --out "$WORK/san-$m" >"$LOGS/sanitizer-$m.log" 2>&1
+        rc=$?
+        errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$LOGS/sanitizer-$m.log" | tail -1)
+        row "memcheck, $m mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
+    done
+fi
+
+echo
+printf "%-45s | %-28s | %s\n" "check" "figure" "result"
+printf -- "----------------------------------------------+------------------------------+-------\n"
+for r in "${ROWS[@]}"; do
+    IFS='|' read -r a b c <<<"$r"
+    printf "%-45s | %-28s | %s\n" "$a" "$b" "$c"
+done

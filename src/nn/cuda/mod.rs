@@ -1,0 +1,1082 @@
+//! The CUDA backend: the `Backend` trait on an NVIDIA GPU, through cudarc (driver, NVRTC, cuDNN,
+//! cuBLAS, all loaded at run time). Convolutions are cuDNN's (NCHW, the algorithm measured fastest
+//! per shape), the linear layer is cuBLAS, everything else is our kernels in `kernels/*.cu`.
+//!
+//! Precision: `F32` is plain float32 everywhere (FMA convolutions, no TF32): the mode tested op by
+//! op against the CPU reference. `Bf16` is mixed precision: activations and their gradients are
+//! bfloat16, convolutions run on tensor cores, and weights, their gradients, momentum, batch-norm
+//! statistics, the loss and every reduction stay float32 (the master copy; conv weights are cast
+//! to bfloat16 for each use).
+//!
+//! All work goes to one compute stream in order; nothing waits for the GPU except `download`,
+//! `argmax` and `take_loss_stats`. A CUDA failure is kept (the first one) and reported by
+//! `status`; the ops after it do nothing.
+
+mod dnn;
+mod kernels;
+pub mod staging;
+pub mod train;
+#[cfg(test)]
+mod tests;
+
+use super::{Aug, Backend, RawBatch};
+use cudarc::cublas::sys as blas;
+use cudarc::cudnn::sys as cudnn;
+use cudarc::driver::{result as dr, sys, CudaContext, CudaStream};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    Bf16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dt {
+    F32,
+    Bf16,
+    U8,
+    U32,
+    F64,
+}
+
+impl Dt {
+    fn size(self) -> usize {
+        match self {
+            Dt::F32 | Dt::U32 => 4,
+            Dt::Bf16 => 2,
+            Dt::U8 => 1,
+            Dt::F64 => 8,
+        }
+    }
+    fn suffix(self) -> &'static str {
+        match self {
+            Dt::F32 => "f32",
+            Dt::Bf16 => "bf16",
+            d => panic!("no kernels for {d:?} tensors"),
+        }
+    }
+}
+
+/// A tensor in GPU memory: `len` elements of `dt`, in an allocation of `cap` bytes that only
+/// grows. Allocated and freed in stream order on the compute stream.
+pub struct Buf {
+    ptr: u64,
+    len: usize,
+    cap: usize,
+    dt: Dt,
+    stream: sys::CUstream,
+}
+
+impl Buf {
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn dt(&self) -> Dt {
+        self.dt
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if self.cap > 0 {
+            unsafe {
+                let _ = dr::free_async(self.ptr, self.stream);
+            }
+        }
+    }
+}
+
+/// (free, total) bytes of the current device.
+pub fn mem_info() -> Result<(usize, usize), String> {
+    dr::mem_get_info().map_err(|e| format!("cuMemGetInfo: {e:?}"))
+}
+
+/// Whether CUDA training can run on device `ordinal`: the driver, a device, NVRTC, cuBLAS and
+/// cuDNN. Ok(device name) or Err(why not), in words a user can act on.
+pub fn probe(ordinal: usize) -> Result<String, String> {
+    unsafe {
+        if !sys::is_culib_present() {
+            return Err("no NVIDIA driver found (libcuda.so could not be loaded)".into());
+        }
+    }
+    dr::init().map_err(|e| format!("the CUDA driver did not start: {e:?}"))?;
+    let count = CudaContext::device_count()
+        .map_err(|e| format!("the CUDA driver found no devices: {e:?}"))?;
+    if count <= 0 {
+        return Err("the CUDA driver reports no GPU".into());
+    }
+    if ordinal >= count as usize {
+        return Err(format!(
+            "there is no GPU {ordinal}: the driver reports {count} (cuda:0 to cuda:{})",
+            count - 1
+        ));
+    }
+    unsafe {
+        if !cudarc::nvrtc::sys::is_culib_present() {
+            return Err("NVRTC (libnvrtc.so) is not installed; it compiles prep's kernels".into());
+        }
+        if !blas::is_culib_present() {
+            return Err("cuBLAS (libcublas.so) is not installed".into());
+        }
+        if !cudnn::is_culib_present() {
+            return Err("cuDNN (libcudnn.so) is not installed".into());
+        }
+    }
+    let dev = dr::device::get(ordinal as i32).map_err(|e| format!("{e:?}"))?;
+    let name = dr::device::get_name(dev).map_err(|e| format!("{e:?}"))?;
+    let (major, minor) = unsafe {
+        use sys::CUdevice_attribute::*;
+        (
+            dr::device::get_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                .map_err(|e| format!("{e:?}"))?,
+            dr::device::get_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+                .map_err(|e| format!("{e:?}"))?,
+        )
+    };
+    if major < 8 {
+        return Err(format!(
+            "{name} has compute capability {major}.{minor}; prep's CUDA backend needs 8.0 or newer (bfloat16)"
+        ));
+    }
+    Ok(name)
+}
+
+struct Scratch {
+    part: Buf,
+    scale: Buf,
+    shift: Buf,
+    coef: Buf,
+    wbf: Buf,
+    dwbf: Buf,
+    workspace: Buf,
+    idx: Buf,
+}
+
+impl Scratch {
+    fn empty(stream: sys::CUstream) -> Self {
+        let e = |dt| Buf {
+            ptr: 0,
+            len: 0,
+            cap: 0,
+            dt,
+            stream,
+        };
+        Scratch {
+            part: e(Dt::F32),
+            scale: e(Dt::F32),
+            shift: e(Dt::F32),
+            coef: e(Dt::F32),
+            wbf: e(Dt::Bf16),
+            dwbf: e(Dt::Bf16),
+            workspace: e(Dt::U8),
+            idx: e(Dt::U32),
+        }
+    }
+}
+
+pub struct Cuda {
+    /// Held so that the context outlives every buffer and handle.
+    _ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    copy: Arc<CudaStream>,
+    k: kernels::Kernels,
+    dnn: dnn::Dnn,
+    prec: Precision,
+    err: Option<String>,
+    stats: Buf,
+    s: Scratch,
+    ring: staging::Ring,
+    sms: u32,
+    /// prep's own GPU allocations (bytes), beside what the driver and libraries hold.
+    pub allocated: usize,
+}
+
+const THREADS: u32 = 256;
+
+/// Raw kernel arguments: each expression's address, valid until the end of the statement that
+/// launches (temporaries live that long).
+macro_rules! launch {
+    ($self:ident, $name:expr, $grid:expr, $block:expr; $($a:expr),* $(,)?) => {
+        $self.launch_raw($name, $grid, $block, &mut [$( &$a as *const _ as *mut c_void ),*])
+    };
+}
+
+impl Cuda {
+    pub fn new(ordinal: usize, prec: Precision, staging: staging::Kind) -> Result<Self, String> {
+        probe(ordinal)?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| format!("creating a CUDA context: {e:?}"))?;
+        // We order work ourselves (one compute stream, events for the copies).
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
+        let copy = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
+        let k = kernels::Kernels::load(&ctx)?;
+        let dnn = dnn::Dnn::new(stream.cu_stream())?;
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| format!("{e:?}"))? as u32;
+        let ring = staging::Ring::new(&ctx, staging, 3)?;
+        let cs = stream.cu_stream();
+        let empty = |dt| Buf {
+            ptr: 0,
+            len: 0,
+            cap: 0,
+            dt,
+            stream: cs,
+        };
+        let mut me = Cuda {
+            _ctx: ctx,
+            copy,
+            k,
+            dnn,
+            prec,
+            err: None,
+            stats: empty(Dt::F64),
+            s: Scratch::empty(cs),
+            ring,
+            sms,
+            allocated: 0,
+            stream,
+        };
+        let mut stats = me.empty(Dt::F64);
+        me.ensure(&mut stats, 2, Dt::F64);
+        me.memset0(&stats);
+        me.stats = stats;
+        me.status()?;
+        Ok(me)
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.prec
+    }
+
+    pub fn act_dt(&self) -> Dt {
+        match self.prec {
+            Precision::F32 => Dt::F32,
+            Precision::Bf16 => Dt::Bf16,
+        }
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub fn staging_kind(&self) -> staging::Kind {
+        self.ring.kind()
+    }
+
+
+    fn fail(&mut self, e: String) {
+        if self.err.is_none() {
+            self.err = Some(e);
+        }
+    }
+
+    fn ok<T>(&mut self, r: Result<T, String>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    pub fn empty(&self, dt: Dt) -> Buf {
+        Buf {
+            ptr: 0,
+            len: 0,
+            cap: 0,
+            dt,
+            stream: self.stream.cu_stream(),
+        }
+    }
+
+    /// Make `b` hold `len` elements of `dt`, growing its allocation if needed.
+    pub fn ensure(&mut self, b: &mut Buf, len: usize, dt: Dt) -> bool {
+        let bytes = (len * dt.size()).max(1);
+        if b.cap < bytes {
+            if b.cap > 0 {
+                unsafe {
+                    let _ = dr::free_async(b.ptr, b.stream);
+                }
+                self.allocated -= b.cap;
+                b.cap = 0;
+            }
+            match unsafe { dr::malloc_async(self.stream.cu_stream(), bytes) } {
+                Ok(p) => {
+                    b.ptr = p;
+                    b.cap = bytes;
+                    self.allocated += bytes;
+                }
+                Err(e) => {
+                    self.fail(format!("allocating {bytes} bytes of GPU memory: {e:?}"));
+                    b.len = 0;
+                    return false;
+                }
+            }
+        }
+        b.len = len;
+        b.dt = dt;
+        b.stream = self.stream.cu_stream();
+        true
+    }
+
+    fn memset0(&mut self, b: &Buf) {
+        if b.cap == 0 {
+            return;
+        }
+        let r = unsafe {
+            dr::memset_d8_async(b.ptr, 0, b.len * b.dt.size(), self.stream.cu_stream())
+        };
+        let _ = self.ok(r.map_err(|e| format!("cuMemsetD8Async: {e:?}")));
+    }
+
+    fn grid(&self, total: usize) -> u32 {
+        (total.div_ceil(THREADS as usize) as u64).clamp(1, self.sms as u64 * 16) as u32
+    }
+
+    fn launch_raw(&mut self, name: &str, grid: (u32, u32), block: u32, args: &mut [*mut c_void]) {
+        if self.err.is_some() {
+            return;
+        }
+        let f = self.k.get(name).cu_function();
+        let r = unsafe {
+            dr::launch_kernel(
+                f,
+                (grid.0, grid.1, 1),
+                (block, 1, 1),
+                0,
+                self.stream.cu_stream(),
+                args,
+            )
+        };
+        if let Err(e) = r {
+            self.fail(format!("launching {name}: {e:?}"));
+        }
+    }
+
+    /// Copy host values into `b` (resized to fit) in stream order.
+    pub fn upload_into<T: Copy>(&mut self, b: &mut Buf, data: &[T], dt: Dt) {
+        assert_eq!(std::mem::size_of::<T>(), dt.size());
+        if !self.ensure(b, data.len(), dt) || data.is_empty() {
+            return;
+        }
+        // Pageable source: the driver stages it before returning, so `data` may go right after.
+        let r = unsafe { dr::memcpy_htod_async(b.ptr, data, self.stream.cu_stream()) };
+        let _ = self.ok(r.map_err(|e| format!("copying to the GPU: {e:?}")));
+    }
+
+    fn sync(&mut self) {
+        if let Err(e) = self.stream.synchronize() {
+            self.fail(format!("the GPU failed: {e:?}"));
+        }
+    }
+
+    fn to_host_raw<T: Copy + Default>(&mut self, ptr: u64, len: usize) -> Vec<T> {
+        let mut out = vec![T::default(); len];
+        if self.err.is_some() || len == 0 {
+            return out;
+        }
+        let r = unsafe { dr::memcpy_dtoh_async(&mut out, ptr, self.stream.cu_stream()) };
+        if let Err(e) = r {
+            self.fail(format!("copying from the GPU: {e:?}"));
+        }
+        self.sync();
+        out
+    }
+
+    /// Upload float32 values as an activation tensor of this backend's precision.
+    pub fn upload_act(&mut self, data: &[f32]) -> Buf {
+        let f = self.upload(data);
+        if self.act_dt() == Dt::F32 {
+            return f;
+        }
+        let mut b = self.empty(Dt::Bf16);
+        self.cast(&f, &mut b, Dt::Bf16);
+        b
+    }
+
+    fn cast(&mut self, src: &Buf, dst: &mut Buf, dt: Dt) {
+        let n = src.len;
+        if !self.ensure(dst, n, dt) {
+            return;
+        }
+        let name = match (src.dt, dt) {
+            (Dt::F32, Dt::Bf16) => "cast_f32_bf16",
+            (Dt::Bf16, Dt::F32) => "cast_bf16_f32",
+            (Dt::U8, Dt::F32) => "cast_u8_f32",
+            (a, b) => panic!("no cast from {a:?} to {b:?}"),
+        };
+        let g = self.grid(n);
+        launch!(self, name, (g, 1), THREADS; src.ptr, dst.ptr, n as i64);
+    }
+
+    fn expect_act(&self, b: &Buf, what: &str) {
+        assert_eq!(
+            b.dt,
+            self.act_dt(),
+            "{what}: a {:?} tensor given to a {:?} backend",
+            b.dt,
+            self.prec
+        );
+    }
+
+    /// Normalise, crop and flip a batch already in GPU memory: `pix` raw u8/u16 samples, `idx`
+    /// (or 0) the samples to take, `lab` u32 labels indexed like the samples, `aug` (or 0) one
+    /// packed augmentation per sample, `mean_std` 2c floats.
+    #[allow(clippy::too_many_arguments)]
+    pub fn load_device(
+        &mut self,
+        pix: u64,
+        u16: bool,
+        idx: u64,
+        lab: u64,
+        aug: u64,
+        mean_std: u64,
+        n: usize,
+        (c, h, w): (usize, usize, usize),
+        pad: usize,
+        out: &mut Buf,
+        labels: &mut Buf,
+    ) {
+        let dt = self.act_dt();
+        if !self.ensure(out, n * c * h * w, dt) || !self.ensure(labels, n, Dt::F32) {
+            return;
+        }
+        let name = format!("load_{}_{}", if u16 { "u16" } else { "u8" }, dt.suffix());
+        let maxv: f32 = if u16 { 65535.0 } else { 255.0 };
+        let g = self.grid(n * c * h * w);
+        let std_ptr = mean_std + 4 * c as u64;
+        launch!(self, &name, (g, 1), THREADS;
+            pix, idx, lab, aug, mean_std, std_ptr, out.ptr, labels.ptr,
+            n as i32, c as i32, h as i32, w as i32, pad as i32, maxv);
+    }
+
+    /// Blocks per channel for the batch-norm reductions: enough blocks to fill the GPU.
+    fn bn_splits(&self, n: usize, c: usize, hw: usize) -> usize {
+        let want = (4 * self.sms as usize).div_ceil(c);
+        want.clamp(1, (n * hw).div_ceil(1024).max(1))
+    }
+
+    fn conv_plan(&mut self, key: dnn::ConvKey) -> Option<(*const dnn::Plan, usize)> {
+        let r = self.dnn.plan(key).map(|p| (p as *const dnn::Plan, p.workspace));
+        let (p, ws) = self.ok(r)?;
+        let mut w = { let e = self.empty(Dt::U8); std::mem::replace(&mut self.s.workspace, e) };
+        let fits = w.cap >= ws || self.ensure(&mut w, ws, Dt::U8);
+        self.s.workspace = w;
+        fits.then_some((p, ws))
+    }
+
+    /// The conv weights as the convolution reads them: float32, or a bfloat16 copy.
+    fn conv_weights(&mut self, w: &Buf) -> u64 {
+        if self.prec == Precision::F32 {
+            return w.ptr;
+        }
+        let mut wb = { let e = self.empty(Dt::Bf16); std::mem::replace(&mut self.s.wbf, e) };
+        self.cast(w, &mut wb, Dt::Bf16);
+        let p = wb.ptr;
+        self.s.wbf = wb;
+        p
+    }
+
+    /// Find the convolution algorithms for a batch size ahead of timing anything.
+    pub fn prepare_conv(&mut self, n: usize, cin: usize, cout: usize, h: usize, w: usize) {
+        let key = dnn::ConvKey {
+            n,
+            cin,
+            cout,
+            h,
+            w,
+            bf16: self.prec == Precision::Bf16,
+        };
+        let _ = self.conv_plan(key);
+    }
+}
+
+fn cudnn_ok(r: cudnn::cudnnStatus_t, what: &str) -> Result<(), String> {
+    dnn::check(r, what)
+}
+
+impl Backend for Cuda {
+    type Buf = Buf;
+
+    fn zeros(&mut self, len: usize) -> Buf {
+        let mut b = self.empty(Dt::F32);
+        if len > 0 && self.ensure(&mut b, len, Dt::F32) {
+            self.memset0(&b);
+        }
+        b
+    }
+
+    fn upload(&mut self, data: &[f32]) -> Buf {
+        let mut b = self.empty(Dt::F32);
+        self.upload_into(&mut b, data, Dt::F32);
+        b
+    }
+
+    fn download(&mut self, b: &Buf) -> Vec<f32> {
+        match b.dt {
+            Dt::F32 => self.to_host_raw::<f32>(b.ptr, b.len),
+            Dt::Bf16 | Dt::U8 => {
+                let mut f = self.empty(Dt::F32);
+                self.cast(b, &mut f, Dt::F32);
+                self.to_host_raw::<f32>(f.ptr, f.len)
+            }
+            Dt::U32 => self
+                .to_host_raw::<u32>(b.ptr, b.len)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect(),
+            Dt::F64 => self
+                .to_host_raw::<f64>(b.ptr, b.len)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect(),
+        }
+    }
+
+    fn load_batch(
+        &mut self,
+        raw: &RawBatch,
+        mean: &[f32],
+        std: &[f32],
+        pad: usize,
+        aug: &[Aug],
+        out: &mut Buf,
+        labels: &mut Buf,
+    ) {
+        if self.err.is_some() {
+            return;
+        }
+        let packed: Vec<u32> = aug
+            .iter()
+            .map(|a| a.dy as u32 | (a.dx as u32) << 8 | (a.flip as u32) << 16)
+            .collect();
+        let mut ms: Vec<f32> = mean.to_vec();
+        ms.extend_from_slice(std);
+        let bytes = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let lab = bytes(raw.labels);
+        let augb = bytes(&packed);
+        let msb: Vec<u8> = ms.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let r = self
+            .ring
+            .put(&[raw.pixels, &lab, &augb, &msb], &self.copy, &self.stream);
+        let Some(p) = self.ok(r) else { return };
+        let aug_ptr = if aug.is_empty() { 0 } else { p[2] };
+        self.load_device(
+            p[0],
+            raw.u16,
+            0,
+            p[1],
+            aug_ptr,
+            p[3],
+            raw.n,
+            (raw.c, raw.h, raw.w),
+            pad,
+            out,
+            labels,
+        );
+        let r = self.ring.consumed(&self.stream);
+        self.ok(r);
+    }
+
+    fn conv3x3(
+        &mut self,
+        x: &Buf,
+        w: &Buf,
+        y: &mut Buf,
+        n: usize,
+        cin: usize,
+        cout: usize,
+        h: usize,
+        wd: usize,
+    ) {
+        self.expect_act(x, "conv3x3 input");
+        let dt = self.act_dt();
+        if !self.ensure(y, n * cout * h * wd, dt) {
+            return;
+        }
+        let key = dnn::ConvKey {
+            n,
+            cin,
+            cout,
+            h,
+            w: wd,
+            bf16: dt == Dt::Bf16,
+        };
+        let Some((plan, ws)) = self.conv_plan(key) else {
+            return;
+        };
+        let wp = self.conv_weights(w);
+        if self.err.is_some() {
+            return;
+        }
+        let (one, zero) = (1.0f32, 0.0f32);
+        let r = unsafe {
+            let p = &*plan;
+            cudnn::cudnnConvolutionForward(
+                self.dnn.handle,
+                &one as *const f32 as *const c_void,
+                p.x,
+                x.ptr as *const c_void,
+                p.w,
+                wp as *const c_void,
+                p.conv,
+                p.fwd,
+                self.s.workspace.ptr as *mut c_void,
+                ws,
+                &zero as *const f32 as *const c_void,
+                p.y,
+                y.ptr as *mut c_void,
+            )
+        };
+        self.ok(cudnn_ok(r, "convolution forward"));
+    }
+
+    fn conv3x3_backward(
+        &mut self,
+        x: &Buf,
+        w: &Buf,
+        dy: &Buf,
+        dx: Option<&mut Buf>,
+        dw: &mut Buf,
+        n: usize,
+        cin: usize,
+        cout: usize,
+        h: usize,
+        wd: usize,
+    ) {
+        self.expect_act(x, "conv3x3_backward input");
+        self.expect_act(dy, "conv3x3_backward gradient");
+        let dt = self.act_dt();
+        let bf = dt == Dt::Bf16;
+        let key = dnn::ConvKey {
+            n,
+            cin,
+            cout,
+            h,
+            w: wd,
+            bf16: bf,
+        };
+        let Some((plan, ws)) = self.conv_plan(key) else {
+            return;
+        };
+        if !self.ensure(dw, cout * cin * 9, Dt::F32) {
+            return;
+        }
+        let wp = self.conv_weights(w);
+        let mut dwb = { let e = self.empty(Dt::Bf16); std::mem::replace(&mut self.s.dwbf, e) };
+        let dw_target = if bf {
+            if !self.ensure(&mut dwb, cout * cin * 9, Dt::Bf16) {
+                self.s.dwbf = dwb;
+                return;
+            }
+            dwb.ptr
+        } else {
+            dw.ptr
+        };
+        let (one, zero) = (1.0f32, 0.0f32);
+        if self.err.is_none() {
+            let r = unsafe {
+                let p = &*plan;
+                cudnn::cudnnConvolutionBackwardFilter(
+                    self.dnn.handle,
+                    &one as *const f32 as *const c_void,
+                    p.x,
+                    x.ptr as *const c_void,
+                    p.y,
+                    dy.ptr as *const c_void,
+                    p.conv,
+                    p.bwd_filter,
+                    self.s.workspace.ptr as *mut c_void,
+                    ws,
+                    &zero as *const f32 as *const c_void,
+                    p.w,
+                    dw_target as *mut c_void,
+                )
+            };
+            self.ok(cudnn_ok(r, "convolution backward (filter)"));
+        }
+        if bf {
+            self.cast(&dwb, dw, Dt::F32);
+        }
+        self.s.dwbf = dwb;
+        if let Some(dx) = dx {
+            if !self.ensure(dx, n * cin * h * wd, dt) || self.err.is_some() {
+                return;
+            }
+            let r = unsafe {
+                let p = &*plan;
+                cudnn::cudnnConvolutionBackwardData(
+                    self.dnn.handle,
+                    &one as *const f32 as *const c_void,
+                    p.w,
+                    wp as *const c_void,
+                    p.y,
+                    dy.ptr as *const c_void,
+                    p.conv,
+                    p.bwd_data,
+                    self.s.workspace.ptr as *mut c_void,
+                    ws,
+                    &zero as *const f32 as *const c_void,
+                    p.x,
+                    dx.ptr as *mut c_void,
+                )
+            };
+            self.ok(cudnn_ok(r, "convolution backward (data)"));
+        }
+    }
+
+    fn bn_train(
+        &mut self,
+        x: &Buf,
+        gamma: &Buf,
+        beta: &Buf,
+        y: &mut Buf,
+        saved_mean: &mut Buf,
+        saved_invstd: &mut Buf,
+        running_mean: &mut Buf,
+        running_var: &mut Buf,
+        n: usize,
+        c: usize,
+        hw: usize,
+    ) {
+        self.expect_act(x, "bn_train input");
+        let dt = x.dt;
+        let sp = self.bn_splits(n, c, hw);
+        let mut s = std::mem::replace(&mut self.s, Scratch::empty(self.stream.cu_stream()));
+        let ok = self.ensure(y, x.len, dt)
+            && self.ensure(saved_mean, c, Dt::F32)
+            && self.ensure(saved_invstd, c, Dt::F32)
+            && self.ensure(&mut s.part, c * sp * 2 + c, Dt::F32)
+            && self.ensure(&mut s.scale, c, Dt::F32)
+            && self.ensure(&mut s.shift, c, Dt::F32);
+        if ok {
+            let sfx = dt.suffix();
+            launch!(self, &format!("bn_stats_{sfx}"), (sp as u32, c as u32), THREADS;
+                x.ptr, s.part.ptr, n as i32, c as i32, hw as i32, sp as i32);
+            launch!(self, "bn_finalize", ((c as u32).div_ceil(128), 1), 128;
+                s.part.ptr, sp as i32, c as i32, (n * hw) as i64, gamma.ptr, beta.ptr,
+                saved_mean.ptr, saved_invstd.ptr, running_mean.ptr, running_var.ptr,
+                0.1f32, 1e-5f32, s.scale.ptr, s.shift.ptr);
+            let g = self.grid(x.len);
+            launch!(self, &format!("bn_apply_{sfx}"), (g, 1), THREADS;
+                x.ptr, s.scale.ptr, s.shift.ptr, y.ptr, x.len as i64, c as i32, hw as i32, 0i32);
+        }
+        self.s = s;
+    }
+
+    fn bn_eval(
+        &mut self,
+        x: &Buf,
+        gamma: &Buf,
+        beta: &Buf,
+        running_mean: &Buf,
+        running_var: &Buf,
+        y: &mut Buf,
+        _n: usize,
+        c: usize,
+        hw: usize,
+    ) {
+        self.expect_act(x, "bn_eval input");
+        let dt = x.dt;
+        let mut s = std::mem::replace(&mut self.s, Scratch::empty(self.stream.cu_stream()));
+        let ok = self.ensure(y, x.len, dt)
+            && self.ensure(&mut s.scale, c, Dt::F32)
+            && self.ensure(&mut s.shift, c, Dt::F32);
+        if ok {
+            launch!(self, "bn_eval_prep", ((c as u32).div_ceil(128), 1), 128;
+                gamma.ptr, beta.ptr, running_mean.ptr, running_var.ptr, 1e-5f32,
+                s.scale.ptr, s.shift.ptr, c as i32);
+            let g = self.grid(x.len);
+            launch!(self, &format!("bn_apply_{}", dt.suffix()), (g, 1), THREADS;
+                x.ptr, s.scale.ptr, s.shift.ptr, y.ptr, x.len as i64, c as i32, hw as i32, 0i32);
+        }
+        self.s = s;
+    }
+
+    fn bn_backward(
+        &mut self,
+        x: &Buf,
+        dy: &Buf,
+        gamma: &Buf,
+        saved_mean: &Buf,
+        saved_invstd: &Buf,
+        dx: &mut Buf,
+        dgamma: &mut Buf,
+        dbeta: &mut Buf,
+        n: usize,
+        c: usize,
+        hw: usize,
+    ) {
+        self.expect_act(x, "bn_backward input");
+        self.expect_act(dy, "bn_backward gradient");
+        let dt = x.dt;
+        let sp = self.bn_splits(n, c, hw);
+        let mut s = std::mem::replace(&mut self.s, Scratch::empty(self.stream.cu_stream()));
+        let ok = self.ensure(dx, x.len, dt)
+            && self.ensure(dgamma, c, Dt::F32)
+            && self.ensure(dbeta, c, Dt::F32)
+            && self.ensure(&mut s.part, c * sp * 2 + c, Dt::F32)
+            && self.ensure(&mut s.coef, 3 * c, Dt::F32);
+        if ok {
+            let sfx = dt.suffix();
+            launch!(self, &format!("bn_bwd_stats_{sfx}"), (sp as u32, c as u32), THREADS;
+                x.ptr, dy.ptr, 0u64, saved_mean.ptr, s.part.ptr, n as i32, c as i32, hw as i32,
+                sp as i32);
+            launch!(self, "bn_bwd_finalize", ((c as u32).div_ceil(128), 1), 128;
+                s.part.ptr, sp as i32, c as i32, (n * hw) as i64, gamma.ptr, saved_invstd.ptr,
+                dgamma.ptr, dbeta.ptr, s.coef.ptr);
+            let g = self.grid(x.len);
+            launch!(self, &format!("bn_bwd_apply_{sfx}"), (g, 1), THREADS;
+                x.ptr, dy.ptr, 0u64, saved_mean.ptr, s.coef.ptr, dx.ptr, x.len as i64,
+                c as i32, hw as i32);
+        }
+        self.s = s;
+    }
+
+    fn relu(&mut self, x: &mut Buf) {
+        self.expect_act(x, "relu input");
+        let g = self.grid(x.len);
+        launch!(self, &format!("relu_{}", x.dt.suffix()), (g, 1), THREADS; x.ptr, x.len as i64);
+    }
+
+    fn relu_backward(&mut self, y: &Buf, dy: &mut Buf) {
+        self.expect_act(y, "relu_backward output");
+        self.expect_act(dy, "relu_backward gradient");
+        let g = self.grid(y.len);
+        launch!(self, &format!("relu_bwd_{}", y.dt.suffix()), (g, 1), THREADS;
+            y.ptr, dy.ptr, y.len as i64);
+    }
+
+    fn maxpool2(
+        &mut self,
+        x: &Buf,
+        y: &mut Buf,
+        arg: &mut Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+    ) {
+        self.expect_act(x, "maxpool2 input");
+        let out = n * c * (h / 2) * (w / 2);
+        if !self.ensure(y, out, x.dt) || !self.ensure(arg, out, Dt::U8) {
+            return;
+        }
+        let g = self.grid(out);
+        launch!(self, &format!("pool_{}", x.dt.suffix()), (g, 1), THREADS;
+            x.ptr, y.ptr, arg.ptr, (n * c) as i64, h as i32, w as i32);
+    }
+
+    fn maxpool2_backward(
+        &mut self,
+        dy: &Buf,
+        arg: &Buf,
+        dx: &mut Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+    ) {
+        self.expect_act(dy, "maxpool2_backward gradient");
+        if !self.ensure(dx, n * c * h * w, dy.dt) {
+            return;
+        }
+        let g = self.grid(n * c * h * w);
+        launch!(self, &format!("pool_bwd_{}", dy.dt.suffix()), (g, 1), THREADS;
+            dy.ptr, arg.ptr, dx.ptr, (n * c) as i64, h as i32, w as i32);
+    }
+
+    fn gap(&mut self, x: &Buf, y: &mut Buf, n: usize, c: usize, hw: usize) {
+        self.expect_act(x, "gap input");
+        if !self.ensure(y, n * c, Dt::F32) {
+            return;
+        }
+        let g = ((n * c * 32) as u32).div_ceil(THREADS);
+        launch!(self, &format!("gap_{}", x.dt.suffix()), (g, 1), THREADS;
+            x.ptr, y.ptr, (n * c) as i64, hw as i32);
+    }
+
+    fn gap_backward(&mut self, dy: &Buf, dx: &mut Buf, n: usize, c: usize, hw: usize) {
+        let dt = self.act_dt();
+        if !self.ensure(dx, n * c * hw, dt) {
+            return;
+        }
+        let g = self.grid(n * c * hw);
+        launch!(self, &format!("gap_bwd_{}", dt.suffix()), (g, 1), THREADS;
+            dy.ptr, dx.ptr, (n * c) as i64, hw as i32);
+    }
+
+    fn linear(
+        &mut self,
+        x: &Buf,
+        w: &Buf,
+        b: &Buf,
+        y: &mut Buf,
+        n: usize,
+        k: usize,
+        m: usize,
+    ) {
+        if !self.ensure(y, n * m, Dt::F32) || self.err.is_some() {
+            return;
+        }
+        // Row-major y[n,m] = x[n,k] w[m,k]^T is column-major y^T = w^T^T x^T.
+        let (one, zero) = (1.0f32, 0.0f32);
+        let r = unsafe {
+            blas::cublasSgemm_v2(
+                self.dnn.blas,
+                blas::cublasOperation_t::CUBLAS_OP_T,
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                m as i32,
+                n as i32,
+                k as i32,
+                &one,
+                w.ptr as *const f32,
+                k as i32,
+                x.ptr as *const f32,
+                k as i32,
+                &zero,
+                y.ptr as *mut f32,
+                m as i32,
+            )
+        };
+        if self.ok(dnn::check_blas(r, "linear forward")).is_none() {
+            return;
+        }
+        let g = self.grid(n * m);
+        launch!(self, "add_bias", (g, 1), THREADS; y.ptr, b.ptr, n as i32, m as i32);
+    }
+
+    fn linear_backward(
+        &mut self,
+        x: &Buf,
+        w: &Buf,
+        dy: &Buf,
+        dx: &mut Buf,
+        dw: &mut Buf,
+        db: &mut Buf,
+        n: usize,
+        k: usize,
+        m: usize,
+    ) {
+        if !self.ensure(dx, n * k, Dt::F32)
+            || !self.ensure(dw, m * k, Dt::F32)
+            || !self.ensure(db, m, Dt::F32)
+            || self.err.is_some()
+        {
+            return;
+        }
+        let (one, zero) = (1.0f32, 0.0f32);
+        use blas::cublasOperation_t::{CUBLAS_OP_N as N, CUBLAS_OP_T as T};
+        let r = unsafe {
+            // dx^T[k,n] = W^T[k,m] dy^T[m,n]
+            let a = blas::cublasSgemm_v2(
+                self.dnn.blas,
+                N,
+                N,
+                k as i32,
+                n as i32,
+                m as i32,
+                &one,
+                w.ptr as *const f32,
+                k as i32,
+                dy.ptr as *const f32,
+                m as i32,
+                &zero,
+                dx.ptr as *mut f32,
+                k as i32,
+            );
+            // dw^T[k,m] = x^T[k,n] dy[n,m]
+            let b = blas::cublasSgemm_v2(
+                self.dnn.blas,
+                N,
+                T,
+                k as i32,
+                m as i32,
+                n as i32,
+                &one,
+                x.ptr as *const f32,
+                k as i32,
+                dy.ptr as *const f32,
+                m as i32,
+                &zero,
+                dw.ptr as *mut f32,
+                k as i32,
+            );
+            dnn::check_blas(a, "linear backward (input)")
+                .and(dnn::check_blas(b, "linear backward (weights)"))
+        };
+        if self.ok(r).is_none() {
+            return;
+        }
+        launch!(self, "col_sum", ((m as u32).div_ceil(128), 1), 128;
+            dy.ptr, db.ptr, n as i32, m as i32);
+    }
+
+    fn softmax_xent(
+        &mut self,
+        logits: &Buf,
+        labels: &Buf,
+        smoothing: f32,
+        dlogits: &mut Buf,
+        n: usize,
+        k: usize,
+    ) {
+        if !self.ensure(dlogits, n * k, Dt::F32) {
+            return;
+        }
+        let g = ((n * 32) as u32).div_ceil(THREADS);
+        let stats = self.stats.ptr;
+        launch!(self, "softmax_xent", (g, 1), THREADS;
+            logits.ptr, labels.ptr, dlogits.ptr, stats, n as i32, k as i32, smoothing);
+    }
+
+    fn take_loss_stats(&mut self) -> (f64, u64) {
+        let v = self.to_host_raw::<f64>(self.stats.ptr, 2);
+        let stats = { let e = self.empty(Dt::F64); std::mem::replace(&mut self.stats, e) };
+        self.memset0(&stats);
+        self.stats = stats;
+        (v[0], v[1] as u64)
+    }
+
+    fn argmax(&mut self, logits: &Buf, n: usize, k: usize) -> Vec<u32> {
+        let mut idx = { let e = self.empty(Dt::U32); std::mem::replace(&mut self.s.idx, e) };
+        let mut out = vec![0; n];
+        if self.ensure(&mut idx, n, Dt::U32) {
+            launch!(self, "argmax_rows", ((n as u32).div_ceil(128), 1), 128;
+                logits.ptr, idx.ptr, n as i32, k as i32);
+            out = self.to_host_raw::<u32>(idx.ptr, n);
+        }
+        self.s.idx = idx;
+        out
+    }
+
+    fn sgd_step(&mut self, w: &mut Buf, g: &Buf, v: &mut Buf, lr: f32, momentum: f32, wd: f32) {
+        let gr = self.grid(w.len);
+        launch!(self, "sgd", (gr, 1), THREADS;
+            w.ptr, g.ptr, v.ptr, w.len as i64, lr, momentum, wd);
+    }
+
+    fn status(&self) -> Result<(), String> {
+        match &self.err {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn gpu_mem_bytes(&mut self) -> u64 {
+        match mem_info() {
+            Ok((free, total)) => (total - free) as u64,
+            Err(_) => 0,
+        }
+    }
+}

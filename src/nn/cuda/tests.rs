@@ -1,0 +1,369 @@
+//! The CUDA backend against the CPU reference: every op on fresh random inputs (written over
+//! stale outputs, so an element left unwritten shows), the finite-difference checks, whole
+//! training steps, and the input paths (pinned ring, managed ring, dataset in GPU memory). Without
+//! a GPU these tests say so and pass, unless PREP_REQUIRE_CUDA=1 (the GPU script sets it).
+
+use super::staging::Kind;
+use super::{Cuda, Precision};
+use crate::nn::cpu::Cpu;
+use crate::nn::model::init_values;
+use crate::nn::{Aug, Backend, Model, ModelConfig, RawBatch};
+
+fn gpu(prec: Precision, kind: Kind) -> Option<Cuda> {
+    match super::probe(0) {
+        Ok(_) => Some(Cuda::new(0, prec, kind).expect("CUDA backend starts")),
+        Err(why) => {
+            assert!(
+                std::env::var("PREP_REQUIRE_CUDA").as_deref() != Ok("1"),
+                "PREP_REQUIRE_CUDA=1 but no GPU: {why}"
+            );
+            eprintln!("skipped: no GPU ({why})");
+            None
+        }
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        crate::train::input::mix(self.0)
+    }
+    fn f(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f()).collect()
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+fn bf16_round(v: f32) -> f32 {
+    let u = v.to_bits();
+    f32::from_bits(((u + 0x7fff + ((u >> 16) & 1)) >> 16) << 16)
+}
+
+/// ‖a − b‖ / ‖b‖, with NaN failing.
+fn rel(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        assert!(x.is_finite(), "non-finite GPU value {x}");
+        num += (x as f64 - y as f64).powi(2);
+        den += (y as f64).powi(2);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+fn close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
+    let e = rel(gpu, cpu);
+    eprintln!("{what}: relative error {e:.2e} (tolerance {tol:.0e})");
+    assert!(e < tol, "{what}: relative error {e:.3e} over {tol:.0e}");
+}
+
+/// Every op, CUDA against CPU. `tol` scales with the precision; inputs are rounded to what the
+/// GPU holds so that the comparison measures the op, not the input's rounding.
+fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
+    let Some(mut g) = gpu(prec, Kind::Pinned) else {
+        return;
+    };
+    let mut c = Cpu::default();
+    let round = |v: Vec<f32>| -> Vec<f32> {
+        if prec == Precision::Bf16 {
+            v.into_iter().map(bf16_round).collect()
+        } else {
+            v
+        }
+    };
+    let mut rng = Rng(1);
+    let (n, cin, cout, h, w) = (8, 16, 32, 14, 14);
+    let mut gy = g.empty(g.act_dt());
+    let mut gdx = g.empty(g.act_dt());
+    let mut gdw = g.zeros(0);
+    // Twice: the first pass leaves stale values in every output buffer.
+    for pass in 0..2 {
+        let x = round(rng.vec(n * cin * h * w));
+        let wt = rng.vec(cout * cin * 9);
+        let dy = round(rng.vec(n * cout * h * w));
+        let (xb, wb, dyb) = (g.upload_act(&x), g.upload(&wt), g.upload_act(&dy));
+        g.conv3x3(&xb, &wb, &mut gy, n, cin, cout, h, w);
+        g.conv3x3_backward(&xb, &wb, &dyb, Some(&mut gdx), &mut gdw, n, cin, cout, h, w);
+        let wr = round(wt.clone());
+        let (mut y, mut dx, mut dw) = (vec![], vec![], vec![]);
+        c.conv3x3(&x, &wr, &mut y, n, cin, cout, h, w);
+        c.conv3x3_backward(&x, &wr, &dy, Some(&mut dx), &mut dw, n, cin, cout, h, w);
+        if pass == 1 {
+            close("conv3x3", &g.download(&gy), &y, conv_tol);
+            close("conv3x3 dx", &g.download(&gdx), &dx, conv_tol);
+            close("conv3x3 dw", &g.download(&gdw), &dw, conv_tol);
+        }
+    }
+
+    // batch norm, training and evaluation, and backward
+    let (c2, hw) = (32, 49);
+    let mut gbn = [g.empty(g.act_dt()), g.zeros(0), g.zeros(0), g.empty(g.act_dt())];
+    for pass in 0..2 {
+        let x: Vec<f32> = round(rng.vec(n * c2 * hw).iter().map(|v| 3.0 * v + 1.5).collect());
+        let gamma = rng.vec(c2);
+        let beta = rng.vec(c2);
+        let dy = round(rng.vec(n * c2 * hw));
+        let rm0 = rng.vec(c2);
+        let rv0: Vec<f32> = rng.vec(c2).iter().map(|v| v.abs() + 0.5).collect();
+        let (xb, gb, bb, dyb) = (g.upload_act(&x), g.upload(&gamma), g.upload(&beta), g.upload_act(&dy));
+        let (mut grm, mut grv) = (g.upload(&rm0), g.upload(&rv0));
+        let [gy, gm, gi, gdx] = &mut gbn;
+        g.bn_train(&xb, &gb, &bb, gy, gm, gi, &mut grm, &mut grv, n, c2, hw);
+        let (mut gdg, mut gdb) = (g.zeros(0), g.zeros(0));
+        g.bn_backward(&xb, &dyb, &gb, gm, gi, gdx, &mut gdg, &mut gdb, n, c2, hw);
+        let mut gye = g.empty(g.act_dt());
+        g.bn_eval(&xb, &gb, &bb, &grm, &grv, &mut gye, n, c2, hw);
+        let (mut y, mut m, mut is, mut rm, mut rv) = (vec![], vec![], vec![], rm0.clone(), rv0.clone());
+        c.bn_train(&x, &gamma, &beta, &mut y, &mut m, &mut is, &mut rm, &mut rv, n, c2, hw);
+        let (mut dx, mut dg, mut db) = (vec![], vec![], vec![]);
+        c.bn_backward(&x, &dy, &gamma, &m, &is, &mut dx, &mut dg, &mut db, n, c2, hw);
+        let mut ye = vec![];
+        c.bn_eval(&x, &gamma, &beta, &rm, &rv, &mut ye, n, c2, hw);
+        if pass == 1 {
+            close("bn_train y", &g.download(gy), &y, tol);
+            close("bn_train mean", &g.download(gm), &m, 1e-5);
+            close("bn_train invstd", &g.download(gi), &is, 1e-5);
+            close("bn running mean", &g.download(&grm), &rm, 1e-5);
+            close("bn running var", &g.download(&grv), &rv, 1e-5);
+            close("bn_backward dx", &g.download(gdx), &dx, tol);
+            close("bn_backward dgamma", &g.download(&gdg), &dg, tol);
+            close("bn_backward dbeta", &g.download(&gdb), &db, tol);
+            close("bn_eval y", &g.download(&gye), &ye, tol);
+        }
+    }
+
+    // relu, max pooling (odd width: floor), global average pooling
+    let (pc, ph, pw) = (16, 14, 13);
+    let x = round(rng.vec(n * pc * ph * pw));
+    let xb = g.upload_act(&x);
+    let mut gr = g.upload_act(&x);
+    g.relu(&mut gr);
+    let mut r = x.clone();
+    c.relu(&mut r);
+    close("relu", &g.download(&gr), &r, 1e-7);
+    let d = round(rng.vec(x.len()));
+    let mut gd = g.upload_act(&d);
+    g.relu_backward(&gr, &mut gd);
+    let mut cd = d.clone();
+    c.relu_backward(&r, &mut cd);
+    close("relu_backward", &g.download(&gd), &cd, 1e-7);
+    let (mut gp, mut ga, mut gpd) = (g.empty(g.act_dt()), g.zeros(0), g.empty(g.act_dt()));
+    g.maxpool2(&xb, &mut gp, &mut ga, n, pc, ph, pw);
+    let (mut p, mut a, mut pd) = (vec![], vec![], vec![]);
+    c.maxpool2(&x, &mut p, &mut a, n, pc, ph, pw);
+    close("maxpool2", &g.download(&gp), &p, 1e-7);
+    assert_eq!(g.download(&ga), a, "maxpool2 argmax");
+    let dp = round(rng.vec(p.len()));
+    let dpb = g.upload_act(&dp);
+    g.maxpool2_backward(&dpb, &ga, &mut gpd, n, pc, ph, pw);
+    c.maxpool2_backward(&dp, &a, &mut pd, n, pc, ph, pw);
+    close("maxpool2_backward", &g.download(&gpd), &pd, 1e-7);
+    let (mut gg, mut ggd) = (g.zeros(0), g.empty(g.act_dt()));
+    g.gap(&xb, &mut gg, n, pc, ph * pw);
+    let (mut cg, mut cgd) = (vec![], vec![]);
+    c.gap(&x, &mut cg, n, pc, ph * pw);
+    close("gap", &g.download(&gg), &cg, 1e-6);
+    let dgv = rng.vec(n * pc);
+    let dgb = g.upload(&dgv);
+    g.gap_backward(&dgb, &mut ggd, n, pc, ph * pw);
+    c.gap_backward(&dgv, &mut cgd, n, pc, ph * pw);
+    close("gap_backward", &g.download(&ggd), &cgd, tol);
+
+    // linear, softmax cross-entropy, argmax, SGD (always float32)
+    let (ln, k, m) = (37, 128, 10);
+    let (x, wt, b, dy) = (rng.vec(ln * k), rng.vec(m * k), rng.vec(m), rng.vec(ln * m));
+    let (xb, wb, bb, dyb) = (g.upload(&x), g.upload(&wt), g.upload(&b), g.upload(&dy));
+    let (mut gy, mut gdx, mut gdw, mut gdb) = (g.zeros(0), g.zeros(0), g.zeros(0), g.zeros(0));
+    g.linear(&xb, &wb, &bb, &mut gy, ln, k, m);
+    g.linear_backward(&xb, &wb, &dyb, &mut gdx, &mut gdw, &mut gdb, ln, k, m);
+    let (mut y, mut dx, mut dw, mut db) = (vec![], vec![], vec![], vec![]);
+    c.linear(&x, &wt, &b, &mut y, ln, k, m);
+    c.linear_backward(&x, &wt, &dy, &mut dx, &mut dw, &mut db, ln, k, m);
+    close("linear", &g.download(&gy), &y, 1e-5);
+    close("linear dx", &g.download(&gdx), &dx, 1e-5);
+    close("linear dw", &g.download(&gdw), &dw, 1e-5);
+    close("linear db", &g.download(&gdb), &db, 1e-5);
+    let z: Vec<f32> = rng.vec(ln * m).iter().map(|v| v * 4.0).collect();
+    let labels: Vec<f32> = (0..ln).map(|i| (i * 7 % m) as f32).collect();
+    let (zb, lb) = (g.upload(&z), g.upload(&labels));
+    let mut gdz = g.zeros(0);
+    g.take_loss_stats();
+    g.softmax_xent(&zb, &lb, 0.1, &mut gdz, ln, m);
+    let (gl, gc) = g.take_loss_stats();
+    let mut dz = vec![];
+    c.softmax_xent(&z, &labels, 0.1, &mut dz, ln, m);
+    let (cl, cc) = c.take_loss_stats();
+    close("softmax_xent dlogits", &g.download(&gdz), &dz, 1e-5);
+    assert!((gl - cl).abs() / cl < 1e-5, "loss {gl} vs {cl}");
+    assert_eq!(gc, cc, "correct predictions");
+    assert_eq!(g.argmax(&zb, ln, m), c.argmax(&z, ln, m), "argmax");
+    let (w0, gr0, v0) = (rng.vec(1000), rng.vec(1000), rng.vec(1000));
+    let (mut gw, ggr, mut gv) = (g.upload(&w0), g.upload(&gr0), g.upload(&v0));
+    g.sgd_step(&mut gw, &ggr, &mut gv, 0.3, 0.9, 5e-4);
+    let (mut cw, mut cv) = (w0.clone(), v0.clone());
+    c.sgd_step(&mut cw, &gr0, &mut cv, 0.3, 0.9, 5e-4);
+    close("sgd weights", &g.download(&gw), &cw, 1e-6);
+    close("sgd momentum", &g.download(&gv), &cv, 1e-6);
+    g.status().unwrap();
+}
+
+#[test]
+fn ops_match_the_cpu_in_float32() {
+    ops_match(Precision::F32, 1e-5, 1e-5);
+}
+
+#[test]
+fn ops_match_the_cpu_in_bfloat16() {
+    // Outputs are rounded to bfloat16 (8 bits of mantissa): relative error near 2^-9.
+    ops_match(Precision::Bf16, 8e-3, 1e-2);
+}
+
+#[test]
+fn gradients_match_finite_differences_on_the_gpu() {
+    let Some(mut g) = gpu(Precision::F32, Kind::Pinned) else {
+        return;
+    };
+    crate::nn::gradcheck::check_ops(&mut g);
+    crate::nn::gradcheck::check_model(&mut g);
+    g.status().unwrap();
+}
+
+/// Batches through the staging ring (more batches than slots, u8 and u16, with and without
+/// augmentation) normalise exactly as the CPU does.
+fn ring_loads_match(kind: Kind) {
+    let Some(mut g) = gpu(Precision::F32, kind) else {
+        return;
+    };
+    let mut c = Cpu::default();
+    let mut rng = Rng(9);
+    let (n, ch, h, w) = (33, 3, 10, 12);
+    let (mean, std) = ([0.3, 0.5, 0.4], [0.2, 0.25, 0.3]);
+    let (mut gi, mut gl) = (g.zeros(0), g.zeros(0));
+    for i in 0..8 {
+        let u16 = i % 2 == 1;
+        let pixels = rng.bytes(n * ch * h * w * if u16 { 2 } else { 1 });
+        let labels: Vec<u32> = (0..n).map(|_| (rng.next() % 10) as u32).collect();
+        let aug: Vec<Aug> = if i % 4 < 2 {
+            (0..n)
+                .map(|_| Aug {
+                    dy: (rng.next() % 5) as u8,
+                    dx: (rng.next() % 5) as u8,
+                    flip: rng.next() % 2 == 0,
+                })
+                .collect()
+        } else {
+            vec![]
+        };
+        let pad = if aug.is_empty() { 0 } else { 2 };
+        let raw = RawBatch {
+            pixels: &pixels,
+            u16,
+            n,
+            c: ch,
+            h,
+            w,
+            labels: &labels,
+        };
+        g.load_batch(&raw, &mean, &std, pad, &aug, &mut gi, &mut gl);
+        let (mut ci, mut cl) = (vec![], vec![]);
+        c.load_batch(&raw, &mean, &std, pad, &aug, &mut ci, &mut cl);
+        close(&format!("{kind:?} batch {i}"), &g.download(&gi), &ci, 1e-6);
+        assert_eq!(g.download(&gl), cl, "labels of batch {i}");
+    }
+    g.status().unwrap();
+}
+
+#[test]
+fn pinned_ring_loads_match_the_cpu() {
+    ring_loads_match(Kind::Pinned);
+}
+
+#[test]
+fn managed_ring_loads_match_the_cpu() {
+    ring_loads_match(Kind::Managed);
+}
+
+/// Whole training steps from the same start: gradients, weights, running statistics and momentum.
+fn steps_match(prec: Precision, grad_tol: f64, weight_tol: f64) {
+    let Some(mut g) = gpu(prec, Kind::Pinned) else {
+        return;
+    };
+    let mut c = Cpu::default();
+    let cfg = ModelConfig::small(1, 28, 28, 10);
+    let init = init_values(&cfg, 4);
+    let mut gm = Model::new(&mut g, cfg.clone(), &init);
+    let mut cm = Model::new(&mut c, cfg.clone(), &init);
+    let mut rng = Rng(5);
+    let n = 64;
+    for step in 0..3 {
+        let pixels = rng.bytes(n * 784);
+        let labels: Vec<u32> = (0..n).map(|_| (rng.next() % 10) as u32).collect();
+        let aug: Vec<Aug> = (0..n)
+            .map(|_| Aug {
+                dy: (rng.next() % 5) as u8,
+                dx: (rng.next() % 5) as u8,
+                flip: rng.next() % 2 == 0,
+            })
+            .collect();
+        let raw = RawBatch {
+            pixels: &pixels,
+            u16: false,
+            n,
+            c: 1,
+            h: 28,
+            w: 28,
+            labels: &labels,
+        };
+        for (be_g, be_c) in [(true, false), (false, true)] {
+            let _ = be_c;
+            if be_g {
+                gm.load(&mut g, &raw, &[0.3], &[0.35], 2, &aug);
+                gm.forward(&mut g, n, true);
+                gm.loss(&mut g, n, 0.1);
+                gm.backward(&mut g, n);
+            } else {
+                cm.load(&mut c, &raw, &[0.3], &[0.35], 2, &aug);
+                cm.forward(&mut c, n, true);
+                cm.loss(&mut c, n, 0.1);
+                cm.backward(&mut c, n);
+            }
+        }
+        let (gl, _) = g.take_loss_stats();
+        let (cl, _) = c.take_loss_stats();
+        eprintln!("step {step}: loss GPU {gl:.6} CPU {cl:.6}");
+        assert!((gl - cl).abs() / cl < grad_tol, "loss {gl} vs {cl}");
+        for i in 0..gm.params.names.len() {
+            let name = &gm.params.names[i];
+            close(
+                &format!("step {step} grad {name}"),
+                &g.download(&gm.params.g[i]),
+                &c.download(&cm.params.g[i]),
+                grad_tol,
+            );
+        }
+        gm.step(&mut g, 0.5, 0.9, 5e-4);
+        cm.step(&mut c, 0.5, 0.9, 5e-4);
+    }
+    let gs = gm.state(&mut g);
+    let cs = cm.state(&mut c);
+    for ((name, a), (_, b)) in gs.iter().zip(&cs) {
+        close(&format!("after 3 steps: {name}"), a, b, weight_tol);
+    }
+    g.status().unwrap();
+}
+
+#[test]
+fn training_steps_match_the_cpu_in_float32() {
+    steps_match(Precision::F32, 1e-4, 1e-5);
+}
+
+#[test]
+fn training_steps_match_the_cpu_in_bfloat16() {
+    steps_match(Precision::Bf16, 5e-2, 1e-2);
+}
