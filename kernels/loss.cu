@@ -8,7 +8,7 @@ extern "C" __global__ void softmax_xent(const float* z, const float* labels, flo
     int lane = threadIdx.x & 31;
     if (row >= n) return;
     const float* zr = z + (long)row * k;
-    float mx = -INFINITY;
+    float mx = __int_as_float(0xff800000);  // -inf
     int best = 0;
     for (int j = lane; j < k; j += 32) {
         if (zr[j] > mx) { mx = zr[j]; best = j; }
@@ -57,5 +57,26 @@ extern "C" __global__ void sgd(float* w, const float* g, float* v, long total, f
         float vv = mu * v[t] + d;
         v[t] = vv;
         w[t] -= lr * (d + mu * vv);
+    }
+}
+
+// The same step for every trainable tensor in one launch: blockIdx.y picks the tensor.
+struct SgdTensor {
+    float* w;
+    const float* g;
+    float* v;
+    long len;
+    int decay;
+    int pad;
+};
+extern "C" __global__ void sgd_multi(const SgdTensor* ts, float lr, float mu, float wd) {
+    SgdTensor t = ts[blockIdx.y];
+    float d_wd = t.decay ? wd : 0.f;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < t.len;
+         i += (long)gridDim.x * blockDim.x) {
+        float d = t.g[i] + d_wd * t.w[i];
+        float vv = mu * t.v[i] + d;
+        t.v[i] = vv;
+        t.w[i] -= lr * (d + mu * vv);
     }
 }

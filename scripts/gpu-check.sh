@@ -18,11 +18,11 @@ mkdir -p "$LOGS" "$WORK"
 ROWS=()
 row() { ROWS+=("$1|$2|$3"); }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-json() { python3 -c "import json,sys; d=json.load(open('$1')); print(d$2)"; }
+json() { python3 -c "import json,sys; d=json.load(open('$1')); print(d$2)" 2>/dev/null || echo nan; }
 train() { # name, args...: a run folder under $WORK, its log under $LOGS
     local name=$1; shift
     rm -rf "$WORK/$name"
-    "$PREP" train "$@" --device cuda --out "$WORK/$name" 2>&1 | tee "$LOGS/$name.log" | grep -v "^\s*$" | tail -4
+    "$PREP" train "$@" --device cuda --out "$WORK/$name" 2>&1 | tee "$WORK/$name.log" | grep -v "^\s*$" | tail -4
 }
 echo "== $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 echo "== prep $("$PREP" --version)"
@@ -33,13 +33,14 @@ if has tests; then
         >"$LOGS/tests.log" 2>&1
     rc=$?
     grep -E "^test |relative error|test result" "$LOGS/tests.log" | grep -E "^test |test result" | tail -20
-    passed=$(grep -c "^test .* ok$" "$LOGS/tests.log")
-    failed=$(grep -c "^test .* FAILED$" "$LOGS/tests.log")
+    grep -A12 "panicked" "$LOGS/tests.log" | head -40
+    passed=$(grep -Eo "test result: [A-Za-z]+\. [0-9]+ passed" "$LOGS/tests.log" | grep -Eo "[0-9]+ passed" | grep -Eo "[0-9]+")
+    failed=$(grep -Eo "[0-9]+ failed" "$LOGS/tests.log" | tail -1 | grep -Eo "[0-9]+")
     row "GPU tests (nn::)" "$passed passed, $failed failed" "$([ $rc = 0 ] && echo ok || echo FAIL)"
 fi
 
 if has fmnist || has fmnist128; then
-    [ -f "$WORK/fm/manifest.json" ] || "$PREP" convert "$FM_RAW" --out "$WORK/fm" >"$LOGS/convert.log" 2>&1
+    [ -f "$WORK/fm/manifest.json" ] || "$PREP" convert "$FM_RAW" --out "$WORK/fm" >"$WORK/convert.log" 2>&1
 fi
 if has fmnist; then
     echo "== Fashion-MNIST, batch 512, 15 epochs"
@@ -49,7 +50,7 @@ if has fmnist; then
     row "FMNIST b512 15 ep: test accuracy" "$acc" "$(python3 -c "print('ok' if $acc >= 0.915 else 'FAIL')")"
     row "FMNIST b512: samples/s (mean of epochs)" "$(printf %.0f "$sps")" "$(python3 -c "print('ok' if $sps >= 225000 else 'FAIL')")"
     row "FMNIST b512: peak GPU memory" "$(json "$s" "['peak_gpu_mem_bytes']")" "-"
-    ev=$("$PREP" eval "$WORK/fm512" "$WORK/fm" --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['accuracy'])")
+    ev=$("$PREP" eval "$WORK/fm512" "$WORK/fm" --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['accuracy'])" 2>/dev/null || echo nan)
     row "FMNIST b512: prep eval (CPU) accuracy" "$ev" "-"
 fi
 if has fmnist128; then
@@ -63,10 +64,10 @@ synth() { # name, train samples
     [ -f "$WORK/$1/manifest.json" ] || "$PREP" synth --train "$2" --test 10000 --out "$WORK/$1" 2>&1 | tail -1
 }
 if has modes; then
-    echo "== input modes on 1,000,000 synthetic samples (3x32x32), 1 epoch each"
+    echo "== input modes on 1,000,000 synthetic samples (3x32x32), 2 epochs each"
     synth s1m 1000000
     for m in device stream managed; do
-        train "s1m-$m" "$WORK/s1m" --epochs 1 --memory "$m"
+        train "s1m-$m" "$WORK/s1m" --epochs 2 --memory "$m"
         eval "sps_$m=$(json "$WORK/s1m-$m/summary.json" "['samples_per_sec']")"
         row "1M synth, $m: samples/s" "$(eval printf %.0f \$sps_$m)" "-"
     done
@@ -93,15 +94,28 @@ if has memory; then
     rm -rf "$WORK/s10m"
 fi
 
+if has profile; then
+    echo "== where the time goes (PREP_PROFILE=1: host time per epoch, GPU time per kernel)"
+    synth s1m 1000000
+    [ -f "$WORK/fm/manifest.json" ] || "$PREP" convert "$FM_RAW" --out "$WORK/fm" >"$WORK/convert.log" 2>&1
+    for args in "s1m --memory device --epochs 1" "s1m --memory stream --epochs 1" "fm --memory device --epochs 2 --batch 128 --lr 0.6"; do
+        set -- $args
+        echo "-- $args"
+        rm -rf "$WORK/prof"
+        PREP_PROFILE=1 "$PREP" train "$WORK/$1" "${@:2}" --device cuda --out "$WORK/prof" 2>&1 |
+            grep -E "host time|GPU time|^  " | head -16
+    done
+fi
+
 if has sanitizer; then
     echo "== compute-sanitizer memcheck over short training runs"
     synth s4k 4096
     for m in device stream; do
         rm -rf "$WORK/san-$m"
         compute-sanitizer --tool memcheck --error-exitcode 9 "$PREP" train "$WORK/s4k" --device cuda \
-            --epochs 1 --batch 256 --memory "$m" --out "$WORK/san-$m" >"$LOGS/sanitizer-$m.log" 2>&1
+            --epochs 1 --batch 256 --memory "$m" --out "$WORK/san-$m" >"$WORK/sanitizer-$m.log" 2>&1
         rc=$?
-        errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$LOGS/sanitizer-$m.log" | tail -1)
+        errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$WORK/sanitizer-$m.log" | tail -1)
         row "memcheck, $m mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
     done
 fi

@@ -205,6 +205,24 @@ pub trait Backend {
         k: usize,
     );
 
+    /// `sgd_step` on every tensor; `decay[i]` says whether weight decay applies to tensor i.
+    #[allow(clippy::too_many_arguments)]
+    fn sgd_step_many(
+        &mut self,
+        w: &mut [Self::Buf],
+        g: &[Self::Buf],
+        v: &mut [Self::Buf],
+        decay: &[bool],
+        lr: f32,
+        momentum: f32,
+        weight_decay: f32,
+    ) {
+        for i in 0..w.len() {
+            let wd = if decay[i] { weight_decay } else { 0.0 };
+            self.sgd_step(&mut w[i], &g[i], &mut v[i], lr, momentum, wd);
+        }
+    }
+
     /// (sum of losses, correct predictions) since the last call, then zero. Waits for the device.
     fn take_loss_stats(&mut self) -> (f64, u64);
 

@@ -356,10 +356,7 @@ impl<B: Backend> Model<B> {
     /// One SGD step over every trainable tensor.
     pub fn step(&mut self, be: &mut B, lr: f32, momentum: f32, weight_decay: f32) {
         let p = &mut self.params;
-        for i in 0..p.w.len() {
-            let wd = if p.decay[i] { weight_decay } else { 0.0 };
-            be.sgd_step(&mut p.w[i], &p.g[i], &mut p.v[i], lr, momentum, wd);
-        }
+        be.sgd_step_many(&mut p.w, &p.g, &mut p.v, &p.decay, lr, momentum, weight_decay);
     }
 
     /// Every tensor (weights, running statistics, momentum as `NAME.momentum`) on the host.

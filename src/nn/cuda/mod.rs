@@ -69,6 +69,19 @@ pub struct Buf {
     stream: sys::CUstream,
 }
 
+/// Allocations from this size on (a dataset held in GPU memory) bypass the stream-ordered pool:
+/// a plain cuMemAlloc, freed after the stream drains.
+const BIG: usize = 256 << 20;
+
+unsafe fn free_buf(ptr: u64, cap: usize, stream: sys::CUstream) {
+    if cap >= BIG {
+        let _ = sys::cuStreamSynchronize(stream);
+        let _ = dr::free_sync(ptr);
+    } else {
+        let _ = dr::free_async(ptr, stream);
+    }
+}
+
 impl Buf {
     pub fn ptr(&self) -> u64 {
         self.ptr
@@ -87,9 +100,7 @@ impl Buf {
 impl Drop for Buf {
     fn drop(&mut self) {
         if self.cap > 0 {
-            unsafe {
-                let _ = dr::free_async(self.ptr, self.stream);
-            }
+            unsafe { free_buf(self.ptr, self.cap, self.stream) };
         }
     }
 }
@@ -183,20 +194,85 @@ impl Scratch {
 }
 
 pub struct Cuda {
-    /// Held so that the context outlives every buffer and handle.
-    _ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
-    copy: Arc<CudaStream>,
-    k: kernels::Kernels,
-    dnn: dnn::Dnn,
-    prec: Precision,
-    err: Option<String>,
+    // Fields drop in this order: buffers, ring and library handles before the streams, and the
+    // context last.
     stats: Buf,
     s: Scratch,
     ring: staging::Ring,
+    dnn: dnn::Dnn,
+    k: kernels::Kernels,
+    prec: Precision,
+    err: Option<String>,
     sms: u32,
     /// prep's own GPU allocations (bytes), beside what the driver and libraries hold.
     pub allocated: usize,
+    /// The pointer table of `sgd_step_many`, as last uploaded.
+    sgd_table: (Vec<u64>, Buf),
+    /// With PREP_PROFILE=1: GPU time per kernel, measured with events around each launch.
+    prof: Option<Profile>,
+    copy: Arc<CudaStream>,
+    stream: Arc<CudaStream>,
+    /// Held so that the context outlives every buffer and handle.
+    _ctx: Arc<CudaContext>,
+}
+
+/// GPU time per kernel name, for finding where a step's time goes (PREP_PROFILE=1).
+#[derive(Default)]
+struct Profile {
+    pending: Vec<(String, sys::CUevent, sys::CUevent)>,
+    totals: std::collections::BTreeMap<String, (f64, u64)>,
+}
+
+impl Profile {
+    fn begin(&mut self, stream: sys::CUstream) -> sys::CUevent {
+        let mut e = std::ptr::null_mut();
+        unsafe {
+            sys::cuEventCreate(&mut e, 0);
+            sys::cuEventRecord(e, stream);
+        }
+        e
+    }
+    fn end(&mut self, name: &str, start: sys::CUevent, stream: sys::CUstream) {
+        let mut e = std::ptr::null_mut();
+        unsafe {
+            sys::cuEventCreate(&mut e, 0);
+            sys::cuEventRecord(e, stream);
+        }
+        self.pending.push((name.to_string(), start, e));
+    }
+    /// After the stream has drained.
+    fn collect(&mut self) {
+        for (name, a, b) in self.pending.drain(..) {
+            let mut ms = 0f32;
+            unsafe {
+                sys::cuEventElapsedTime_v2(&mut ms, a, b);
+                sys::cuEventDestroy_v2(a);
+                sys::cuEventDestroy_v2(b);
+            }
+            let t = self.totals.entry(name).or_default();
+            t.0 += ms as f64;
+            t.1 += 1;
+        }
+    }
+    fn report(&self) {
+        let all: f64 = self.totals.values().map(|t| t.0).sum();
+        let mut v: Vec<_> = self.totals.iter().collect();
+        v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        eprintln!("GPU time by kernel (PREP_PROFILE): {all:.1} ms in all");
+        for (name, (ms, n)) in v {
+            eprintln!("  {name:<28} {ms:>10.2} ms {n:>8} calls {:>8.1} us/call", ms * 1000.0 / *n as f64);
+        }
+    }
+}
+
+impl Drop for Cuda {
+    fn drop(&mut self) {
+        if let Some(p) = &mut self.prof {
+            let _ = self.stream.synchronize();
+            p.collect();
+            p.report();
+        }
+    }
 }
 
 const THREADS: u32 = 256;
@@ -232,6 +308,8 @@ impl Cuda {
             stream: cs,
         };
         let mut me = Cuda {
+            sgd_table: (Vec::new(), Buf { ptr: 0, len: 0, cap: 0, dt: Dt::U32, stream: cs }),
+            prof: (std::env::var("PREP_PROFILE").as_deref() == Ok("1")).then(Profile::default),
             _ctx: ctx,
             copy,
             k,
@@ -304,13 +382,18 @@ impl Cuda {
         let bytes = (len * dt.size()).max(1);
         if b.cap < bytes {
             if b.cap > 0 {
-                unsafe {
-                    let _ = dr::free_async(b.ptr, b.stream);
-                }
+                unsafe { free_buf(b.ptr, b.cap, b.stream) };
                 self.allocated -= b.cap;
                 b.cap = 0;
             }
-            match unsafe { dr::malloc_async(self.stream.cu_stream(), bytes) } {
+            let r = unsafe {
+                if bytes >= BIG {
+                    dr::malloc_sync(bytes)
+                } else {
+                    dr::malloc_async(self.stream.cu_stream(), bytes)
+                }
+            };
+            match r {
                 Ok(p) => {
                     b.ptr = p;
                     b.cap = bytes;
@@ -348,16 +431,12 @@ impl Cuda {
             return;
         }
         let f = self.k.get(name).cu_function();
-        let r = unsafe {
-            dr::launch_kernel(
-                f,
-                (grid.0, grid.1, 1),
-                (block, 1, 1),
-                0,
-                self.stream.cu_stream(),
-                args,
-            )
-        };
+        let st = self.stream.cu_stream();
+        let t0 = self.prof.as_mut().map(|p| p.begin(st));
+        let r = unsafe { dr::launch_kernel(f, (grid.0, grid.1, 1), (block, 1, 1), 0, st, args) };
+        if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
+            p.end(name, t0, st);
+        }
         if let Err(e) = r {
             self.fail(format!("launching {name}: {e:?}"));
         }
@@ -372,6 +451,12 @@ impl Cuda {
         // Pageable source: the driver stages it before returning, so `data` may go right after.
         let r = unsafe { dr::memcpy_htod_async(b.ptr, data, self.stream.cu_stream()) };
         let _ = self.ok(r.map_err(|e| format!("copying to the GPU: {e:?}")));
+    }
+
+    /// Wait for every queued operation; the first failure, if any.
+    pub fn synchronize(&mut self) -> Result<(), String> {
+        self.sync();
+        self.status()
     }
 
     fn sync(&mut self) {
@@ -390,6 +475,9 @@ impl Cuda {
             self.fail(format!("copying from the GPU: {e:?}"));
         }
         self.sync();
+        if let Some(p) = &mut self.prof {
+            p.collect();
+        }
         out
     }
 
@@ -620,6 +708,8 @@ impl Backend for Cuda {
             return;
         }
         let (one, zero) = (1.0f32, 0.0f32);
+        let st = self.stream.cu_stream();
+        let t0 = self.prof.as_mut().map(|p| p.begin(st));
         let r = unsafe {
             let p = &*plan;
             cudnn::cudnnConvolutionForward(
@@ -638,6 +728,9 @@ impl Backend for Cuda {
                 y.ptr as *mut c_void,
             )
         };
+        if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
+            p.end(&format!("cudnn fwd {cin}->{cout} {h}x{wd}"), t0, st);
+        }
         self.ok(cudnn_ok(r, "convolution forward"));
     }
 
@@ -684,6 +777,8 @@ impl Backend for Cuda {
             dw.ptr
         };
         let (one, zero) = (1.0f32, 0.0f32);
+        let st = self.stream.cu_stream();
+        let t0 = self.prof.as_mut().map(|p| p.begin(st));
         if self.err.is_none() {
             let r = unsafe {
                 let p = &*plan;
@@ -705,6 +800,9 @@ impl Backend for Cuda {
             };
             self.ok(cudnn_ok(r, "convolution backward (filter)"));
         }
+        if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
+            p.end(&format!("cudnn bwd filter {cin}->{cout} {h}x{wd}"), t0, st);
+        }
         if bf {
             self.cast(&dwb, dw, Dt::F32);
         }
@@ -713,6 +811,7 @@ impl Backend for Cuda {
             if !self.ensure(dx, n * cin * h * wd, dt) || self.err.is_some() {
                 return;
             }
+            let t0 = self.prof.as_mut().map(|p| p.begin(st));
             let r = unsafe {
                 let p = &*plan;
                 cudnn::cudnnConvolutionBackwardData(
@@ -731,6 +830,9 @@ impl Backend for Cuda {
                     dx.ptr as *mut c_void,
                 )
             };
+            if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
+                p.end(&format!("cudnn bwd data {cin}->{cout} {h}x{wd}"), t0, st);
+            }
             self.ok(cudnn_ok(r, "convolution backward (data)"));
         }
     }
@@ -1066,6 +1168,38 @@ impl Backend for Cuda {
             w.ptr, g.ptr, v.ptr, w.len as i64, lr, momentum, wd);
     }
 
+    fn sgd_step_many(
+        &mut self,
+        w: &mut [Buf],
+        g: &[Buf],
+        v: &mut [Buf],
+        decay: &[bool],
+        lr: f32,
+        momentum: f32,
+        weight_decay: f32,
+    ) {
+        // One launch for every tensor; the table of pointers is uploaded when it changes.
+        let mut table: Vec<u64> = Vec::with_capacity(w.len() * 5);
+        let mut longest = 0;
+        for i in 0..w.len() {
+            table.extend([w[i].ptr, g[i].ptr, v[i].ptr, w[i].len as u64, decay[i] as u64]);
+            longest = longest.max(w[i].len);
+        }
+        if table != self.sgd_table.0 {
+            let mut b = { let e = self.empty(Dt::U32); std::mem::replace(&mut self.sgd_table.1, e) };
+            let bytes: Vec<u32> = table
+                .iter()
+                .flat_map(|&x| [x as u32, (x >> 32) as u32])
+                .collect();
+            self.upload_into(&mut b, &bytes, Dt::U32);
+            self.sgd_table = (table, b);
+        }
+        let gx = (longest.div_ceil(THREADS as usize) as u32).clamp(1, 64);
+        let t = self.sgd_table.1.ptr;
+        launch!(self, "sgd_multi", (gx, w.len() as u32), THREADS;
+            t, lr, momentum, weight_decay);
+    }
+
     fn status(&self) -> Result<(), String> {
         match &self.err {
             Some(e) => Err(e.clone()),
@@ -1074,6 +1208,16 @@ impl Backend for Cuda {
     }
 
     fn gpu_mem_bytes(&mut self) -> u64 {
+        // Memory the stream-ordered pool keeps after frees is not in use: give it back first,
+        // so the figure is the live set (the same for every dataset size).
+        self.sync();
+        unsafe {
+            let mut pool = std::ptr::null_mut();
+            let dev = self._ctx.cu_device();
+            if sys::cuDeviceGetDefaultMemPool(&mut pool, dev) == sys::CUresult::CUDA_SUCCESS {
+                sys::cuMemPoolTrimTo(pool, 0);
+            }
+        }
         match mem_info() {
             Ok((free, total)) => (total - free) as u64,
             Err(_) => 0,

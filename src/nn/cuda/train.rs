@@ -185,7 +185,8 @@ impl DeviceFeed {
         ms.extend_from_slice(&r.std);
         let mut mean_std = be.empty(Dt::F32);
         be.upload_into(&mut mean_std, &ms, Dt::F32);
-        be.status().map_err(dev_err)?;
+        // The split is in place before any step is timed.
+        be.synchronize().map_err(dev_err)?;
         Ok(DeviceFeed {
             pix,
             labels: lab,
