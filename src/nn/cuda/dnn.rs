@@ -4,7 +4,37 @@
 use cudarc::cublas::sys as blas;
 use cudarc::cudnn::sys as dnn;
 use cudarc::driver::sys::CUstream;
+use cudarc::driver::result as dr;
 use std::collections::HashMap;
+use std::ffi::c_void;
+
+/// Temporary device buffers for measuring algorithms, filled with a non-zero byte pattern.
+struct Scratch {
+    p: Vec<u64>,
+}
+
+impl Scratch {
+    unsafe fn new(sizes: &[usize], stream: CUstream) -> Result<Self, String> {
+        let mut p = Vec::new();
+        for &s in sizes {
+            let ptr = dr::malloc_sync(s.max(1)).map_err(|e| format!("allocating {s} bytes: {e:?}"))?;
+            p.push(ptr);
+            dr::memset_d8_async(ptr, 0x3c, s, stream).map_err(|e| format!("{e:?}"))?;
+        }
+        let _ = cudarc::driver::sys::cuStreamSynchronize(stream);
+        Ok(Scratch { p })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for &p in &self.p {
+            unsafe {
+                let _ = dr::free_sync(p);
+            }
+        }
+    }
+}
 
 pub fn check(s: dnn::cudnnStatus_t, what: &str) -> Result<(), String> {
     if s == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
@@ -81,15 +111,15 @@ impl Dnn {
         })
     }
 
-    pub fn plan(&mut self, k: ConvKey) -> Result<&Plan, String> {
+    pub fn plan(&mut self, k: ConvKey, stream: CUstream) -> Result<&Plan, String> {
         if !self.plans.contains_key(&k) {
-            let p = unsafe { self.make_plan(k)? };
+            let p = unsafe { self.make_plan(k, stream)? };
             self.plans.insert(k, p);
         }
         Ok(&self.plans[&k])
     }
 
-    unsafe fn make_plan(&self, k: ConvKey) -> Result<Plan, String> {
+    unsafe fn make_plan(&self, k: ConvKey, stream: CUstream) -> Result<Plan, String> {
         use dnn::cudnnDataType_t::*;
         let dt = if k.bf16 {
             CUDNN_DATA_BFLOAT16
@@ -149,75 +179,79 @@ impl Dnn {
         };
         check(dnn::cudnnSetConvolutionMathType(p.conv, math), "math type")?;
 
-        let mut count = 0;
-        let mut fwd: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
-        check(
-            dnn::cudnnFindConvolutionForwardAlgorithm(
-                self.handle,
-                p.x,
-                p.w,
-                p.conv,
-                p.y,
-                8,
-                &mut count,
-                fwd.as_mut_ptr(),
-            ),
-            "finding a forward algorithm",
-        )?;
-        let f = fwd[..count as usize]
-            .iter()
-            .find(|r| {
-                r.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && r.memory <= MAX_WORKSPACE
-            })
-            .ok_or_else(|| format!("cuDNN has no forward convolution for {k:?}"))?;
-        p.fwd = f.algo;
-        p.workspace = p.workspace.max(f.memory);
-
-        let mut bd: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
-        check(
-            dnn::cudnnFindConvolutionBackwardDataAlgorithm(
-                self.handle,
-                p.w,
-                p.y,
-                p.conv,
-                p.x,
-                8,
-                &mut count,
-                bd.as_mut_ptr(),
-            ),
-            "finding a backward-data algorithm",
-        )?;
-        let f = bd[..count as usize]
-            .iter()
-            .find(|r| {
-                r.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && r.memory <= MAX_WORKSPACE
-            })
-            .ok_or_else(|| format!("cuDNN has no backward-data convolution for {k:?}"))?;
-        p.bwd_data = f.algo;
-        p.workspace = p.workspace.max(f.memory);
-
-        let mut bf: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
-        check(
-            dnn::cudnnFindConvolutionBackwardFilterAlgorithm(
-                self.handle,
-                p.x,
-                p.y,
-                p.conv,
-                p.w,
-                8,
-                &mut count,
-                bf.as_mut_ptr(),
-            ),
-            "finding a backward-filter algorithm",
-        )?;
-        let f = bf[..count as usize]
-            .iter()
-            .find(|r| {
-                r.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && r.memory <= MAX_WORKSPACE
-            })
-            .ok_or_else(|| format!("cuDNN has no backward-filter convolution for {k:?}"))?;
-        p.bwd_filter = f.algo;
-        p.workspace = p.workspace.max(f.memory);
+        // cuDNN times every algorithm on buffers of this shape (filled with a non-zero pattern:
+        // zeros can run faster than data). Twice, keeping the algorithm with the lower sum: one
+        // noisy measurement once picked a backward-filter algorithm 15 times slower.
+        let act = if k.bf16 { 2 } else { 4 };
+        let xb = k.n * k.cin * k.h * k.w * act;
+        let yb = k.n * k.cout * k.h * k.w * act;
+        let wb = k.cout * k.cin * 9 * act;
+        let bufs = Scratch::new(&[xb, yb, wb, MAX_WORKSPACE], stream)?;
+        let (x, y, w, ws) = (bufs.p[0] as *mut c_void, bufs.p[1] as *mut c_void, bufs.p[2] as *mut c_void, bufs.p[3] as *mut c_void);
+        let ok = |st: dnn::cudnnStatus_t, mem: usize| {
+            st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && mem <= MAX_WORKSPACE
+        };
+        let mut fwd_t: HashMap<i32, f32> = HashMap::new();
+        let mut bd_t: HashMap<i32, f32> = HashMap::new();
+        let mut bf_t: HashMap<i32, f32> = HashMap::new();
+        let mut mem: HashMap<(u8, i32), usize> = HashMap::new();
+        for _ in 0..2 {
+            let mut count = 0;
+            let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
+            check(
+                dnn::cudnnFindConvolutionForwardAlgorithmEx(
+                    self.handle, p.x, x, p.w, w, p.conv, p.y, y, 8, &mut count,
+                    r.as_mut_ptr(), ws, MAX_WORKSPACE,
+                ),
+                "finding a forward algorithm",
+            )?;
+            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)) {
+                *fwd_t.entry(r.algo as i32).or_default() += r.time;
+                mem.insert((0, r.algo as i32), r.memory);
+            }
+            let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
+            check(
+                dnn::cudnnFindConvolutionBackwardDataAlgorithmEx(
+                    self.handle, p.w, w, p.y, y, p.conv, p.x, x, 8, &mut count,
+                    r.as_mut_ptr(), ws, MAX_WORKSPACE,
+                ),
+                "finding a backward-data algorithm",
+            )?;
+            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)) {
+                *bd_t.entry(r.algo as i32).or_default() += r.time;
+                mem.insert((1, r.algo as i32), r.memory);
+            }
+            let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
+            check(
+                dnn::cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                    self.handle, p.x, x, p.y, y, p.conv, p.w, w, 8, &mut count,
+                    r.as_mut_ptr(), ws, MAX_WORKSPACE,
+                ),
+                "finding a backward-filter algorithm",
+            )?;
+            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)) {
+                *bf_t.entry(r.algo as i32).or_default() += r.time;
+                mem.insert((2, r.algo as i32), r.memory);
+            }
+        }
+        let best = |t: &HashMap<i32, f32>, what: &str| -> Result<i32, String> {
+            t.iter()
+                .min_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(&a, _)| a)
+                .ok_or_else(|| format!("cuDNN has no {what} convolution for {k:?}"))
+        };
+        let (f, d, fl) = (best(&fwd_t, "forward")?, best(&bd_t, "backward-data")?, best(&bf_t, "backward-filter")?);
+        p.fwd = std::mem::transmute::<i32, dnn::cudnnConvolutionFwdAlgo_t>(f);
+        p.bwd_data = std::mem::transmute::<i32, dnn::cudnnConvolutionBwdDataAlgo_t>(d);
+        p.bwd_filter = std::mem::transmute::<i32, dnn::cudnnConvolutionBwdFilterAlgo_t>(fl);
+        p.workspace = mem[&(0, f)].max(mem[&(1, d)]).max(mem[&(2, fl)]);
+        if std::env::var("PREP_PROFILE").as_deref() == Ok("1") {
+            eprintln!(
+                "cuDNN plan {k:?}: fwd {:?} {:.3} ms, bwd data {:?} {:.3} ms, bwd filter {:?} {:.3} ms (two measurements)",
+                p.fwd, fwd_t[&f], p.bwd_data, bd_t[&d], p.bwd_filter, bf_t[&fl]
+            );
+        }
+        drop(bufs);
         Ok(p)
     }
 }

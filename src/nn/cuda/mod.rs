@@ -555,7 +555,8 @@ impl Cuda {
     }
 
     fn conv_plan(&mut self, key: dnn::ConvKey) -> Option<(*const dnn::Plan, usize)> {
-        let r = self.dnn.plan(key).map(|p| (p as *const dnn::Plan, p.workspace));
+        let st = self.stream.cu_stream();
+        let r = self.dnn.plan(key, st).map(|p| (p as *const dnn::Plan, p.workspace));
         let (p, ws) = self.ok(r)?;
         let mut w = { let e = self.empty(Dt::U8); std::mem::replace(&mut self.s.workspace, e) };
         let fits = w.cap >= ws || self.ensure(&mut w, ws, Dt::U8);
