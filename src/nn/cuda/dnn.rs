@@ -4,37 +4,7 @@
 use cudarc::cublas::sys as blas;
 use cudarc::cudnn::sys as dnn;
 use cudarc::driver::sys::CUstream;
-use cudarc::driver::result as dr;
 use std::collections::HashMap;
-use std::ffi::c_void;
-
-/// Temporary device buffers for measuring algorithms, filled with a non-zero byte pattern.
-struct Scratch {
-    p: Vec<u64>,
-}
-
-impl Scratch {
-    unsafe fn new(sizes: &[usize], stream: CUstream) -> Result<Self, String> {
-        let mut p = Vec::new();
-        for &s in sizes {
-            let ptr = dr::malloc_sync(s.max(1)).map_err(|e| format!("allocating {s} bytes: {e:?}"))?;
-            p.push(ptr);
-            dr::memset_d8_async(ptr, 0x3c, s, stream).map_err(|e| format!("{e:?}"))?;
-        }
-        let _ = cudarc::driver::sys::cuStreamSynchronize(stream);
-        Ok(Scratch { p })
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        for &p in &self.p {
-            unsafe {
-                let _ = dr::free_sync(p);
-            }
-        }
-    }
-}
 
 pub fn check(s: dnn::cudnnStatus_t, what: &str) -> Result<(), String> {
     if s == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
@@ -179,15 +149,9 @@ impl Dnn {
         };
         check(dnn::cudnnSetConvolutionMathType(p.conv, math), "math type")?;
 
-        // cuDNN times every algorithm on buffers of this shape (filled with a non-zero pattern:
-        // zeros can run faster than data). Twice, keeping the algorithm with the lower sum: one
-        // noisy measurement once picked a backward-filter algorithm 15 times slower.
-        let act = if k.bf16 { 2 } else { 4 };
-        let xb = k.n * k.cin * k.h * k.w * act;
-        let yb = k.n * k.cout * k.h * k.w * act;
-        let wb = k.cout * k.cin * 9 * act;
-        let bufs = Scratch::new(&[xb, yb, wb, MAX_WORKSPACE], stream)?;
-        let (x, y, w, ws) = (bufs.p[0] as *mut c_void, bufs.p[1] as *mut c_void, bufs.p[2] as *mut c_void, bufs.p[3] as *mut c_void);
+        // cuDNN times every algorithm for this shape. Twice, keeping the algorithm with the lower
+        // sum: a single noisy measurement once picked a backward-filter algorithm 15 times slower.
+        let _ = stream;
         let ok = |st: dnn::cudnnStatus_t, mem: usize| {
             st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && mem <= MAX_WORKSPACE
         };
@@ -199,9 +163,8 @@ impl Dnn {
             let mut count = 0;
             let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
             check(
-                dnn::cudnnFindConvolutionForwardAlgorithmEx(
-                    self.handle, p.x, x, p.w, w, p.conv, p.y, y, 8, &mut count,
-                    r.as_mut_ptr(), ws, MAX_WORKSPACE,
+                dnn::cudnnFindConvolutionForwardAlgorithm(
+                    self.handle, p.x, p.w, p.conv, p.y, 8, &mut count, r.as_mut_ptr(),
                 ),
                 "finding a forward algorithm",
             )?;
@@ -211,9 +174,8 @@ impl Dnn {
             }
             let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
             check(
-                dnn::cudnnFindConvolutionBackwardDataAlgorithmEx(
-                    self.handle, p.w, w, p.y, y, p.conv, p.x, x, 8, &mut count,
-                    r.as_mut_ptr(), ws, MAX_WORKSPACE,
+                dnn::cudnnFindConvolutionBackwardDataAlgorithm(
+                    self.handle, p.w, p.y, p.conv, p.x, 8, &mut count, r.as_mut_ptr(),
                 ),
                 "finding a backward-data algorithm",
             )?;
@@ -223,9 +185,8 @@ impl Dnn {
             }
             let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
             check(
-                dnn::cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                    self.handle, p.x, x, p.y, y, p.conv, p.w, w, 8, &mut count,
-                    r.as_mut_ptr(), ws, MAX_WORKSPACE,
+                dnn::cudnnFindConvolutionBackwardFilterAlgorithm(
+                    self.handle, p.x, p.y, p.conv, p.w, 8, &mut count, r.as_mut_ptr(),
                 ),
                 "finding a backward-filter algorithm",
             )?;
@@ -251,7 +212,6 @@ impl Dnn {
                 p.fwd, fwd_t[&f], p.bwd_data, bd_t[&d], p.bwd_filter, bf_t[&fl]
             );
         }
-        drop(bufs);
         Ok(p)
     }
 }

@@ -60,7 +60,7 @@ impl Dt {
 }
 
 /// A tensor in GPU memory: `len` elements of `dt`, in an allocation of `cap` bytes that only
-/// grows. Allocated and freed in stream order on the compute stream.
+/// grows.
 pub struct Buf {
     ptr: u64,
     len: usize,
@@ -69,17 +69,12 @@ pub struct Buf {
     stream: sys::CUstream,
 }
 
-/// Allocations from this size on (a dataset held in GPU memory) bypass the stream-ordered pool:
-/// a plain cuMemAlloc, freed after the stream drains.
-const BIG: usize = 256 << 20;
-
-unsafe fn free_buf(ptr: u64, cap: usize, stream: sys::CUstream) {
-    if cap >= BIG {
-        let _ = sys::cuStreamSynchronize(stream);
-        let _ = dr::free_sync(ptr);
-    } else {
-        let _ = dr::free_async(ptr, stream);
-    }
+/// Buffers are plain cuMemAlloc allocations (not the stream-ordered pool, whose cached chunks
+/// made the memory in use depend on the history of allocations), made once and only grown; a
+/// free waits for the stream to drain.
+unsafe fn free_buf(ptr: u64, stream: sys::CUstream) {
+    let _ = sys::cuStreamSynchronize(stream);
+    let _ = dr::free_sync(ptr);
 }
 
 impl Buf {
@@ -100,7 +95,7 @@ impl Buf {
 impl Drop for Buf {
     fn drop(&mut self) {
         if self.cap > 0 {
-            unsafe { free_buf(self.ptr, self.cap, self.stream) };
+            unsafe { free_buf(self.ptr, self.stream) };
         }
     }
 }
@@ -382,17 +377,11 @@ impl Cuda {
         let bytes = (len * dt.size()).max(1);
         if b.cap < bytes {
             if b.cap > 0 {
-                unsafe { free_buf(b.ptr, b.cap, b.stream) };
+                unsafe { free_buf(b.ptr, b.stream) };
                 self.allocated -= b.cap;
                 b.cap = 0;
             }
-            let r = unsafe {
-                if bytes >= BIG {
-                    dr::malloc_sync(bytes)
-                } else {
-                    dr::malloc_async(self.stream.cu_stream(), bytes)
-                }
-            };
+            let r = unsafe { dr::malloc_sync(bytes) };
             match r {
                 Ok(p) => {
                     b.ptr = p;
@@ -1209,16 +1198,7 @@ impl Backend for Cuda {
     }
 
     fn gpu_mem_bytes(&mut self) -> u64 {
-        // Memory the stream-ordered pool keeps after frees is not in use: give it back first,
-        // so the figure is the live set (the same for every dataset size).
         self.sync();
-        unsafe {
-            let mut pool = std::ptr::null_mut();
-            let dev = self._ctx.cu_device();
-            if sys::cuDeviceGetDefaultMemPool(&mut pool, dev) == sys::CUresult::CUDA_SUCCESS {
-                sys::cuMemPoolTrimTo(pool, 0);
-            }
-        }
         match mem_info() {
             Ok((free, total)) => (total - free) as u64,
             Err(_) => 0,

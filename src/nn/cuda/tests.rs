@@ -359,7 +359,12 @@ fn steps_match(prec: Precision, grad_tol: f64, weight_tol: f64) {
     let gs = gm.state(&mut g);
     let cs = cm.state(&mut c);
     for ((name, a), (_, b)) in gs.iter().zip(&cs) {
-        close(&format!("after 3 steps: {name}"), a, b, weight_tol);
+        // Momentum and the tensors that start at zero (batch-norm biases) are sums of three
+        // gradients: they carry the gradients' error. Weights and running statistics move little
+        // from their start, so their tolerance is tighter.
+        let from_grads = name.ends_with(".momentum") || name.ends_with(".bias");
+        let tol = if from_grads { grad_tol } else { weight_tol };
+        close(&format!("after 3 steps: {name}"), a, b, tol);
     }
     g.status().unwrap();
 }
