@@ -152,8 +152,12 @@ impl Dnn {
         // cuDNN times every algorithm for this shape. Twice, keeping the algorithm with the lower
         // sum: a single noisy measurement once picked a backward-filter algorithm 15 times slower.
         let _ = stream;
-        let ok = |st: dnn::cudnnStatus_t, mem: usize| {
-            st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && mem <= MAX_WORKSPACE
+        // Deterministic algorithms only: the atomics-based ones (ALGO_0 of the backward passes)
+        // measured fast inside cudnnFind but ran 15 to 25 times slower on real batches.
+        let ok = |st: dnn::cudnnStatus_t, mem: usize, det: dnn::cudnnDeterminism_t| {
+            st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
+                && mem <= MAX_WORKSPACE
+                && det == dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC
         };
         let mut fwd_t: HashMap<i32, f32> = HashMap::new();
         let mut bd_t: HashMap<i32, f32> = HashMap::new();
@@ -168,7 +172,7 @@ impl Dnn {
                 ),
                 "finding a forward algorithm",
             )?;
-            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)) {
+            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory, r.determinism)) {
                 *fwd_t.entry(r.algo as i32).or_default() += r.time;
                 mem.insert((0, r.algo as i32), r.memory);
             }
@@ -179,7 +183,7 @@ impl Dnn {
                 ),
                 "finding a backward-data algorithm",
             )?;
-            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)) {
+            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory, r.determinism)) {
                 *bd_t.entry(r.algo as i32).or_default() += r.time;
                 mem.insert((1, r.algo as i32), r.memory);
             }
@@ -190,7 +194,7 @@ impl Dnn {
                 ),
                 "finding a backward-filter algorithm",
             )?;
-            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)) {
+            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory, r.determinism)) {
                 *bf_t.entry(r.algo as i32).or_default() += r.time;
                 mem.insert((2, r.algo as i32), r.memory);
             }
