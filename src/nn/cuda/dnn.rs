@@ -40,9 +40,16 @@ pub struct Plan {
     pub fwd: dnn::cudnnConvolutionFwdAlgo_t,
     pub bwd_data: dnn::cudnnConvolutionBwdDataAlgo_t,
     pub bwd_filter: dnn::cudnnConvolutionBwdFilterAlgo_t,
-    /// Workspace bytes the three algorithms need (the largest).
+    /// Workspace bytes the candidate algorithms need (the largest).
     pub workspace: usize,
+    /// Candidate algorithms of each direction (forward, backward data, backward filter), and
+    /// whether the backend has timed them on a real batch yet.
+    pub candidates: [Vec<i32>; 3],
+    pub tuned: [bool; 3],
 }
+
+/// Algorithms per direction that are timed on a real batch.
+const CANDIDATES: usize = 4;
 
 impl Drop for Plan {
     fn drop(&mut self) {
@@ -81,6 +88,10 @@ impl Dnn {
         })
     }
 
+    pub fn plan_mut(&mut self, k: &ConvKey) -> Option<&mut Plan> {
+        self.plans.get_mut(k)
+    }
+
     pub fn plan(&mut self, k: ConvKey, stream: CUstream) -> Result<&Plan, String> {
         if !self.plans.contains_key(&k) {
             let p = unsafe { self.make_plan(k, stream)? };
@@ -107,6 +118,8 @@ impl Dnn {
             bwd_data: dnn::cudnnConvolutionBwdDataAlgo_t::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
             bwd_filter: dnn::cudnnConvolutionBwdFilterAlgo_t::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
             workspace: 0,
+            candidates: [Vec::new(), Vec::new(), Vec::new()],
+            tuned: [false; 3],
         };
         check(dnn::cudnnCreateTensorDescriptor(&mut p.x), "tensor descriptor")?;
         check(dnn::cudnnCreateTensorDescriptor(&mut p.y), "tensor descriptor")?;
@@ -149,73 +162,64 @@ impl Dnn {
         };
         check(dnn::cudnnSetConvolutionMathType(p.conv, math), "math type")?;
 
-        // cuDNN times every algorithm for this shape. Twice, keeping the algorithm with the lower
-        // sum: a single noisy measurement once picked a backward-filter algorithm 15 times slower.
+        // cuDNN's own measurement (cudnnFind) gives the candidates, fastest first; it once
+        // ranked first an atomics-based backward-filter algorithm that then ran 15 times slower
+        // on real batches, so the backend times the candidates again on the first real batch
+        // (`Cuda::tune`) and keeps the fastest. The workspace fits every candidate.
         let _ = stream;
-        // Deterministic algorithms only: the atomics-based ones (ALGO_0 of the backward passes)
-        // measured fast inside cudnnFind but ran 15 to 25 times slower on real batches.
-        let ok = |st: dnn::cudnnStatus_t, mem: usize, det: dnn::cudnnDeterminism_t| {
-            st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
-                && mem <= MAX_WORKSPACE
-                && det == dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC
+        let ok = |st: dnn::cudnnStatus_t, mem: usize| {
+            st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && mem <= MAX_WORKSPACE
         };
-        let mut fwd_t: HashMap<i32, f32> = HashMap::new();
-        let mut bd_t: HashMap<i32, f32> = HashMap::new();
-        let mut bf_t: HashMap<i32, f32> = HashMap::new();
-        let mut mem: HashMap<(u8, i32), usize> = HashMap::new();
-        for _ in 0..2 {
-            let mut count = 0;
-            let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
-            check(
-                dnn::cudnnFindConvolutionForwardAlgorithm(
-                    self.handle, p.x, p.w, p.conv, p.y, 8, &mut count, r.as_mut_ptr(),
-                ),
-                "finding a forward algorithm",
-            )?;
-            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory, r.determinism)) {
-                *fwd_t.entry(r.algo as i32).or_default() += r.time;
-                mem.insert((0, r.algo as i32), r.memory);
+        let mut count = 0;
+        let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
+        check(
+            dnn::cudnnFindConvolutionForwardAlgorithm(
+                self.handle, p.x, p.w, p.conv, p.y, 8, &mut count, r.as_mut_ptr(),
+            ),
+            "finding a forward algorithm",
+        )?;
+        for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)).take(CANDIDATES) {
+            if !p.candidates[0].contains(&(r.algo as i32)) {
+                p.candidates[0].push(r.algo as i32);
             }
-            let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
-            check(
-                dnn::cudnnFindConvolutionBackwardDataAlgorithm(
-                    self.handle, p.w, p.y, p.conv, p.x, 8, &mut count, r.as_mut_ptr(),
-                ),
-                "finding a backward-data algorithm",
-            )?;
-            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory, r.determinism)) {
-                *bd_t.entry(r.algo as i32).or_default() += r.time;
-                mem.insert((1, r.algo as i32), r.memory);
+            p.workspace = p.workspace.max(r.memory);
+        }
+        let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
+        check(
+            dnn::cudnnFindConvolutionBackwardDataAlgorithm(
+                self.handle, p.w, p.y, p.conv, p.x, 8, &mut count, r.as_mut_ptr(),
+            ),
+            "finding a backward-data algorithm",
+        )?;
+        for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)).take(CANDIDATES) {
+            if !p.candidates[1].contains(&(r.algo as i32)) {
+                p.candidates[1].push(r.algo as i32);
             }
-            let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
-            check(
-                dnn::cudnnFindConvolutionBackwardFilterAlgorithm(
-                    self.handle, p.x, p.y, p.conv, p.w, 8, &mut count, r.as_mut_ptr(),
-                ),
-                "finding a backward-filter algorithm",
-            )?;
-            for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory, r.determinism)) {
-                *bf_t.entry(r.algo as i32).or_default() += r.time;
-                mem.insert((2, r.algo as i32), r.memory);
+            p.workspace = p.workspace.max(r.memory);
+        }
+        let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
+        check(
+            dnn::cudnnFindConvolutionBackwardFilterAlgorithm(
+                self.handle, p.x, p.y, p.conv, p.w, 8, &mut count, r.as_mut_ptr(),
+            ),
+            "finding a backward-filter algorithm",
+        )?;
+        for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)).take(CANDIDATES) {
+            if !p.candidates[2].contains(&(r.algo as i32)) {
+                p.candidates[2].push(r.algo as i32);
+            }
+            p.workspace = p.workspace.max(r.memory);
+        }
+        for (i, what) in ["forward", "backward-data", "backward-filter"].iter().enumerate() {
+            if p.candidates[i].is_empty() {
+                return Err(format!("cuDNN has no {what} convolution for {k:?}"));
             }
         }
-        let best = |t: &HashMap<i32, f32>, what: &str| -> Result<i32, String> {
-            t.iter()
-                .min_by(|a, b| a.1.total_cmp(b.1))
-                .map(|(&a, _)| a)
-                .ok_or_else(|| format!("cuDNN has no {what} convolution for {k:?}"))
-        };
-        let (f, d, fl) = (best(&fwd_t, "forward")?, best(&bd_t, "backward-data")?, best(&bf_t, "backward-filter")?);
-        p.fwd = std::mem::transmute::<i32, dnn::cudnnConvolutionFwdAlgo_t>(f);
-        p.bwd_data = std::mem::transmute::<i32, dnn::cudnnConvolutionBwdDataAlgo_t>(d);
-        p.bwd_filter = std::mem::transmute::<i32, dnn::cudnnConvolutionBwdFilterAlgo_t>(fl);
-        p.workspace = mem[&(0, f)].max(mem[&(1, d)]).max(mem[&(2, fl)]);
-        if std::env::var("PREP_PROFILE").as_deref() == Ok("1") {
-            eprintln!(
-                "cuDNN plan {k:?}: fwd {:?} {:.3} ms, bwd data {:?} {:.3} ms, bwd filter {:?} {:.3} ms (two measurements)",
-                p.fwd, fwd_t[&f], p.bwd_data, bd_t[&d], p.bwd_filter, bf_t[&fl]
-            );
-        }
+        p.fwd = std::mem::transmute::<i32, dnn::cudnnConvolutionFwdAlgo_t>(p.candidates[0][0]);
+        p.bwd_data =
+            std::mem::transmute::<i32, dnn::cudnnConvolutionBwdDataAlgo_t>(p.candidates[1][0]);
+        p.bwd_filter =
+            std::mem::transmute::<i32, dnn::cudnnConvolutionBwdFilterAlgo_t>(p.candidates[2][0]);
         Ok(p)
     }
 }

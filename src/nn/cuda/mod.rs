@@ -565,6 +565,67 @@ impl Cuda {
         p
     }
 
+    /// Time each candidate algorithm of direction `dir` (0 forward, 1 backward data, 2 backward
+    /// filter) on the tensors at hand, three runs each, and keep the fastest; once per plan.
+    /// `run(algo)` issues one convolution with that algorithm.
+    fn tune(&mut self, key: &dnn::ConvKey, dir: usize, run: &dyn Fn(i32) -> cudnn::cudnnStatus_t) {
+        let Some(p) = self.dnn.plan_mut(key) else {
+            return;
+        };
+        if p.tuned[dir] {
+            return;
+        }
+        p.tuned[dir] = true;
+        let cands = p.candidates[dir].clone();
+        if cands.len() < 2 || self.err.is_some() {
+            return;
+        }
+        let st = self.stream.cu_stream();
+        let mut best: Option<(i32, f32)> = None;
+        for &a in &cands {
+            let (mut e0, mut e1) = (std::ptr::null_mut(), std::ptr::null_mut());
+            let mut ms = f32::INFINITY;
+            let mut ok = true;
+            unsafe {
+                sys::cuEventCreate(&mut e0, 0);
+                sys::cuEventCreate(&mut e1, 0);
+                sys::cuEventRecord(e0, st);
+                for _ in 0..3 {
+                    ok &= run(a) == cudnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+                }
+                sys::cuEventRecord(e1, st);
+                sys::cuEventSynchronize(e1);
+                sys::cuEventElapsedTime_v2(&mut ms, e0, e1);
+                sys::cuEventDestroy_v2(e0);
+                sys::cuEventDestroy_v2(e1);
+            }
+            if ok && best.is_none_or(|b| ms < b.1) {
+                best = Some((a, ms));
+            }
+        }
+        let Some((a, ms)) = best else { return };
+        let p = self.dnn.plan_mut(key).unwrap();
+        unsafe {
+            match dir {
+                0 => p.fwd = std::mem::transmute::<i32, cudnn::cudnnConvolutionFwdAlgo_t>(a),
+                1 => {
+                    p.bwd_data = std::mem::transmute::<i32, cudnn::cudnnConvolutionBwdDataAlgo_t>(a)
+                }
+                _ => {
+                    p.bwd_filter =
+                        std::mem::transmute::<i32, cudnn::cudnnConvolutionBwdFilterAlgo_t>(a)
+                }
+            }
+        }
+        if self.prof.is_some() {
+            eprintln!(
+                "cuDNN {key:?} {}: algorithm {a} of {cands:?}, {:.1} us per run",
+                ["forward", "backward data", "backward filter"][dir],
+                ms * 1000.0 / 3.0
+            );
+        }
+    }
+
     /// Find the convolution algorithms for a batch size ahead of timing anything.
     pub fn prepare_conv(&mut self, n: usize, cin: usize, cout: usize, h: usize, w: usize) {
         let key = dnn::ConvKey {
@@ -698,6 +759,28 @@ impl Backend for Cuda {
             return;
         }
         let (one, zero) = (1.0f32, 0.0f32);
+        let (hd, xd, wdsc, cd, yd, wsp) = unsafe {
+            let p = &*plan;
+            (self.dnn.handle, p.x, p.w, p.conv, p.y, self.s.workspace.ptr)
+        };
+        let (xp, yp) = (x.ptr, y.ptr);
+        self.tune(&key, 0, &|a| unsafe {
+            cudnn::cudnnConvolutionForward(
+                hd,
+                &one as *const f32 as *const c_void,
+                xd,
+                xp as *const c_void,
+                wdsc,
+                wp as *const c_void,
+                cd,
+                std::mem::transmute::<i32, cudnn::cudnnConvolutionFwdAlgo_t>(a),
+                wsp as *mut c_void,
+                ws,
+                &zero as *const f32 as *const c_void,
+                yd,
+                yp as *mut c_void,
+            )
+        });
         let st = self.stream.cu_stream();
         let t0 = self.prof.as_mut().map(|p| p.begin(st));
         let r = unsafe {
@@ -767,6 +850,28 @@ impl Backend for Cuda {
             dw.ptr
         };
         let (one, zero) = (1.0f32, 0.0f32);
+        let (hd, xd, wdsc, cd, yd, wsp) = unsafe {
+            let p = &*plan;
+            (self.dnn.handle, p.x, p.w, p.conv, p.y, self.s.workspace.ptr)
+        };
+        let (xp, dyp) = (x.ptr, dy.ptr);
+        self.tune(&key, 2, &|a| unsafe {
+            cudnn::cudnnConvolutionBackwardFilter(
+                hd,
+                &one as *const f32 as *const c_void,
+                xd,
+                xp as *const c_void,
+                yd,
+                dyp as *const c_void,
+                cd,
+                std::mem::transmute::<i32, cudnn::cudnnConvolutionBwdFilterAlgo_t>(a),
+                wsp as *mut c_void,
+                ws,
+                &zero as *const f32 as *const c_void,
+                wdsc,
+                dw_target as *mut c_void,
+            )
+        });
         let st = self.stream.cu_stream();
         let t0 = self.prof.as_mut().map(|p| p.begin(st));
         if self.err.is_none() {
@@ -801,6 +906,24 @@ impl Backend for Cuda {
             if !self.ensure(dx, n * cin * h * wd, dt) || self.err.is_some() {
                 return;
             }
+            let dxp = dx.ptr;
+            self.tune(&key, 1, &|a| unsafe {
+                cudnn::cudnnConvolutionBackwardData(
+                    hd,
+                    &one as *const f32 as *const c_void,
+                    wdsc,
+                    wp as *const c_void,
+                    yd,
+                    dyp as *const c_void,
+                    cd,
+                    std::mem::transmute::<i32, cudnn::cudnnConvolutionBwdDataAlgo_t>(a),
+                    wsp as *mut c_void,
+                    ws,
+                    &zero as *const f32 as *const c_void,
+                    xd,
+                    dxp as *mut c_void,
+                )
+            });
             let t0 = self.prof.as_mut().map(|p| p.begin(st));
             let r = unsafe {
                 let p = &*plan;

@@ -382,3 +382,79 @@ fn training_steps_match_the_cpu_in_bfloat16() {
     // 1e-2. The float32 test above holds the arithmetic itself to 1e-4.
     steps_match(Precision::Bf16, 2e-1, 1e-2);
 }
+
+/// The split held in GPU memory (`--memory device`) yields the very batches the host pipeline
+/// streams: same samples, same order, same crops and flips, from the start of an epoch and from a
+/// resume point, with and without augmentation.
+#[test]
+fn dataset_in_gpu_memory_feeds_the_batches_the_stream_feeds() {
+    use crate::shard::Dataset;
+    use crate::train::input::Source;
+    use crate::train::{Feed, HostFeed, Recipe};
+    let Some(mut g) = gpu(Precision::F32, Kind::Pinned) else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("ds");
+    crate::synth::synthesize(&crate::synth::SynthOptions {
+        out: out.clone(),
+        splits: vec![("train".into(), 2000)],
+        shape: "3x8x8".parse().unwrap(),
+        classes: 10,
+        seed: 3,
+        format: crate::OutputFormat::Shards,
+        codec: crate::shard::Codec::Zstd { level: 1 },
+        block_samples: Some(64),
+        shard_blocks: Some(5),
+        force: false,
+        quiet: true,
+    })
+    .unwrap();
+    let ds = Dataset::open(&out).unwrap();
+    let src = Source::open(&ds, "train").unwrap();
+    let cfg = ModelConfig::small(3, 8, 8, 10);
+    let r = Recipe {
+        data: out.clone(),
+        model: cfg.clone(),
+        epochs: 3,
+        batch: 64,
+        lr: 0.1,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        label_smoothing: 0.1,
+        seed: 7,
+        crop_pad: 1,
+        flip: true,
+        augment_epochs: 2,
+        checkpoint_every: 0,
+        device: "cuda:0".into(),
+        skip_damaged: false,
+        mean: ds.manifest.mean.iter().map(|&v| v as f32).collect(),
+        std: ds.manifest.std.iter().map(|&v| v as f32).collect(),
+        classes: ds.manifest.classes.clone(),
+        tool: "test".into(),
+    };
+    let mut host = HostFeed::new(src.clone(), &r, 2);
+    let mut dev = super::train::DeviceFeed::new(&mut g, src, &r, 2).unwrap();
+    let init = init_values(&cfg, 1);
+    let mut m1 = Model::new(&mut g, cfg.clone(), &init);
+    let mut m2 = Model::new(&mut g, cfg, &init);
+    for (epoch, start) in [(0, 0), (1, 5), (2, 0)] {
+        Feed::<Cuda>::start(&mut host, &mut g, epoch, start).unwrap();
+        dev.start(&mut g, epoch, start).unwrap();
+        let mut batches = 0;
+        loop {
+            let a = host.next(&mut g, &mut m1).unwrap();
+            let b = dev.next(&mut g, &mut m2).unwrap();
+            assert_eq!(a, b, "epoch {epoch}: batch index and size");
+            if a.is_none() {
+                break;
+            }
+            assert_eq!(g.download(&m1.input), g.download(&m2.input), "epoch {epoch} batch {a:?}");
+            assert_eq!(g.download(&m1.labels), g.download(&m2.labels), "labels, epoch {epoch}");
+            batches += 1;
+        }
+        assert_eq!(batches, 2000 / 64 - start, "epoch {epoch}");
+    }
+    g.status().unwrap();
+}
