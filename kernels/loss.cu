@@ -60,7 +60,9 @@ extern "C" __global__ void sgd(float* w, const float* g, float* v, long total, f
     }
 }
 
-// The same step for every trainable tensor in one launch: blockIdx.y picks the tensor.
+// The same step for every trainable tensor in one launch: blockIdx.y picks the tensor. The
+// learning rate is read from device memory, so that a captured graph replays with the rate the
+// host sets before each replay.
 struct SgdTensor {
     float* w;
     const float* g;
@@ -69,8 +71,9 @@ struct SgdTensor {
     int decay;
     int pad;
 };
-extern "C" __global__ void sgd_multi(const SgdTensor* ts, float lr, float mu, float wd) {
+extern "C" __global__ void sgd_multi(const SgdTensor* ts, const float* lr_p, float mu, float wd) {
     SgdTensor t = ts[blockIdx.y];
+    float lr = *lr_p;
     float d_wd = t.decay ? wd : 0.f;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < t.len;
          i += (long)gridDim.x * blockDim.x) {

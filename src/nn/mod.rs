@@ -226,6 +226,22 @@ pub trait Backend {
     /// (sum of losses, correct predictions) since the last call, then zero. Waits for the device.
     fn take_loss_stats(&mut self) -> (f64, u64);
 
+    /// Start recording the ops issued next as one replayable graph (a training step); false when
+    /// the backend does not record (the CPU), or recording is off.
+    fn begin_capture(&mut self) -> bool {
+        false
+    }
+    /// Stop recording; true when the graph is ready to replay. On false the recorded ops did not
+    /// run and the caller issues them again directly.
+    fn end_capture(&mut self) -> bool {
+        false
+    }
+    /// Replay the recorded step with learning rate `lr`; false when there is no valid graph.
+    fn replay(&mut self, lr: f32) -> bool {
+        let _ = lr;
+        false
+    }
+
     /// The first failure of the device since the backend was made (ops cannot return one).
     fn status(&self) -> Result<(), String> {
         Ok(())

@@ -372,6 +372,7 @@ impl<B: Backend> Feed<B> for HostFeed {
             (Vec::new(), 0)
         };
         model.load(be, &raw, &r.mean, &r.std, pad, &aug);
+        loader.give_back(batch.pixels);
         Ok(Some((batch.index, n)))
     }
 
@@ -536,11 +537,28 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         while let Some((index, n)) = feed.next(&mut be, &mut model)? {
             let t1 = Instant::now();
             t_feed += (t1 - t0).as_secs_f64();
-            model.forward(&mut be, n, true);
-            model.loss(&mut be, n, r.label_smoothing);
-            model.backward(&mut be, n);
             lr = one_cycle(cur.step, total_steps, r.lr);
-            model.step(&mut be, lr, r.momentum, r.weight_decay);
+            // The first step of a process runs directly (it sizes the buffers and picks the
+            // convolution algorithms); the backend may record the next one as a graph and replay
+            // it for every later step of this batch size.
+            let full = n == r.batch;
+            if !(full && steps_here > 0 && be.replay(lr)) {
+                let recording = full && steps_here > 0 && be.begin_capture();
+                model.forward(&mut be, n, true);
+                model.loss(&mut be, n, r.label_smoothing);
+                model.backward(&mut be, n);
+                model.step(&mut be, lr, r.momentum, r.weight_decay);
+                if recording {
+                    if be.end_capture() {
+                        be.replay(lr);
+                    } else {
+                        model.forward(&mut be, n, true);
+                        model.loss(&mut be, n, r.label_smoothing);
+                        model.backward(&mut be, n);
+                        model.step(&mut be, lr, r.momentum, r.weight_decay);
+                    }
+                }
+            }
             t0 = Instant::now();
             t_issue += (t0 - t1).as_secs_f64();
             cur.step += 1;

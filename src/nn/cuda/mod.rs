@@ -201,8 +201,16 @@ pub struct Cuda {
     sms: u32,
     /// prep's own GPU allocations (bytes), beside what the driver and libraries hold.
     pub allocated: usize,
-    /// The pointer table of `sgd_step_many`, as last uploaded.
-    sgd_table: (Vec<u64>, Buf),
+    /// The learning rate the SGD kernel reads (set before each step or replay).
+    lr_buf: Buf,
+    /// Captured training step: (graph, its executable, the allocation generation it saw).
+    graph: Option<(sys::CUgraph, sys::CUgraphExec, u64)>,
+    capturing: bool,
+    /// Bumped whenever a buffer moves: a graph recorded before holds stale addresses.
+    generation: u64,
+    graphs: bool,
+    /// The pointer tables of `sgd_step_many`, by content.
+    sgd_tables: Vec<(Vec<u64>, Buf)>,
     /// With PREP_PROFILE=1: GPU time per kernel, measured with events around each launch.
     prof: Option<Profile>,
     copy: Arc<CudaStream>,
@@ -262,6 +270,8 @@ impl Profile {
 
 impl Drop for Cuda {
     fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+        self.drop_graph();
         if let Some(p) = &mut self.prof {
             let _ = self.stream.synchronize();
             p.collect();
@@ -271,6 +281,9 @@ impl Drop for Cuda {
 }
 
 const THREADS: u32 = 256;
+/// Runs per candidate convolution algorithm when timing them (three let noise pick differently
+/// from one process to the next).
+const TUNE_RUNS: usize = 10;
 
 /// Raw kernel arguments: each expression's address, valid until the end of the statement that
 /// launches (temporaries live that long).
@@ -303,7 +316,13 @@ impl Cuda {
             stream: cs,
         };
         let mut me = Cuda {
-            sgd_table: (Vec::new(), Buf { ptr: 0, len: 0, cap: 0, dt: Dt::U32, stream: cs }),
+            sgd_tables: Vec::new(),
+            lr_buf: Buf { ptr: 0, len: 0, cap: 0, dt: Dt::F32, stream: cs },
+            graph: None,
+            capturing: false,
+            generation: 0,
+            graphs: std::env::var("PREP_PROFILE").as_deref() != Ok("1")
+                && std::env::var("PREP_NO_GRAPHS").as_deref() != Ok("1"),
             prof: (std::env::var("PREP_PROFILE").as_deref() == Ok("1")).then(Profile::default),
             _ctx: ctx,
             copy,
@@ -322,6 +341,9 @@ impl Cuda {
         me.ensure(&mut stats, 2, Dt::F64);
         me.memset0(&stats);
         me.stats = stats;
+        let mut lr = me.empty(Dt::F32);
+        me.ensure(&mut lr, 1, Dt::F32);
+        me.lr_buf = lr;
         me.status()?;
         Ok(me)
     }
@@ -375,11 +397,16 @@ impl Cuda {
     /// Make `b` hold `len` elements of `dt`, growing its allocation if needed.
     pub fn ensure(&mut self, b: &mut Buf, len: usize, dt: Dt) -> bool {
         let bytes = (len * dt.size()).max(1);
+        if b.cap < bytes && self.capturing {
+            self.fail("an allocation while recording a graph".into());
+            return false;
+        }
         if b.cap < bytes {
             if b.cap > 0 {
                 unsafe { free_buf(b.ptr, b.stream) };
                 self.allocated -= b.cap;
                 b.cap = 0;
+                self.generation += 1;
             }
             let r = unsafe { dr::malloc_sync(bytes) };
             match r {
@@ -434,12 +461,26 @@ impl Cuda {
     /// Copy host values into `b` (resized to fit) in stream order.
     pub fn upload_into<T: Copy>(&mut self, b: &mut Buf, data: &[T], dt: Dt) {
         assert_eq!(std::mem::size_of::<T>(), dt.size());
+        if self.capturing {
+            // A graph would replay a copy from host memory that is gone by then.
+            self.fail("a copy from the host while recording a graph".into());
+            return;
+        }
         if !self.ensure(b, data.len(), dt) || data.is_empty() {
             return;
         }
         // Pageable source: the driver stages it before returning, so `data` may go right after.
         let r = unsafe { dr::memcpy_htod_async(b.ptr, data, self.stream.cu_stream()) };
         let _ = self.ok(r.map_err(|e| format!("copying to the GPU: {e:?}")));
+    }
+
+    fn set_lr(&mut self, lr: f32) {
+        let r = unsafe {
+            sys::cuMemsetD32Async(self.lr_buf.ptr, lr.to_bits(), 1, self.stream.cu_stream())
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            self.fail(format!("setting the learning rate: {r:?}"));
+        }
     }
 
     /// Wait for every queued operation; the first failure, if any.
@@ -454,7 +495,7 @@ impl Cuda {
         }
     }
 
-    fn to_host_raw<T: Copy + Default>(&mut self, ptr: u64, len: usize) -> Vec<T> {
+    fn read_back<T: Copy + Default>(&mut self, ptr: u64, len: usize) -> Vec<T> {
         let mut out = vec![T::default(); len];
         if self.err.is_some() || len == 0 {
             return out;
@@ -565,8 +606,17 @@ impl Cuda {
         p
     }
 
+    fn drop_graph(&mut self) {
+        if let Some((g, e, _)) = self.graph.take() {
+            unsafe {
+                sys::cuGraphExecDestroy(e);
+                sys::cuGraphDestroy(g);
+            }
+        }
+    }
+
     /// Time each candidate algorithm of direction `dir` (0 forward, 1 backward data, 2 backward
-    /// filter) on the tensors at hand, three runs each, and keep the fastest; once per plan.
+    /// filter) on the tensors at hand, ten runs each, and keep the fastest; once per plan.
     /// `run(algo)` issues one convolution with that algorithm.
     fn tune(&mut self, key: &dnn::ConvKey, dir: usize, run: &dyn Fn(i32) -> cudnn::cudnnStatus_t) {
         let Some(p) = self.dnn.plan_mut(key) else {
@@ -580,6 +630,10 @@ impl Cuda {
         if cands.len() < 2 || self.err.is_some() {
             return;
         }
+        if self.capturing {
+            self.fail("timing convolution algorithms while recording a graph".into());
+            return;
+        }
         let st = self.stream.cu_stream();
         let mut best: Option<(i32, f32)> = None;
         for &a in &cands {
@@ -590,7 +644,7 @@ impl Cuda {
                 sys::cuEventCreate(&mut e0, 0);
                 sys::cuEventCreate(&mut e1, 0);
                 sys::cuEventRecord(e0, st);
-                for _ in 0..3 {
+                for _ in 0..TUNE_RUNS {
                     ok &= run(a) == cudnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
                 }
                 sys::cuEventRecord(e1, st);
@@ -621,7 +675,7 @@ impl Cuda {
             eprintln!(
                 "cuDNN {key:?} {}: algorithm {a} of {cands:?}, {:.1} us per run",
                 ["forward", "backward data", "backward filter"][dir],
-                ms * 1000.0 / 3.0
+                ms * 1000.0 / TUNE_RUNS as f32
             );
         }
     }
@@ -663,19 +717,19 @@ impl Backend for Cuda {
 
     fn download(&mut self, b: &Buf) -> Vec<f32> {
         match b.dt {
-            Dt::F32 => self.to_host_raw::<f32>(b.ptr, b.len),
+            Dt::F32 => self.read_back::<f32>(b.ptr, b.len),
             Dt::Bf16 | Dt::U8 => {
                 let mut f = self.empty(Dt::F32);
                 self.cast(b, &mut f, Dt::F32);
-                self.to_host_raw::<f32>(f.ptr, f.len)
+                self.read_back::<f32>(f.ptr, f.len)
             }
             Dt::U32 => self
-                .to_host_raw::<u32>(b.ptr, b.len)
+                .read_back::<u32>(b.ptr, b.len)
                 .into_iter()
                 .map(|v| v as f32)
                 .collect(),
             Dt::F64 => self
-                .to_host_raw::<f64>(b.ptr, b.len)
+                .read_back::<f64>(b.ptr, b.len)
                 .into_iter()
                 .map(|v| v as f32)
                 .collect(),
@@ -1256,7 +1310,7 @@ impl Backend for Cuda {
     }
 
     fn take_loss_stats(&mut self) -> (f64, u64) {
-        let v = self.to_host_raw::<f64>(self.stats.ptr, 2);
+        let v = self.read_back::<f64>(self.stats.ptr, 2);
         let stats = { let e = self.empty(Dt::F64); std::mem::replace(&mut self.stats, e) };
         self.memset0(&stats);
         self.stats = stats;
@@ -1269,7 +1323,7 @@ impl Backend for Cuda {
         if self.ensure(&mut idx, n, Dt::U32) {
             launch!(self, "argmax_rows", ((n as u32).div_ceil(128), 1), 128;
                 logits.ptr, idx.ptr, n as i32, k as i32);
-            out = self.to_host_raw::<u32>(idx.ptr, n);
+            out = self.read_back::<u32>(idx.ptr, n);
         }
         self.s.idx = idx;
         out
@@ -1298,19 +1352,87 @@ impl Backend for Cuda {
             table.extend([w[i].ptr, g[i].ptr, v[i].ptr, w[i].len as u64, decay[i] as u64]);
             longest = longest.max(w[i].len);
         }
-        if table != self.sgd_table.0 {
-            let mut b = { let e = self.empty(Dt::U32); std::mem::replace(&mut self.sgd_table.1, e) };
-            let bytes: Vec<u32> = table
-                .iter()
-                .flat_map(|&x| [x as u32, (x >> 32) as u32])
-                .collect();
-            self.upload_into(&mut b, &bytes, Dt::U32);
-            self.sgd_table = (table, b);
-        }
+        // One table per set of tensors (per model), uploaded once: a graph replays with the
+        // table it recorded, so a table is never rewritten.
+        let t = match self.sgd_tables.iter().find(|(k, _)| *k == table) {
+            Some((_, b)) => b.ptr,
+            None => {
+                let mut b = self.empty(Dt::U32);
+                let words: Vec<u32> = table
+                    .iter()
+                    .flat_map(|&x| [x as u32, (x >> 32) as u32])
+                    .collect();
+                self.upload_into(&mut b, &words, Dt::U32);
+                let p = b.ptr;
+                self.sgd_tables.push((table, b));
+                p
+            }
+        };
         let gx = (longest.div_ceil(THREADS as usize) as u32).clamp(1, 64);
-        let t = self.sgd_table.1.ptr;
+        // While recording, the rate stays out of the graph: `replay` sets it before each replay.
+        if !self.capturing {
+            self.set_lr(lr);
+        }
+        let lr_p = self.lr_buf.ptr;
         launch!(self, "sgd_multi", (gx, w.len() as u32), THREADS;
-            t, lr, momentum, weight_decay);
+            t, lr_p, momentum, weight_decay);
+    }
+
+    fn begin_capture(&mut self) -> bool {
+        if !self.graphs || self.err.is_some() {
+            return false;
+        }
+        self.drop_graph();
+        let st = self.stream.cu_stream();
+        let r = unsafe {
+            sys::cuStreamBeginCapture_v2(st, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        };
+        self.capturing = r == sys::CUresult::CUDA_SUCCESS;
+        self.capturing
+    }
+
+    fn end_capture(&mut self) -> bool {
+        if !self.capturing {
+            return false;
+        }
+        self.capturing = false;
+        let st = self.stream.cu_stream();
+        let mut g = std::ptr::null_mut();
+        let r = unsafe { sys::cuStreamEndCapture(st, &mut g) };
+        let mut exec = std::ptr::null_mut();
+        let ok = r == sys::CUresult::CUDA_SUCCESS
+            && self.err.is_none()
+            && unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g, 0) }
+                == sys::CUresult::CUDA_SUCCESS;
+        if ok {
+            self.graph = Some((g, exec, self.generation));
+            return true;
+        }
+        // Recording failed: nothing recorded ran. Say so once, and issue steps directly from now.
+        eprintln!(
+            "note: CUDA graph capture failed ({r:?}{}); training steps are issued one by one",
+            self.err.as_deref().map(|e| format!(", {e}")).unwrap_or_default()
+        );
+        if !g.is_null() {
+            unsafe { sys::cuGraphDestroy(g) };
+        }
+        self.err = None;
+        self.graphs = false;
+        false
+    }
+
+    fn replay(&mut self, lr: f32) -> bool {
+        match self.graph {
+            Some((_, exec, gen)) if gen == self.generation && self.err.is_none() => {
+                self.set_lr(lr);
+                let r = unsafe { sys::cuGraphLaunch(exec, self.stream.cu_stream()) };
+                if r != sys::CUresult::CUDA_SUCCESS {
+                    self.fail(format!("launching the training step's graph: {r:?}"));
+                }
+                true
+            }
+            _ => false,
+        }
     }
 
     fn status(&self) -> Result<(), String> {

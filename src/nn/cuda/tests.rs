@@ -458,3 +458,53 @@ fn dataset_in_gpu_memory_feeds_the_batches_the_stream_feeds() {
     }
     g.status().unwrap();
 }
+
+/// A training step recorded as a CUDA graph and replayed gives what issuing its ops does.
+#[test]
+fn replayed_graph_steps_match_direct_steps() {
+    let Some(mut g) = gpu(Precision::F32, Kind::Pinned) else {
+        return;
+    };
+    let cfg = ModelConfig::small(1, 16, 16, 10);
+    let init = init_values(&cfg, 2);
+    let mut direct = Model::new(&mut g, cfg.clone(), &init);
+    let mut graphed = Model::new(&mut g, cfg, &init);
+    let mut rng = Rng(3);
+    let n = 32;
+    for step in 0..4 {
+        let pixels = rng.bytes(n * 256);
+        let labels: Vec<u32> = (0..n).map(|_| (rng.next() % 10) as u32).collect();
+        let raw = RawBatch {
+            pixels: &pixels,
+            u16: false,
+            n,
+            c: 1,
+            h: 16,
+            w: 16,
+            labels: &labels,
+        };
+        let lr = 0.1 * (step + 1) as f32;
+        direct.load(&mut g, &raw, &[0.5], &[0.3], 0, &[]);
+        direct.forward(&mut g, n, true);
+        direct.loss(&mut g, n, 0.1);
+        direct.backward(&mut g, n);
+        direct.step(&mut g, lr, 0.9, 5e-4);
+        graphed.load(&mut g, &raw, &[0.5], &[0.3], 0, &[]);
+        if step == 0 || !g.replay(lr) {
+            let rec = step > 0 && g.begin_capture();
+            graphed.forward(&mut g, n, true);
+            graphed.loss(&mut g, n, 0.1);
+            graphed.backward(&mut g, n);
+            graphed.step(&mut g, lr, 0.9, 5e-4);
+            if rec {
+                assert!(g.end_capture(), "capture failed: {:?}", g.status());
+                assert!(g.replay(lr));
+            }
+        }
+    }
+    let (a, b) = (direct.state(&mut g), graphed.state(&mut g));
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        close(&format!("graph vs direct: {name}"), y, x, 1e-5);
+    }
+    g.status().unwrap();
+}

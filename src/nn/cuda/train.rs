@@ -37,14 +37,9 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
     };
     let split_bytes = ctx.train_src.samples as u64 * ctx.train_src.spec.bytes() as u64;
     let name = super::probe(ordinal).map_err(dev_err)?;
-    // Decide the mode before making the backend: the managed ring is made with it.
-    let mode = match o.memory.as_str() {
-        "device" | "stream" | "managed" => o.memory.clone(),
-        _ => {
-            // Ask the driver through a short-lived context-free query after the backend exists.
-            String::from("auto")
-        }
-    };
+    // The staging ring's kind comes with the backend; `auto` is settled once the free memory is
+    // known, between `device` and `stream`, which share the pinned ring.
+    let mode = o.memory.clone();
     let kind = if mode == "managed" {
         Kind::Managed
     } else {
