@@ -20,6 +20,13 @@ pub struct Aug {
     pub flip: bool,
 }
 
+impl Aug {
+    /// `dy | dx << 8 | flip << 16`, as the GPU's input kernel reads it.
+    pub fn packed(self) -> u32 {
+        self.dy as u32 | (self.dx as u32) << 8 | (self.flip as u32) << 16
+    }
+}
+
 /// A batch of raw pixels as read from shards.
 pub struct RawBatch<'a> {
     /// `n` samples of `c*h*w` values, u8 or u16 (little-endian pairs).

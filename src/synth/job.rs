@@ -267,6 +267,26 @@ fn complete(out: &Path) -> Result<bool> {
 }
 
 /// Remove what an earlier, different generation left: only files of the names prep writes.
+/// A small synthetic training split for tests: `samples` of `shape`, blocks of 64 samples, five
+/// blocks a shard.
+#[cfg(test)]
+pub fn test_dataset(out: &Path, samples: u64, shape: &str) {
+    synthesize(&SynthOptions {
+        out: out.to_path_buf(),
+        splits: vec![("train".into(), samples)],
+        shape: shape.parse().unwrap(),
+        classes: 10,
+        seed: 3,
+        format: crate::OutputFormat::Shards,
+        codec: crate::shard::Codec::Zstd { level: 1 },
+        block_samples: Some(64),
+        shard_blocks: Some(5),
+        force: false,
+        quiet: true,
+    })
+    .unwrap();
+}
+
 pub fn clean(out: &Path) -> Result<()> {
     for e in std::fs::read_dir(out).at(out)? {
         let e = e.at(out)?;

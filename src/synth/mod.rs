@@ -5,3 +5,5 @@ mod job;
 
 pub use generator::{split_id, Generator};
 pub use job::{clean, dir_bytes, synthesize, SynthOptions, SynthReport};
+#[cfg(test)]
+pub use job::test_dataset;

@@ -315,20 +315,7 @@ mod tests {
     fn epoch_order_is_the_streamed_order() {
         let t = tempfile::tempdir().unwrap();
         let out = t.path().join("ds");
-        crate::synth::synthesize(&crate::synth::SynthOptions {
-            out: out.clone(),
-            splits: vec![("train".into(), 3000)],
-            shape: "1x6x6".parse().unwrap(),
-            classes: 10,
-            seed: 3,
-            format: crate::OutputFormat::Shards,
-            codec: crate::shard::Codec::Zstd { level: 1 },
-            block_samples: Some(64),
-            shard_blocks: Some(5),
-            force: false,
-            quiet: true,
-        })
-        .unwrap();
+        crate::synth::test_dataset(&out, 3000, "1x6x6");
         let ds = Dataset::open(&out).unwrap();
         let src = Source::open(&ds, "train").unwrap();
         // Every sample in file order.

@@ -751,7 +751,7 @@ impl Backend for Cuda {
         }
         let packed: Vec<u32> = aug
             .iter()
-            .map(|a| a.dy as u32 | (a.dx as u32) << 8 | (a.flip as u32) << 16)
+            .map(|a| a.packed())
             .collect();
         let mut ms: Vec<f32> = mean.to_vec();
         ms.extend_from_slice(std);
@@ -818,7 +818,7 @@ impl Backend for Cuda {
             (self.dnn.handle, p.x, p.w, p.conv, p.y, self.s.workspace.ptr)
         };
         let (xp, yp) = (x.ptr, y.ptr);
-        self.tune(&key, 0, &|a| unsafe {
+        let run = |a: i32| unsafe {
             cudnn::cudnnConvolutionForward(
                 hd,
                 &one as *const f32 as *const c_void,
@@ -834,27 +834,11 @@ impl Backend for Cuda {
                 yd,
                 yp as *mut c_void,
             )
-        });
+        };
+        self.tune(&key, 0, &run);
         let st = self.stream.cu_stream();
         let t0 = self.prof.as_mut().map(|p| p.begin(st));
-        let r = unsafe {
-            let p = &*plan;
-            cudnn::cudnnConvolutionForward(
-                self.dnn.handle,
-                &one as *const f32 as *const c_void,
-                p.x,
-                x.ptr as *const c_void,
-                p.w,
-                wp as *const c_void,
-                p.conv,
-                p.fwd,
-                self.s.workspace.ptr as *mut c_void,
-                ws,
-                &zero as *const f32 as *const c_void,
-                p.y,
-                y.ptr as *mut c_void,
-            )
-        };
+        let r = run(unsafe { (*plan).fwd } as i32);
         if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
             p.end(&format!("cudnn fwd {cin}->{cout} {h}x{wd}"), t0, st);
         }
@@ -909,7 +893,7 @@ impl Backend for Cuda {
             (self.dnn.handle, p.x, p.w, p.conv, p.y, self.s.workspace.ptr)
         };
         let (xp, dyp) = (x.ptr, dy.ptr);
-        self.tune(&key, 2, &|a| unsafe {
+        let run_filter = |a: i32| unsafe {
             cudnn::cudnnConvolutionBackwardFilter(
                 hd,
                 &one as *const f32 as *const c_void,
@@ -925,28 +909,12 @@ impl Backend for Cuda {
                 wdsc,
                 dw_target as *mut c_void,
             )
-        });
+        };
+        self.tune(&key, 2, &run_filter);
         let st = self.stream.cu_stream();
         let t0 = self.prof.as_mut().map(|p| p.begin(st));
         if self.err.is_none() {
-            let r = unsafe {
-                let p = &*plan;
-                cudnn::cudnnConvolutionBackwardFilter(
-                    self.dnn.handle,
-                    &one as *const f32 as *const c_void,
-                    p.x,
-                    x.ptr as *const c_void,
-                    p.y,
-                    dy.ptr as *const c_void,
-                    p.conv,
-                    p.bwd_filter,
-                    self.s.workspace.ptr as *mut c_void,
-                    ws,
-                    &zero as *const f32 as *const c_void,
-                    p.w,
-                    dw_target as *mut c_void,
-                )
-            };
+            let r = run_filter(unsafe { (*plan).bwd_filter } as i32);
             self.ok(cudnn_ok(r, "convolution backward (filter)"));
         }
         if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
@@ -961,7 +929,7 @@ impl Backend for Cuda {
                 return;
             }
             let dxp = dx.ptr;
-            self.tune(&key, 1, &|a| unsafe {
+            let run_data = |a: i32| unsafe {
                 cudnn::cudnnConvolutionBackwardData(
                     hd,
                     &one as *const f32 as *const c_void,
@@ -977,26 +945,10 @@ impl Backend for Cuda {
                     xd,
                     dxp as *mut c_void,
                 )
-            });
-            let t0 = self.prof.as_mut().map(|p| p.begin(st));
-            let r = unsafe {
-                let p = &*plan;
-                cudnn::cudnnConvolutionBackwardData(
-                    self.dnn.handle,
-                    &one as *const f32 as *const c_void,
-                    p.w,
-                    wp as *const c_void,
-                    p.y,
-                    dy.ptr as *const c_void,
-                    p.conv,
-                    p.bwd_data,
-                    self.s.workspace.ptr as *mut c_void,
-                    ws,
-                    &zero as *const f32 as *const c_void,
-                    p.x,
-                    dx.ptr as *mut c_void,
-                )
             };
+            self.tune(&key, 1, &run_data);
+            let t0 = self.prof.as_mut().map(|p| p.begin(st));
+            let r = run_data(unsafe { (*plan).bwd_data } as i32);
             if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
                 p.end(&format!("cudnn bwd data {cin}->{cout} {h}x{wd}"), t0, st);
             }

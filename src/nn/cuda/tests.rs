@@ -396,20 +396,7 @@ fn dataset_in_gpu_memory_feeds_the_batches_the_stream_feeds() {
     };
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("ds");
-    crate::synth::synthesize(&crate::synth::SynthOptions {
-        out: out.clone(),
-        splits: vec![("train".into(), 2000)],
-        shape: "3x8x8".parse().unwrap(),
-        classes: 10,
-        seed: 3,
-        format: crate::OutputFormat::Shards,
-        codec: crate::shard::Codec::Zstd { level: 1 },
-        block_samples: Some(64),
-        shard_blocks: Some(5),
-        force: false,
-        quiet: true,
-    })
-    .unwrap();
+    crate::synth::test_dataset(&out, 2000, "3x8x8");
     let ds = Dataset::open(&out).unwrap();
     let src = Source::open(&ds, "train").unwrap();
     let cfg = ModelConfig::small(3, 8, 8, 10);

@@ -217,7 +217,7 @@ impl Feed<Cuda> for DeviceFeed {
                 packed.extend(
                     augmentation(r, epoch, i, b)
                         .iter()
-                        .map(|a| a.dy as u32 | (a.dx as u32) << 8 | (a.flip as u32) << 16),
+                        .map(|a| a.packed()),
                 );
             }
             be.upload_into(&mut self.aug, &packed, Dt::U32);
