@@ -65,7 +65,7 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         )));
     }
     let (c, h, w) = (r.model.channels, r.model.height, r.model.width);
-    // cuDNN measures its algorithms now, so that the first epoch's figures are not theirs.
+    // cuDNN lists its candidate algorithms per convolution now (the first real batch times them).
     let dims = [(h, w), (h / 2, w / 2), (h / 4, w / 4)];
     let mut cin = c;
     for (s, &(hh, ww)) in dims.iter().enumerate() {
