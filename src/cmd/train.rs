@@ -14,11 +14,9 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         .into());
     }
     if !["bf16", "f32"].contains(&a.precision.as_str()) {
-        return Err(UsageError(format!(
-            "--precision {}: expected bf16 or f32",
-            a.precision
-        ))
-        .into());
+        return Err(
+            UsageError(format!("--precision {}: expected bf16 or f32", a.precision)).into(),
+        );
     }
     if !(a.lr > 0.0 && a.lr.is_finite())
         || !(0.0..1.0).contains(&a.momentum)

@@ -356,7 +356,15 @@ impl<B: Backend> Model<B> {
     /// One SGD step over every trainable tensor.
     pub fn step(&mut self, be: &mut B, lr: f32, momentum: f32, weight_decay: f32) {
         let p = &mut self.params;
-        be.sgd_step_many(&mut p.w, &p.g, &mut p.v, &p.decay, lr, momentum, weight_decay);
+        be.sgd_step_many(
+            &mut p.w,
+            &p.g,
+            &mut p.v,
+            &p.decay,
+            lr,
+            momentum,
+            weight_decay,
+        );
     }
 
     /// Every tensor (weights, running statistics, momentum as `NAME.momentum`) on the host.

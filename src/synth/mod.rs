@@ -4,6 +4,6 @@ mod generator;
 mod job;
 
 pub use generator::{split_id, Generator};
-pub use job::{clean, dir_bytes, synthesize, SynthOptions, SynthReport};
 #[cfg(test)]
 pub use job::test_dataset;
+pub use job::{clean, dir_bytes, synthesize, SynthOptions, SynthReport};

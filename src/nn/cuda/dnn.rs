@@ -121,9 +121,18 @@ impl Dnn {
             candidates: [Vec::new(), Vec::new(), Vec::new()],
             tuned: [false; 3],
         };
-        check(dnn::cudnnCreateTensorDescriptor(&mut p.x), "tensor descriptor")?;
-        check(dnn::cudnnCreateTensorDescriptor(&mut p.y), "tensor descriptor")?;
-        check(dnn::cudnnCreateFilterDescriptor(&mut p.w), "filter descriptor")?;
+        check(
+            dnn::cudnnCreateTensorDescriptor(&mut p.x),
+            "tensor descriptor",
+        )?;
+        check(
+            dnn::cudnnCreateTensorDescriptor(&mut p.y),
+            "tensor descriptor",
+        )?;
+        check(
+            dnn::cudnnCreateFilterDescriptor(&mut p.w),
+            "filter descriptor",
+        )?;
         check(
             dnn::cudnnCreateConvolutionDescriptor(&mut p.conv),
             "convolution descriptor",
@@ -174,11 +183,22 @@ impl Dnn {
         let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
         check(
             dnn::cudnnFindConvolutionForwardAlgorithm(
-                self.handle, p.x, p.w, p.conv, p.y, 8, &mut count, r.as_mut_ptr(),
+                self.handle,
+                p.x,
+                p.w,
+                p.conv,
+                p.y,
+                8,
+                &mut count,
+                r.as_mut_ptr(),
             ),
             "finding a forward algorithm",
         )?;
-        for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)).take(CANDIDATES) {
+        for r in r[..count as usize]
+            .iter()
+            .filter(|r| ok(r.status, r.memory))
+            .take(CANDIDATES)
+        {
             if !p.candidates[0].contains(&(r.algo as i32)) {
                 p.candidates[0].push(r.algo as i32);
             }
@@ -187,11 +207,22 @@ impl Dnn {
         let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
         check(
             dnn::cudnnFindConvolutionBackwardDataAlgorithm(
-                self.handle, p.w, p.y, p.conv, p.x, 8, &mut count, r.as_mut_ptr(),
+                self.handle,
+                p.w,
+                p.y,
+                p.conv,
+                p.x,
+                8,
+                &mut count,
+                r.as_mut_ptr(),
             ),
             "finding a backward-data algorithm",
         )?;
-        for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)).take(CANDIDATES) {
+        for r in r[..count as usize]
+            .iter()
+            .filter(|r| ok(r.status, r.memory))
+            .take(CANDIDATES)
+        {
             if !p.candidates[1].contains(&(r.algo as i32)) {
                 p.candidates[1].push(r.algo as i32);
             }
@@ -200,17 +231,31 @@ impl Dnn {
         let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
         check(
             dnn::cudnnFindConvolutionBackwardFilterAlgorithm(
-                self.handle, p.x, p.y, p.conv, p.w, 8, &mut count, r.as_mut_ptr(),
+                self.handle,
+                p.x,
+                p.y,
+                p.conv,
+                p.w,
+                8,
+                &mut count,
+                r.as_mut_ptr(),
             ),
             "finding a backward-filter algorithm",
         )?;
-        for r in r[..count as usize].iter().filter(|r| ok(r.status, r.memory)).take(CANDIDATES) {
+        for r in r[..count as usize]
+            .iter()
+            .filter(|r| ok(r.status, r.memory))
+            .take(CANDIDATES)
+        {
             if !p.candidates[2].contains(&(r.algo as i32)) {
                 p.candidates[2].push(r.algo as i32);
             }
             p.workspace = p.workspace.max(r.memory);
         }
-        for (i, what) in ["forward", "backward-data", "backward-filter"].iter().enumerate() {
+        for (i, what) in ["forward", "backward-data", "backward-filter"]
+            .iter()
+            .enumerate()
+        {
             if p.candidates[i].is_empty() {
                 return Err(format!("cuDNN has no {what} convolution for {k:?}"));
             }

@@ -88,7 +88,10 @@ impl Kernels {
             let src = format!("{COMMON}\n{body}");
             let key = xxhash_rust::xxh3::xxh3_64(format!("{arch} {nvrtc}\n{src}").as_bytes());
             let cached = cache_dir().map(|d| d.join(format!("{file}-{key:016x}.ptx")));
-            let ptx = match cached.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+            let ptx = match cached
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok())
+            {
                 Some(text) => Ptx::from_src(text),
                 None => {
                     let opts = CompileOptions {

@@ -15,9 +15,9 @@
 mod dnn;
 mod kernels;
 pub mod staging;
-pub mod train;
 #[cfg(test)]
 mod tests;
+pub mod train;
 
 use super::{Aug, Backend, RawBatch};
 use cudarc::cublas::sys as blas;
@@ -263,7 +263,10 @@ impl Profile {
         v.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
         eprintln!("GPU time by kernel (PREP_PROFILE): {all:.1} ms in all");
         for (name, (ms, n)) in v {
-            eprintln!("  {name:<28} {ms:>10.2} ms {n:>8} calls {:>8.1} us/call", ms * 1000.0 / *n as f64);
+            eprintln!(
+                "  {name:<28} {ms:>10.2} ms {n:>8} calls {:>8.1} us/call",
+                ms * 1000.0 / *n as f64
+            );
         }
     }
 }
@@ -296,7 +299,8 @@ macro_rules! launch {
 impl Cuda {
     pub fn new(ordinal: usize, prec: Precision, staging: staging::Kind) -> Result<Self, String> {
         probe(ordinal)?;
-        let ctx = CudaContext::new(ordinal).map_err(|e| format!("creating a CUDA context: {e:?}"))?;
+        let ctx =
+            CudaContext::new(ordinal).map_err(|e| format!("creating a CUDA context: {e:?}"))?;
         // We order work ourselves (one compute stream, events for the copies).
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
@@ -317,7 +321,13 @@ impl Cuda {
         };
         let mut me = Cuda {
             sgd_tables: Vec::new(),
-            lr_buf: Buf { ptr: 0, len: 0, cap: 0, dt: Dt::F32, stream: cs },
+            lr_buf: Buf {
+                ptr: 0,
+                len: 0,
+                cap: 0,
+                dt: Dt::F32,
+                stream: cs,
+            },
             graph: None,
             capturing: false,
             generation: 0,
@@ -366,7 +376,6 @@ impl Cuda {
     pub fn staging_kind(&self) -> staging::Kind {
         self.ring.kind()
     }
-
 
     fn fail(&mut self, e: String) {
         if self.err.is_none() {
@@ -432,9 +441,8 @@ impl Cuda {
         if b.cap == 0 {
             return;
         }
-        let r = unsafe {
-            dr::memset_d8_async(b.ptr, 0, b.len * b.dt.size(), self.stream.cu_stream())
-        };
+        let r =
+            unsafe { dr::memset_d8_async(b.ptr, 0, b.len * b.dt.size(), self.stream.cu_stream()) };
         let _ = self.ok(r.map_err(|e| format!("cuMemsetD8Async: {e:?}")));
     }
 
@@ -586,9 +594,15 @@ impl Cuda {
 
     fn conv_plan(&mut self, key: dnn::ConvKey) -> Option<(*const dnn::Plan, usize)> {
         let st = self.stream.cu_stream();
-        let r = self.dnn.plan(key, st).map(|p| (p as *const dnn::Plan, p.workspace));
+        let r = self
+            .dnn
+            .plan(key, st)
+            .map(|p| (p as *const dnn::Plan, p.workspace));
         let (p, ws) = self.ok(r)?;
-        let mut w = { let e = self.empty(Dt::U8); std::mem::replace(&mut self.s.workspace, e) };
+        let mut w = {
+            let e = self.empty(Dt::U8);
+            std::mem::replace(&mut self.s.workspace, e)
+        };
         let fits = w.cap >= ws || self.ensure(&mut w, ws, Dt::U8);
         self.s.workspace = w;
         fits.then_some((p, ws))
@@ -599,7 +613,10 @@ impl Cuda {
         if self.prec == Precision::F32 {
             return w.ptr;
         }
-        let mut wb = { let e = self.empty(Dt::Bf16); std::mem::replace(&mut self.s.wbf, e) };
+        let mut wb = {
+            let e = self.empty(Dt::Bf16);
+            std::mem::replace(&mut self.s.wbf, e)
+        };
         self.cast(w, &mut wb, Dt::Bf16);
         let p = wb.ptr;
         self.s.wbf = wb;
@@ -749,10 +766,7 @@ impl Backend for Cuda {
         if self.err.is_some() {
             return;
         }
-        let packed: Vec<u32> = aug
-            .iter()
-            .map(|a| a.packed())
-            .collect();
+        let packed: Vec<u32> = aug.iter().map(|a| a.packed()).collect();
         let mut ms: Vec<f32> = mean.to_vec();
         ms.extend_from_slice(std);
         let bytes = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
@@ -877,7 +891,10 @@ impl Backend for Cuda {
             return;
         }
         let wp = self.conv_weights(w);
-        let mut dwb = { let e = self.empty(Dt::Bf16); std::mem::replace(&mut self.s.dwbf, e) };
+        let mut dwb = {
+            let e = self.empty(Dt::Bf16);
+            std::mem::replace(&mut self.s.dwbf, e)
+        };
         let dw_target = if bf {
             if !self.ensure(&mut dwb, cout * cin * 9, Dt::Bf16) {
                 self.s.dwbf = dwb;
@@ -1137,16 +1154,7 @@ impl Backend for Cuda {
             dy.ptr, dx.ptr, (n * c) as i64, hw as i32);
     }
 
-    fn linear(
-        &mut self,
-        x: &Buf,
-        w: &Buf,
-        b: &Buf,
-        y: &mut Buf,
-        n: usize,
-        k: usize,
-        m: usize,
-    ) {
+    fn linear(&mut self, x: &Buf, w: &Buf, b: &Buf, y: &mut Buf, n: usize, k: usize, m: usize) {
         if !self.ensure(y, n * m, Dt::F32) || self.err.is_some() {
             return;
         }
@@ -1263,14 +1271,20 @@ impl Backend for Cuda {
 
     fn take_loss_stats(&mut self) -> (f64, u64) {
         let v = self.read_back::<f64>(self.stats.ptr, 2);
-        let stats = { let e = self.empty(Dt::F64); std::mem::replace(&mut self.stats, e) };
+        let stats = {
+            let e = self.empty(Dt::F64);
+            std::mem::replace(&mut self.stats, e)
+        };
         self.memset0(&stats);
         self.stats = stats;
         (v[0], v[1] as u64)
     }
 
     fn argmax(&mut self, logits: &Buf, n: usize, k: usize) -> Vec<u32> {
-        let mut idx = { let e = self.empty(Dt::U32); std::mem::replace(&mut self.s.idx, e) };
+        let mut idx = {
+            let e = self.empty(Dt::U32);
+            std::mem::replace(&mut self.s.idx, e)
+        };
         let mut out = vec![0; n];
         if self.ensure(&mut idx, n, Dt::U32) {
             launch!(self, "argmax_rows", ((n as u32).div_ceil(128), 1), 128;
@@ -1301,7 +1315,13 @@ impl Backend for Cuda {
         let mut table: Vec<u64> = Vec::with_capacity(w.len() * 5);
         let mut longest = 0;
         for i in 0..w.len() {
-            table.extend([w[i].ptr, g[i].ptr, v[i].ptr, w[i].len as u64, decay[i] as u64]);
+            table.extend([
+                w[i].ptr,
+                g[i].ptr,
+                v[i].ptr,
+                w[i].len as u64,
+                decay[i] as u64,
+            ]);
             longest = longest.max(w[i].len);
         }
         // One table per set of tensors (per model), uploaded once: a graph replays with the
@@ -1337,7 +1357,10 @@ impl Backend for Cuda {
         self.drop_graph();
         let st = self.stream.cu_stream();
         let r = unsafe {
-            sys::cuStreamBeginCapture_v2(st, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            sys::cuStreamBeginCapture_v2(
+                st,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
         };
         self.capturing = r == sys::CUresult::CUDA_SUCCESS;
         self.capturing
@@ -1363,7 +1386,10 @@ impl Backend for Cuda {
         // Recording failed: nothing recorded ran. Say so once, and issue steps directly from now.
         eprintln!(
             "note: CUDA graph capture failed ({r:?}{}); training steps are issued one by one",
-            self.err.as_deref().map(|e| format!(", {e}")).unwrap_or_default()
+            self.err
+                .as_deref()
+                .map(|e| format!(", {e}"))
+                .unwrap_or_default()
         );
         if !g.is_null() {
             unsafe { sys::cuGraphDestroy(g) };

@@ -98,9 +98,8 @@ impl Ring {
                         slot.host = dr::malloc_host(cap, 0).map_err(|e| {
                             format!("allocating {cap} bytes of pinned host memory: {e:?}")
                         })? as *mut u8;
-                        slot.dev = dr::malloc_sync(cap).map_err(|e| {
-                            format!("allocating {cap} bytes of GPU memory: {e:?}")
-                        })?;
+                        slot.dev = dr::malloc_sync(cap)
+                            .map_err(|e| format!("allocating {cap} bytes of GPU memory: {e:?}"))?;
                     }
                     Kind::Managed => {
                         // Managed memory beyond what the GPU has free can hang the GPU: refuse.
@@ -110,11 +109,11 @@ impl Ring {
                                 "refusing to allocate {cap} bytes of managed memory: the GPU has only {free} bytes free"
                             ));
                         }
-                        slot.dev = dr::malloc_managed(
-                            cap,
-                            sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL,
-                        )
-                        .map_err(|e| format!("allocating {cap} bytes of managed memory: {e:?}"))?;
+                        slot.dev =
+                            dr::malloc_managed(cap, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL)
+                                .map_err(|e| {
+                                format!("allocating {cap} bytes of managed memory: {e:?}")
+                            })?;
                         slot.host = slot.dev as *mut u8;
                     }
                 }

@@ -103,7 +103,12 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
 
     // batch norm, training and evaluation, and backward
     let (c2, hw) = (32, 49);
-    let mut gbn = [g.empty(g.act_dt()), g.zeros(0), g.zeros(0), g.empty(g.act_dt())];
+    let mut gbn = [
+        g.empty(g.act_dt()),
+        g.zeros(0),
+        g.zeros(0),
+        g.empty(g.act_dt()),
+    ];
     for pass in 0..2 {
         let x: Vec<f32> = round(rng.vec(n * c2 * hw).iter().map(|v| 3.0 * v + 1.5).collect());
         let gamma = rng.vec(c2);
@@ -111,7 +116,12 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
         let dy = round(rng.vec(n * c2 * hw));
         let rm0 = rng.vec(c2);
         let rv0: Vec<f32> = rng.vec(c2).iter().map(|v| v.abs() + 0.5).collect();
-        let (xb, gb, bb, dyb) = (g.upload_act(&x), g.upload(&gamma), g.upload(&beta), g.upload_act(&dy));
+        let (xb, gb, bb, dyb) = (
+            g.upload_act(&x),
+            g.upload(&gamma),
+            g.upload(&beta),
+            g.upload_act(&dy),
+        );
         let (mut grm, mut grv) = (g.upload(&rm0), g.upload(&rv0));
         let [gy, gm, gi, gdx] = &mut gbn;
         g.bn_train(&xb, &gb, &bb, gy, gm, gi, &mut grm, &mut grv, n, c2, hw);
@@ -119,10 +129,15 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
         g.bn_backward(&xb, &dyb, &gb, gm, gi, gdx, &mut gdg, &mut gdb, n, c2, hw);
         let mut gye = g.empty(g.act_dt());
         g.bn_eval(&xb, &gb, &bb, &grm, &grv, &mut gye, n, c2, hw);
-        let (mut y, mut m, mut is, mut rm, mut rv) = (vec![], vec![], vec![], rm0.clone(), rv0.clone());
-        c.bn_train(&x, &gamma, &beta, &mut y, &mut m, &mut is, &mut rm, &mut rv, n, c2, hw);
+        let (mut y, mut m, mut is, mut rm, mut rv) =
+            (vec![], vec![], vec![], rm0.clone(), rv0.clone());
+        c.bn_train(
+            &x, &gamma, &beta, &mut y, &mut m, &mut is, &mut rm, &mut rv, n, c2, hw,
+        );
         let (mut dx, mut dg, mut db) = (vec![], vec![], vec![]);
-        c.bn_backward(&x, &dy, &gamma, &m, &is, &mut dx, &mut dg, &mut db, n, c2, hw);
+        c.bn_backward(
+            &x, &dy, &gamma, &m, &is, &mut dx, &mut dg, &mut db, n, c2, hw,
+        );
         let mut ye = vec![];
         c.bn_eval(&x, &gamma, &beta, &rm, &rv, &mut ye, n, c2, hw);
         if pass == 1 {
@@ -437,8 +452,16 @@ fn dataset_in_gpu_memory_feeds_the_batches_the_stream_feeds() {
             if a.is_none() {
                 break;
             }
-            assert_eq!(g.download(&m1.input), g.download(&m2.input), "epoch {epoch} batch {a:?}");
-            assert_eq!(g.download(&m1.labels), g.download(&m2.labels), "labels, epoch {epoch}");
+            assert_eq!(
+                g.download(&m1.input),
+                g.download(&m2.input),
+                "epoch {epoch} batch {a:?}"
+            );
+            assert_eq!(
+                g.download(&m1.labels),
+                g.download(&m2.labels),
+                "labels, epoch {epoch}"
+            );
             batches += 1;
         }
         assert_eq!(batches, 2000 / 64 - start, "epoch {epoch}");

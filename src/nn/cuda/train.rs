@@ -100,7 +100,12 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         }
     );
     let feed: Box<dyn Feed<Cuda>> = if mode == "device" {
-        Box::new(DeviceFeed::new(&mut be, ctx.train_src.clone(), r, ctx.workers)?)
+        Box::new(DeviceFeed::new(
+            &mut be,
+            ctx.train_src.clone(),
+            r,
+            ctx.workers,
+        )?)
     } else {
         Box::new(HostFeed::new(ctx.train_src.clone(), r, ctx.workers))
     };
@@ -214,11 +219,7 @@ impl Feed<Cuda> for DeviceFeed {
         if self.augment {
             let mut packed = Vec::with_capacity(self.per_epoch * b);
             for i in 0..self.per_epoch {
-                packed.extend(
-                    augmentation(r, epoch, i, b)
-                        .iter()
-                        .map(|a| a.packed()),
-                );
+                packed.extend(augmentation(r, epoch, i, b).iter().map(|a| a.packed()));
             }
             be.upload_into(&mut self.aug, &packed, Dt::U32);
         }
