@@ -353,6 +353,23 @@ impl<B: Backend> Model<B> {
         }
     }
 
+    /// One training step on the batch in `input`: forward, loss, backward, SGD.
+    #[allow(clippy::too_many_arguments)]
+    pub fn train_step(
+        &mut self,
+        be: &mut B,
+        n: usize,
+        smoothing: f32,
+        lr: f32,
+        momentum: f32,
+        weight_decay: f32,
+    ) {
+        self.forward(be, n, true);
+        self.loss(be, n, smoothing);
+        self.backward(be, n);
+        self.step(be, lr, momentum, weight_decay);
+    }
+
     /// One SGD step over every trainable tensor.
     pub fn step(&mut self, be: &mut B, lr: f32, momentum: f32, weight_decay: f32) {
         let p = &mut self.params;

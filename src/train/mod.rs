@@ -544,18 +544,13 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             let full = n == r.batch;
             if !(full && steps_here > 0 && be.replay(lr)) {
                 let recording = full && steps_here > 0 && be.begin_capture();
-                model.forward(&mut be, n, true);
-                model.loss(&mut be, n, r.label_smoothing);
-                model.backward(&mut be, n);
-                model.step(&mut be, lr, r.momentum, r.weight_decay);
+                let (sm, mo, wd) = (r.label_smoothing, r.momentum, r.weight_decay);
+                model.train_step(&mut be, n, sm, lr, mo, wd);
                 if recording {
                     if be.end_capture() {
                         be.replay(lr);
                     } else {
-                        model.forward(&mut be, n, true);
-                        model.loss(&mut be, n, r.label_smoothing);
-                        model.backward(&mut be, n);
-                        model.step(&mut be, lr, r.momentum, r.weight_decay);
+                        model.train_step(&mut be, n, sm, lr, mo, wd);
                     }
                 }
             }

@@ -78,6 +78,16 @@ unsafe fn free_buf(ptr: u64, stream: sys::CUstream) {
 }
 
 impl Buf {
+    /// No memory yet; `Cuda::ensure` allocates.
+    fn unallocated(dt: Dt, stream: sys::CUstream) -> Self {
+        Buf {
+            ptr: 0,
+            len: 0,
+            cap: 0,
+            dt,
+            stream,
+        }
+    }
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
@@ -168,13 +178,7 @@ struct Scratch {
 
 impl Scratch {
     fn empty(stream: sys::CUstream) -> Self {
-        let e = |dt| Buf {
-            ptr: 0,
-            len: 0,
-            cap: 0,
-            dt,
-            stream,
-        };
+        let e = |dt| Buf::unallocated(dt, stream);
         Scratch {
             part: e(Dt::F32),
             scale: e(Dt::F32),
@@ -312,22 +316,9 @@ impl Cuda {
             .map_err(|e| format!("{e:?}"))? as u32;
         let ring = staging::Ring::new(&ctx, staging, 3)?;
         let cs = stream.cu_stream();
-        let empty = |dt| Buf {
-            ptr: 0,
-            len: 0,
-            cap: 0,
-            dt,
-            stream: cs,
-        };
         let mut me = Cuda {
             sgd_tables: Vec::new(),
-            lr_buf: Buf {
-                ptr: 0,
-                len: 0,
-                cap: 0,
-                dt: Dt::F32,
-                stream: cs,
-            },
+            lr_buf: Buf::unallocated(Dt::F32, cs),
             graph: None,
             capturing: false,
             generation: 0,
@@ -340,7 +331,7 @@ impl Cuda {
             dnn,
             prec,
             err: None,
-            stats: empty(Dt::F64),
+            stats: Buf::unallocated(Dt::F64, cs),
             s: Scratch::empty(cs),
             ring,
             sms,
@@ -394,13 +385,7 @@ impl Cuda {
     }
 
     pub fn empty(&self, dt: Dt) -> Buf {
-        Buf {
-            ptr: 0,
-            len: 0,
-            cap: 0,
-            dt,
-            stream: self.stream.cu_stream(),
-        }
+        Buf::unallocated(dt, self.stream.cu_stream())
     }
 
     /// Make `b` hold `len` elements of `dt`, growing its allocation if needed.

@@ -335,20 +335,14 @@ fn steps_match(prec: Precision, grad_tol: f64, weight_tol: f64) {
             w: 28,
             labels: &labels,
         };
-        for (be_g, be_c) in [(true, false), (false, true)] {
-            let _ = be_c;
-            if be_g {
-                gm.load(&mut g, &raw, &[0.3], &[0.35], 2, &aug);
-                gm.forward(&mut g, n, true);
-                gm.loss(&mut g, n, 0.1);
-                gm.backward(&mut g, n);
-            } else {
-                cm.load(&mut c, &raw, &[0.3], &[0.35], 2, &aug);
-                cm.forward(&mut c, n, true);
-                cm.loss(&mut c, n, 0.1);
-                cm.backward(&mut c, n);
-            }
-        }
+        gm.load(&mut g, &raw, &[0.3], &[0.35], 2, &aug);
+        gm.forward(&mut g, n, true);
+        gm.loss(&mut g, n, 0.1);
+        gm.backward(&mut g, n);
+        cm.load(&mut c, &raw, &[0.3], &[0.35], 2, &aug);
+        cm.forward(&mut c, n, true);
+        cm.loss(&mut c, n, 0.1);
+        cm.backward(&mut c, n);
         let (gl, _) = g.take_loss_stats();
         let (cl, _) = c.take_loss_stats();
         eprintln!("step {step}: loss GPU {gl:.6} CPU {cl:.6}");
@@ -495,17 +489,11 @@ fn replayed_graph_steps_match_direct_steps() {
         };
         let lr = 0.1 * (step + 1) as f32;
         direct.load(&mut g, &raw, &[0.5], &[0.3], 0, &[]);
-        direct.forward(&mut g, n, true);
-        direct.loss(&mut g, n, 0.1);
-        direct.backward(&mut g, n);
-        direct.step(&mut g, lr, 0.9, 5e-4);
+        direct.train_step(&mut g, n, 0.1, lr, 0.9, 5e-4);
         graphed.load(&mut g, &raw, &[0.5], &[0.3], 0, &[]);
         if step == 0 || !g.replay(lr) {
             let rec = step > 0 && g.begin_capture();
-            graphed.forward(&mut g, n, true);
-            graphed.loss(&mut g, n, 0.1);
-            graphed.backward(&mut g, n);
-            graphed.step(&mut g, lr, 0.9, 5e-4);
+            graphed.train_step(&mut g, n, 0.1, lr, 0.9, 5e-4);
             if rec {
                 assert!(g.end_capture(), "capture failed: {:?}", g.status());
                 assert!(g.replay(lr));
