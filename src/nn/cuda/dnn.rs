@@ -5,6 +5,8 @@ use cudarc::cublas::sys as blas;
 use cudarc::cudnn::sys as dnn;
 use cudarc::driver::sys::CUstream;
 use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
 
 pub fn check(s: dnn::cudnnStatus_t, what: &str) -> Result<(), String> {
     if s == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
@@ -46,6 +48,93 @@ pub struct Plan {
     /// whether the backend has timed them on a real batch yet.
     pub candidates: [Vec<i32>; 3],
     pub tuned: [bool; 3],
+}
+
+/// The algorithm timed fastest for each convolution and direction, remembered on disk per GPU
+/// model and cuDNN version (`cudnn-algos.tsv` in the kernel cache): later runs of the same shapes
+/// use the same algorithms, so they compute the same numbers and skip the timing, instead of
+/// letting timing noise pick differently in every process. Delete the file to time again.
+pub struct AlgoMemo {
+    path: Option<PathBuf>,
+    /// `GPU name / cuDNN version`, the first column of this GPU's lines.
+    device: String,
+    chosen: HashMap<(ConvKey, usize), i32>,
+}
+
+const MEMO_FILE: &str = "cudnn-algos.tsv";
+
+impl AlgoMemo {
+    pub fn open(dir: Option<PathBuf>, gpu: &str) -> AlgoMemo {
+        let device = format!("{} / cuDNN {}", gpu.replace(['\t', '\n'], " "), unsafe {
+            dnn::cudnnGetVersion()
+        });
+        let path = dir.map(|d| d.join(MEMO_FILE));
+        // An unreadable memo costs only the timing.
+        let text = path
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        let chosen = parse_memo(&text, &device);
+        AlgoMemo {
+            path,
+            device,
+            chosen,
+        }
+    }
+
+    pub fn get(&self, k: &ConvKey, dir: usize) -> Option<i32> {
+        self.chosen.get(&(*k, dir)).copied()
+    }
+
+    /// Remember a choice; one appended line, so concurrent runs at worst time a shape twice.
+    pub fn put(&mut self, k: &ConvKey, dir: usize, algo: i32) {
+        self.chosen.insert((*k, dir), algo);
+        let Some(p) = &self.path else { return };
+        let _ = std::fs::create_dir_all(p.parent().unwrap_or(p));
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+        {
+            let _ = f.write_all(memo_line(&self.device, k, dir, algo).as_bytes());
+        }
+    }
+}
+
+fn memo_line(device: &str, k: &ConvKey, dir: usize, algo: i32) -> String {
+    format!(
+        "{device}\t{} {} {} {} {} {}\t{dir}\t{algo}\n",
+        k.n, k.cin, k.cout, k.h, k.w, k.bf16 as u8
+    )
+}
+
+/// This device's choices in a memo file; lines of other devices and malformed lines (a torn
+/// write, an edit) are ignored, and a later line wins.
+fn parse_memo(text: &str, device: &str) -> HashMap<(ConvKey, usize), i32> {
+    let mut out = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() != 4 || f[0] != device {
+            continue;
+        }
+        let v: Vec<usize> = f[1].split(' ').filter_map(|x| x.parse().ok()).collect();
+        let (Ok(dir), Ok(algo)) = (f[2].parse::<usize>(), f[3].parse::<i32>()) else {
+            continue;
+        };
+        if v.len() != 6 || dir > 2 || v[5] > 1 {
+            continue;
+        }
+        let k = ConvKey {
+            n: v[0],
+            cin: v[1],
+            cout: v[2],
+            h: v[3],
+            w: v[4],
+            bf16: v[5] == 1,
+        };
+        out.insert((k, dir), algo);
+    }
+    out
 }
 
 /// Algorithms per direction that are timed on a real batch.
@@ -276,5 +365,41 @@ impl Drop for Dnn {
             dnn::cudnnDestroy(self.handle);
             blas::cublasDestroy_v2(self.blas);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memo_reads_back_what_it_wrote_and_skips_other_devices_and_damage() {
+        let k = ConvKey {
+            n: 512,
+            cin: 3,
+            cout: 32,
+            h: 32,
+            w: 32,
+            bf16: true,
+        };
+        let k2 = ConvKey { bf16: false, ..k };
+        let dev = "NVIDIA H200 / cuDNN 91000";
+        let text = [
+            memo_line(dev, &k, 2, 1),
+            memo_line("NVIDIA H100 / cuDNN 91000", &k, 0, 6),
+            memo_line(dev, &k2, 0, 7),
+            "NVIDIA H200 / cuDNN 91000\t512 3 32 32\t0\t1\n".into(),
+            "NVIDIA H200 / cuDNN 91000\t512 3 32 32 32 1\t9\t1\n".into(),
+            "NVIDIA H200 / cuDNN 91000\t512 3 32 32 32 1\t0\tx\n".into(),
+            "\u{0}\u{ff}garbage\n".into(),
+            memo_line(dev, &k, 2, 3),
+            memo_line(dev, &k, 0, 2)[..20].into(),
+        ]
+        .concat();
+        let m = parse_memo(&text, dev);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m[&(k, 2)], 3, "a later line wins");
+        assert_eq!(m[&(k2, 0)], 7);
+        assert!(!m.contains_key(&(k, 0)));
     }
 }

@@ -21,7 +21,7 @@ pub struct Kernels {
     fns: HashMap<String, CudaFunction>,
 }
 
-fn cache_dir() -> Option<PathBuf> {
+pub fn cache_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("PREP_KERNEL_CACHE") {
         return Some(PathBuf::from(d));
     }

@@ -199,6 +199,7 @@ pub struct Cuda {
     s: Scratch,
     ring: staging::Ring,
     dnn: dnn::Dnn,
+    memo: dnn::AlgoMemo,
     k: kernels::Kernels,
     prec: Precision,
     err: Option<String>,
@@ -288,9 +289,10 @@ impl Drop for Cuda {
 }
 
 const THREADS: u32 = 256;
-/// Runs per candidate convolution algorithm when timing them (three let noise pick differently
-/// from one process to the next).
-const TUNE_RUNS: usize = 10;
+/// Timing of candidate convolution algorithms: rounds, and runs per candidate in a round (one
+/// round of three runs let noise pick differently from one process to the next).
+const TUNE_ROUNDS: usize = 3;
+const TUNE_RUNS: usize = 5;
 
 /// Raw kernel arguments: each expression's address, valid until the end of the statement that
 /// launches (temporaries live that long).
@@ -302,7 +304,7 @@ macro_rules! launch {
 
 impl Cuda {
     pub fn new(ordinal: usize, prec: Precision, staging: staging::Kind) -> Result<Self, String> {
-        probe(ordinal)?;
+        let gpu = probe(ordinal)?;
         let ctx =
             CudaContext::new(ordinal).map_err(|e| format!("creating a CUDA context: {e:?}"))?;
         // We order work ourselves (one compute stream, events for the copies).
@@ -329,6 +331,7 @@ impl Cuda {
             copy,
             k,
             dnn,
+            memo: dnn::AlgoMemo::open(kernels::cache_dir(), &gpu),
             prec,
             err: None,
             stats: Buf::unallocated(Dt::F64, cs),
@@ -617,9 +620,9 @@ impl Cuda {
         }
     }
 
-    /// Time each candidate algorithm of direction `dir` (0 forward, 1 backward data, 2 backward
-    /// filter) on the tensors at hand, ten runs each, and keep the fastest; once per plan.
-    /// `run(algo)` issues one convolution with that algorithm.
+    /// Pick the algorithm of direction `dir` (0 forward, 1 backward data, 2 backward filter):
+    /// the one remembered for this shape on this GPU, else the fastest candidate timed on the
+    /// tensors at hand; once per plan. `run(algo)` issues one convolution with that algorithm.
     fn tune(&mut self, key: &dnn::ConvKey, dir: usize, run: &dyn Fn(i32) -> cudnn::cudnnStatus_t) {
         let Some(p) = self.dnn.plan_mut(key) else {
             return;
@@ -632,34 +635,17 @@ impl Cuda {
         if cands.len() < 2 || self.err.is_some() {
             return;
         }
-        if self.capturing {
-            self.fail("timing convolution algorithms while recording a graph".into());
-            return;
-        }
-        let st = self.stream.cu_stream();
-        let mut best: Option<(i32, f32)> = None;
-        for &a in &cands {
-            let (mut e0, mut e1) = (std::ptr::null_mut(), std::ptr::null_mut());
-            let mut ms = f32::INFINITY;
-            let mut ok = true;
-            unsafe {
-                sys::cuEventCreate(&mut e0, 0);
-                sys::cuEventCreate(&mut e1, 0);
-                sys::cuEventRecord(e0, st);
-                for _ in 0..TUNE_RUNS {
-                    ok &= run(a) == cudnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
-                }
-                sys::cuEventRecord(e1, st);
-                sys::cuEventSynchronize(e1);
-                sys::cuEventElapsedTime_v2(&mut ms, e0, e1);
-                sys::cuEventDestroy_v2(e0);
-                sys::cuEventDestroy_v2(e1);
+        let remembered = self.memo.get(key, dir).filter(|a| cands.contains(a));
+        let (a, how) = match remembered {
+            Some(a) => (a, "remembered".to_string()),
+            None => {
+                let Some((a, us)) = self.time_candidates(&cands, run) else {
+                    return;
+                };
+                self.memo.put(key, dir, a);
+                (a, format!("{us:.1} us per run"))
             }
-            if ok && best.is_none_or(|b| ms < b.1) {
-                best = Some((a, ms));
-            }
-        }
-        let Some((a, ms)) = best else { return };
+        };
         let p = self.dnn.plan_mut(key).unwrap();
         unsafe {
             match dir {
@@ -675,11 +661,57 @@ impl Cuda {
         }
         if self.prof.is_some() {
             eprintln!(
-                "cuDNN {key:?} {}: algorithm {a} of {cands:?}, {:.1} us per run",
+                "cuDNN {key:?} {}: algorithm {a} of {cands:?}, {how}",
                 ["forward", "backward data", "backward filter"][dir],
-                ms * 1000.0 / TUNE_RUNS as f32
             );
         }
+    }
+
+    /// The fastest of `cands` and its time per run (us). Candidates take turns over several
+    /// rounds and each keeps its best round, so a clock ramp or a busy moment during one
+    /// candidate's turn does not decide.
+    fn time_candidates(
+        &mut self,
+        cands: &[i32],
+        run: &dyn Fn(i32) -> cudnn::cudnnStatus_t,
+    ) -> Option<(i32, f32)> {
+        if self.capturing {
+            self.fail("timing convolution algorithms while recording a graph".into());
+            return None;
+        }
+        let st = self.stream.cu_stream();
+        let mut best_ms = vec![f32::INFINITY; cands.len()];
+        let mut ok = vec![true; cands.len()];
+        unsafe {
+            let (mut e0, mut e1) = (std::ptr::null_mut(), std::ptr::null_mut());
+            sys::cuEventCreate(&mut e0, 0);
+            sys::cuEventCreate(&mut e1, 0);
+            for (i, &a) in cands.iter().enumerate() {
+                ok[i] = run(a) == cudnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS; // warm-up
+            }
+            for _ in 0..TUNE_ROUNDS {
+                for (i, &a) in cands.iter().enumerate() {
+                    if !ok[i] {
+                        continue;
+                    }
+                    sys::cuEventRecord(e0, st);
+                    for _ in 0..TUNE_RUNS {
+                        ok[i] &= run(a) == cudnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+                    }
+                    sys::cuEventRecord(e1, st);
+                    sys::cuEventSynchronize(e1);
+                    let mut ms = f32::INFINITY;
+                    sys::cuEventElapsedTime_v2(&mut ms, e0, e1);
+                    best_ms[i] = best_ms[i].min(ms);
+                }
+            }
+            sys::cuEventDestroy_v2(e0);
+            sys::cuEventDestroy_v2(e1);
+        }
+        (0..cands.len())
+            .filter(|&i| ok[i] && best_ms[i].is_finite())
+            .min_by(|&i, &j| best_ms[i].total_cmp(&best_ms[j]))
+            .map(|i| (cands[i], best_ms[i] * 1000.0 / TUNE_RUNS as f32))
     }
 
     /// Find the convolution algorithms for a batch size ahead of timing anything.

@@ -506,3 +506,42 @@ fn replayed_graph_steps_match_direct_steps() {
     }
     g.status().unwrap();
 }
+
+#[test]
+fn timed_algorithms_are_remembered_for_the_next_process() {
+    let Some(mut g) = gpu(Precision::Bf16, Kind::Pinned) else {
+        return;
+    };
+    // A shape no other test uses, so its lines in the memo are this test's.
+    let (n, cin, cout, h, w) = (3, 5, 24, 9, 11);
+    let key = super::dnn::ConvKey {
+        n,
+        cin,
+        cout,
+        h,
+        w,
+        bf16: true,
+    };
+    let mut rng = Rng(7);
+    let (x, wt, dy) = (
+        g.upload_act(&rng.vec(n * cin * h * w)),
+        g.upload(&rng.vec(cout * cin * 9)),
+        g.upload_act(&rng.vec(n * cout * h * w)),
+    );
+    let (mut y, mut dx, mut dw) = (g.empty(g.act_dt()), g.empty(g.act_dt()), g.zeros(0));
+    g.conv3x3(&x, &wt, &mut y, n, cin, cout, h, w);
+    g.conv3x3_backward(&x, &wt, &dy, Some(&mut dx), &mut dw, n, cin, cout, h, w);
+    g.status().unwrap();
+    let p = g.dnn.plan_mut(&key).unwrap();
+    let picked = [p.fwd as i32, p.bwd_data as i32, p.bwd_filter as i32];
+    let cands = p.candidates.clone();
+    // What a new backend (a later run) reads back from disk: the same choice for every
+    // direction that had a choice to make.
+    drop(g);
+    let g2 = gpu(Precision::Bf16, Kind::Pinned).unwrap();
+    for dir in 0..3 {
+        if cands[dir].len() > 1 {
+            assert_eq!(g2.memo.get(&key, dir), Some(picked[dir]), "direction {dir}");
+        }
+    }
+}
