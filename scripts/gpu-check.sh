@@ -50,8 +50,12 @@ if has fmnist; then
     row "FMNIST b512 15 ep: test accuracy" "$acc" "$(python3 -c "print('ok' if $acc >= 0.915 else 'FAIL')")"
     row "FMNIST b512: samples/s (mean of epochs)" "$(printf %.0f "$sps")" "$(python3 -c "print('ok' if $sps >= 225000 else 'FAIL')")"
     row "FMNIST b512: peak GPU memory" "$(json "$s" "['peak_gpu_mem_bytes']")" "-"
-    ev=$("$PREP" eval "$WORK/fm512" "$WORK/fm" --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['accuracy'])" 2>/dev/null || echo nan)
-    row "FMNIST b512: prep eval (CPU) accuracy" "$ev" "-"
+    for d in cuda cpu; do
+        ev=$("$PREP" eval "$WORK/fm512" "$WORK/fm" --device $d --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['accuracy'])" 2>/dev/null || echo nan)
+        # On the GPU, with the run's precision and remembered algorithms, eval repeats the run's
+        # own evaluation exactly; the CPU computes in float32.
+        row "FMNIST b512: prep eval --device $d accuracy" "$ev" "$([ $d = cpu ] && echo - || python3 -c "print('ok' if $ev == $acc else 'FAIL')")"
+    done
 fi
 if has fmnist128; then
     echo "== Fashion-MNIST, batch 128, 3 epochs"

@@ -246,6 +246,12 @@ pub struct EvalArgs {
     /// Split to evaluate.
     #[arg(long, default_value = "test")]
     pub split: String,
+    /// auto, cpu, or cuda[:N] (default: cpu for a run trained on the CPU, else auto).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// GPU arithmetic, bf16 or f32 (default: the run's own).
+    #[arg(long)]
+    pub precision: Option<String>,
     /// Print JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -1,28 +1,46 @@
+use super::UsageError;
 use crate::cli::EvalArgs;
 use anyhow::Context;
 use std::process::ExitCode;
 
 pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
-    let (loss, acc, n, confusion) = prep::train::eval(&a.run, &a.data, &a.split)
-        .with_context(|| format!("evaluating {} on {}", a.run.display(), a.data.display()))?;
+    if let Some(p) = a
+        .precision
+        .as_deref()
+        .filter(|p| !["bf16", "f32"].contains(p))
+    {
+        return Err(UsageError(format!("--precision {p}: expected bf16 or f32")).into());
+    }
+    let e = prep::train::eval(
+        &a.run,
+        &a.data,
+        &a.split,
+        a.device.as_deref(),
+        a.precision.as_deref(),
+    )
+    .with_context(|| format!("evaluating {} on {}", a.run.display(), a.data.display()))?;
     let recorded: Option<f64> = std::fs::read(a.run.join("summary.json"))
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .and_then(|v| v["test_accuracy"].as_f64());
     if a.json {
-        let v = serde_json::json!({ "accuracy": acc, "loss": loss, "samples": n, "summary_test_accuracy": recorded, "confusion": confusion });
+        let v = serde_json::json!({ "accuracy": e.accuracy, "loss": e.loss, "samples": e.samples, "device": e.device, "summary_test_accuracy": recorded, "confusion": e.confusion });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         let note = match recorded {
-            Some(r) if r == acc => " (equal to summary.json)".to_string(),
+            Some(r) if r == e.accuracy => " (equal to summary.json)".to_string(),
             Some(r) => format!(" (summary.json says {r:.4})"),
             None => String::new(),
         };
         println!(
-            "{} on {} {}: accuracy {acc:.4} over {n} samples, loss {loss:.4}{note}",
+            "{} on {} {}: accuracy {:.4} over {} samples, loss {:.4}, on {}{note}",
             a.run.display(),
             a.data.display(),
-            a.split
+            a.split,
+            e.accuracy,
+            e.samples,
+            e.loss,
+            e.device
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -20,6 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+fn bf16() -> String {
+    "bf16".into()
+}
+
 /// The recipe. Saved as `config.json` in the run folder; `--resume` continues with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recipe {
@@ -42,6 +46,9 @@ pub struct Recipe {
     /// Steps between mid-epoch checkpoints (0: only at the end of each epoch).
     pub checkpoint_every: usize,
     pub device: String,
+    /// Arithmetic on a GPU: bf16 (float32 master weights) or f32; the CPU computes in float32.
+    #[serde(default = "bf16")]
+    pub precision: String,
     pub skip_damaged: bool,
     /// Per-channel mean and std of the training split, from the manifest.
     pub mean: Vec<f32>,
@@ -189,7 +196,7 @@ pub fn pick_device(device: &str, quiet: bool) -> Result<String> {
                     Ok(format!("cuda:{ordinal}"))
                 }
                 Err(why) => Err(Error::Device(format!(
-                    "--device {d}: {why}; use --device cpu (or auto) to train on the CPU"
+                    "--device {d}: {why}; use --device cpu (or auto) to run on the CPU"
                 ))),
             }
         }
@@ -252,6 +259,11 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     0
                 },
                 checkpoint_every: o.checkpoint_every,
+                precision: if device == "cpu" {
+                    "f32".into()
+                } else {
+                    o.precision.clone()
+                },
                 device,
                 skip_damaged: o.skip_damaged,
                 mean: m.mean.iter().map(|&v| v as f32).collect(),
@@ -749,8 +761,16 @@ fn evaluate<B: Backend>(
     ))
 }
 
-/// `prep eval`: the accuracy of a run's checkpoint on a dataset's test split.
-pub fn eval(run: &Path, data: &Path, split: &str) -> Result<(f64, f64, usize, Vec<Vec<u64>>)> {
+/// `prep eval`: the accuracy of a run's checkpoint on a dataset's split, on `device` (as for
+/// training; default: the CPU for a CPU run, else `auto`) in `precision` on a GPU (default: the
+/// run's own), so that by default it reproduces the run's own evaluation.
+pub fn eval(
+    run: &Path,
+    data: &Path,
+    split: &str,
+    device: Option<&str>,
+    precision: Option<&str>,
+) -> Result<Evaluation> {
     let cfg = run.join("config.json");
     let r: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
         .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
@@ -766,9 +786,60 @@ pub fn eval(run: &Path, data: &Path, split: &str) -> Result<(f64, f64, usize, Ve
         )));
     }
     let n = src.samples;
-    let mut be = Cpu::default();
-    let mut model = Model::new(&mut be, r.model.clone(), &state);
-    let (loss, acc, confusion) =
-        evaluate(&mut be, &mut model, &r, src, rayon::current_num_threads())?;
-    Ok((loss, acc, n, confusion))
+    let workers = rayon::current_num_threads();
+    let device = device.unwrap_or(if r.device == "cpu" { "cpu" } else { "auto" });
+    let device = pick_device(device, true)?;
+    let ((loss, accuracy, confusion), device) = if device == "cpu" {
+        let out = eval_on(Cpu::default(), &r, &state, src, workers)?;
+        (out, "cpu".to_string())
+    } else {
+        #[cfg(feature = "cuda")]
+        {
+            use crate::nn::cuda::{staging::Kind, Cuda, Precision};
+            let ordinal = device.trim_start_matches("cuda:").parse().unwrap_or(0);
+            let p = precision.unwrap_or(&r.precision);
+            let prec = if p == "f32" {
+                Precision::F32
+            } else {
+                Precision::Bf16
+            };
+            let be = Cuda::new(ordinal, prec, Kind::Pinned).map_err(Error::Device)?;
+            let out = eval_on(be, &r, &state, src, workers)?;
+            (out, format!("{device}, {p}"))
+        }
+        #[cfg(not(feature = "cuda"))]
+        unreachable!("pick_device gives cpu in a build without CUDA")
+    };
+    Ok(Evaluation {
+        loss,
+        accuracy,
+        samples: n,
+        confusion,
+        device,
+    })
+}
+
+/// What `prep eval` measured.
+pub struct Evaluation {
+    pub loss: f64,
+    pub accuracy: f64,
+    pub samples: usize,
+    /// Rows: true class; columns: predicted.
+    pub confusion: Vec<Vec<u64>>,
+    /// `cpu`, or `cuda:N, bf16|f32`.
+    pub device: String,
+}
+
+fn eval_on<B: Backend>(
+    mut be: B,
+    r: &Recipe,
+    state: &[(String, Vec<f32>)],
+    src: Arc<Source>,
+    workers: usize,
+) -> Result<(f64, f64, Vec<Vec<u64>>)> {
+    let mut model = Model::new(&mut be, r.model.clone(), state);
+    let out = evaluate(&mut be, &mut model, r, src, workers);
+    be.status().map_err(Error::Device)?;
+    drop(model); // its buffers before the backend
+    out
 }

@@ -320,4 +320,12 @@ fn device_choice_on_a_machine_without_cuda() {
         !t.path().join("r2").join("config.json").exists(),
         "nothing is written when the device is missing"
     );
+    // prep eval takes the same choice: auto evaluates on the CPU, cuda is a clear error.
+    let r1 = t.path().join("r1");
+    let r1 = r1.to_str().unwrap();
+    let o = run(&["eval", r1, &ds, "--device", "auto", "--json"], 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["device"], "cpu");
+    let o = run(&["eval", r1, &ds, "--device", "cuda"], 1);
+    assert!(stderr(&o).contains("--device cuda"), "{}", stderr(&o));
 }

@@ -268,6 +268,19 @@ impl Dnn {
         let ok = |st: dnn::cudnnStatus_t, mem: usize| {
             st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && mem <= MAX_WORKSPACE
         };
+        let deterministic = dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC;
+        // Deterministic algorithms only, where cuDNN has any: with the same algorithms (see
+        // `AlgoMemo`) a run computes the same bits every time, so a resumed run ends where an
+        // uninterrupted one does. The rest (atomics) are candidates only when nothing else runs.
+        let pick = |p: &mut Plan, dir: usize, found: &[(i32, usize, bool)]| {
+            let any_det = found.iter().any(|f| f.2);
+            for &(algo, mem, _) in found.iter().filter(|f| f.2 || !any_det).take(CANDIDATES) {
+                if !p.candidates[dir].contains(&algo) {
+                    p.candidates[dir].push(algo);
+                }
+                p.workspace = p.workspace.max(mem);
+            }
+        };
         let mut count = 0;
         let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
         check(
@@ -283,16 +296,12 @@ impl Dnn {
             ),
             "finding a forward algorithm",
         )?;
-        for r in r[..count as usize]
+        let found: Vec<_> = r[..count as usize]
             .iter()
             .filter(|r| ok(r.status, r.memory))
-            .take(CANDIDATES)
-        {
-            if !p.candidates[0].contains(&(r.algo as i32)) {
-                p.candidates[0].push(r.algo as i32);
-            }
-            p.workspace = p.workspace.max(r.memory);
-        }
+            .map(|r| (r.algo as i32, r.memory, r.determinism == deterministic))
+            .collect();
+        pick(&mut p, 0, &found);
         let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
         check(
             dnn::cudnnFindConvolutionBackwardDataAlgorithm(
@@ -307,16 +316,12 @@ impl Dnn {
             ),
             "finding a backward-data algorithm",
         )?;
-        for r in r[..count as usize]
+        let found: Vec<_> = r[..count as usize]
             .iter()
             .filter(|r| ok(r.status, r.memory))
-            .take(CANDIDATES)
-        {
-            if !p.candidates[1].contains(&(r.algo as i32)) {
-                p.candidates[1].push(r.algo as i32);
-            }
-            p.workspace = p.workspace.max(r.memory);
-        }
+            .map(|r| (r.algo as i32, r.memory, r.determinism == deterministic))
+            .collect();
+        pick(&mut p, 1, &found);
         let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
         check(
             dnn::cudnnFindConvolutionBackwardFilterAlgorithm(
@@ -331,16 +336,12 @@ impl Dnn {
             ),
             "finding a backward-filter algorithm",
         )?;
-        for r in r[..count as usize]
+        let found: Vec<_> = r[..count as usize]
             .iter()
             .filter(|r| ok(r.status, r.memory))
-            .take(CANDIDATES)
-        {
-            if !p.candidates[2].contains(&(r.algo as i32)) {
-                p.candidates[2].push(r.algo as i32);
-            }
-            p.workspace = p.workspace.max(r.memory);
-        }
+            .map(|r| (r.algo as i32, r.memory, r.determinism == deterministic))
+            .collect();
+        pick(&mut p, 2, &found);
         for (i, what) in ["forward", "backward-data", "backward-filter"]
             .iter()
             .enumerate()

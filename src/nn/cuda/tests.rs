@@ -424,6 +424,7 @@ fn dataset_in_gpu_memory_feeds_the_batches_the_stream_feeds() {
         augment_epochs: 2,
         checkpoint_every: 0,
         device: "cuda:0".into(),
+        precision: "bf16".into(),
         skip_damaged: false,
         mean: ds.manifest.mean.iter().map(|&v| v as f32).collect(),
         std: ds.manifest.std.iter().map(|&v| v as f32).collect(),
@@ -523,15 +524,17 @@ fn timed_algorithms_are_remembered_for_the_next_process() {
         bf16: true,
     };
     let mut rng = Rng(7);
-    let (x, wt, dy) = (
-        g.upload_act(&rng.vec(n * cin * h * w)),
-        g.upload(&rng.vec(cout * cin * 9)),
-        g.upload_act(&rng.vec(n * cout * h * w)),
-    );
-    let (mut y, mut dx, mut dw) = (g.empty(g.act_dt()), g.empty(g.act_dt()), g.zeros(0));
-    g.conv3x3(&x, &wt, &mut y, n, cin, cout, h, w);
-    g.conv3x3_backward(&x, &wt, &dy, Some(&mut dx), &mut dw, n, cin, cout, h, w);
-    g.status().unwrap();
+    {
+        let (x, wt, dy) = (
+            g.upload_act(&rng.vec(n * cin * h * w)),
+            g.upload(&rng.vec(cout * cin * 9)),
+            g.upload_act(&rng.vec(n * cout * h * w)),
+        );
+        let (mut y, mut dx, mut dw) = (g.empty(g.act_dt()), g.empty(g.act_dt()), g.zeros(0));
+        g.conv3x3(&x, &wt, &mut y, n, cin, cout, h, w);
+        g.conv3x3_backward(&x, &wt, &dy, Some(&mut dx), &mut dw, n, cin, cout, h, w);
+        g.status().unwrap();
+    } // the buffers go before their backend
     let p = g.dnn.plan_mut(&key).unwrap();
     let picked = [p.fwd as i32, p.bwd_data as i32, p.bwd_filter as i32];
     let cands = p.candidates.clone();
@@ -542,6 +545,71 @@ fn timed_algorithms_are_remembered_for_the_next_process() {
     for dir in 0..3 {
         if cands[dir].len() > 1 {
             assert_eq!(g2.memo.get(&key, dir), Some(picked[dir]), "direction {dir}");
+        }
+    }
+}
+
+/// GPU training is deterministic (deterministic cuDNN algorithms, remembered across processes;
+/// no atomics in the gradients): a run stopped mid-epoch and resumed from its checkpoint ends with
+/// the very bits of an uninterrupted run, in each input mode, and two clean runs agree too.
+#[test]
+fn resumed_run_ends_bit_identical_to_an_uninterrupted_one() {
+    use crate::train::{checkpoint, train, TrainOptions};
+    if gpu(Precision::Bf16, Kind::Pinned).is_none() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let ds = t.path().join("ds");
+    crate::synth::test_dataset(&ds, 3000, "3x16x16");
+    let opts = |out: &str, memory: &str, stop_after: Option<usize>| TrainOptions {
+        data: ds.clone(),
+        out: Some(t.path().join(out)),
+        resume: None,
+        epochs: 2,
+        batch: 128,
+        lr: 0.4,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        label_smoothing: 0.1,
+        seed: 5,
+        augment: true,
+        checkpoint_every: 0,
+        device: "cuda:0".into(),
+        memory: memory.into(),
+        precision: "bf16".into(),
+        skip_damaged: false,
+        quiet: true,
+        stop_after,
+    };
+    let weights = |out: &str| checkpoint::load(&t.path().join(out).join(checkpoint::FILE)).unwrap();
+    train(&opts("clean", "stream", None)).unwrap();
+    let clean = weights("clean");
+    assert_eq!(clean.1.epoch, 2);
+    train(&opts("again", "stream", None)).unwrap();
+    assert!(weights("again").0 == clean.0, "two clean runs differ");
+    for memory in ["stream", "device"] {
+        let out = format!("stopped-{memory}");
+        // 3000 samples, batch 128: 24 steps an epoch; stop in the middle of the first.
+        train(&opts(&out, memory, Some(9))).unwrap();
+        assert_eq!(weights(&out).1.epoch, 0);
+        let mut resume = opts("-", memory, None);
+        resume.out = None;
+        resume.resume = Some(t.path().join(&out));
+        train(&resume).unwrap();
+        let (w, cur) = weights(&out);
+        assert_eq!(cur.epoch, 2);
+        for ((name, a), (_, b)) in clean.0.iter().zip(&w) {
+            let differ = a
+                .iter()
+                .zip(b)
+                .filter(|(x, y)| x.to_bits() != y.to_bits())
+                .count();
+            assert_eq!(
+                differ,
+                0,
+                "{memory}: {name}: {differ} of {} values differ",
+                a.len()
+            );
         }
     }
 }

@@ -31,7 +31,7 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         .strip_prefix("cuda:")
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let prec = match o.precision.as_str() {
+    let prec = match r.precision.as_str() {
         "f32" => Precision::F32,
         _ => Precision::Bf16,
     };
