@@ -137,9 +137,6 @@ fn parse_memo(text: &str, device: &str) -> HashMap<(ConvKey, usize), i32> {
     out
 }
 
-/// Algorithms per direction that are timed on a real batch.
-const CANDIDATES: usize = 4;
-
 impl Drop for Plan {
     fn drop(&mut self) {
         unsafe {
@@ -260,10 +257,10 @@ impl Dnn {
         };
         check(dnn::cudnnSetConvolutionMathType(p.conv, math), "math type")?;
 
-        // cuDNN's own measurement (cudnnFind) gives the candidates, fastest first; it once
-        // ranked first an atomics-based backward-filter algorithm that then ran 15 times slower
-        // on real batches, so the backend times the candidates again on the first real batch
-        // (`Cuda::tune`) and keeps the fastest. The workspace fits every candidate.
+        // cudnnFind lists the algorithms that run for this shape; the backend times them itself
+        // on the first real batch (`Cuda::tune`) and keeps the fastest, as cudnnFind's own ranking
+        // once put first an atomics-based backward-filter algorithm that then ran 15 times slower
+        // on real batches. The workspace fits every candidate.
         let _ = stream;
         let ok = |st: dnn::cudnnStatus_t, mem: usize| {
             st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && mem <= MAX_WORKSPACE
@@ -272,9 +269,11 @@ impl Dnn {
         // Deterministic algorithms only, where cuDNN has any: with the same algorithms (see
         // `AlgoMemo`) a run computes the same bits every time, so a resumed run ends where an
         // uninterrupted one does. The rest (atomics) are candidates only when nothing else runs.
+        // Every usable one is a candidate, whatever cudnnFind's noisy ranking, so that the set
+        // (and with it the remembered pick) is the same in every process.
         let pick = |p: &mut Plan, dir: usize, found: &[(i32, usize, bool)]| {
             let any_det = found.iter().any(|f| f.2);
-            for &(algo, mem, _) in found.iter().filter(|f| f.2 || !any_det).take(CANDIDATES) {
+            for &(algo, mem, _) in found.iter().filter(|f| f.2 || !any_det) {
                 if !p.candidates[dir].contains(&algo) {
                     p.candidates[dir].push(algo);
                 }
