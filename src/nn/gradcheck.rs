@@ -82,14 +82,16 @@ pub fn check_ops<B: Backend>(be: &mut B) {
         let (mut y, mut m, mut is) = (be.zeros(0), be.zeros(0), be.zeros(0));
         let (mut rm, mut rv) = (be.zeros(c), be.upload(&vec![1.0; c]));
         be.bn_train(
-            &xb, &gb, &bb, &mut y, &mut m, &mut is, &mut rm, &mut rv, n, c, hw,
+            &xb, &gb, &bb, &mut y, &mut m, &mut is, &mut rm, &mut rv, n, c, hw, false,
         );
         let l = dot(&be.download(&y), &r);
         if !grads {
             return (l, vec![]);
         }
         let (mut dx, mut dg, mut db) = (be.zeros(0), be.zeros(0), be.zeros(0));
-        be.bn_backward(&xb, &rb, &gb, &m, &is, &mut dx, &mut dg, &mut db, n, c, hw);
+        be.bn_backward(
+            &xb, &rb, &gb, &m, &is, &mut dx, &mut dg, &mut db, n, c, hw, None,
+        );
         (
             l,
             vec![be.download(&dx), be.download(&dg), be.download(&db)],

@@ -95,6 +95,7 @@ pub trait Backend {
 
     /// Training-mode batch norm over (n, hw) per channel; saves mean and 1/std for backward and
     /// updates the running statistics (running = (1-m) running + m batch; variance unbiased).
+    /// With `relu`, y = max(bn(x), 0): one pass instead of two.
     #[allow(clippy::too_many_arguments)]
     fn bn_train(
         &mut self,
@@ -109,6 +110,7 @@ pub trait Backend {
         n: usize,
         c: usize,
         hw: usize,
+        relu: bool,
     );
     #[allow(clippy::too_many_arguments)]
     fn bn_eval(
@@ -122,8 +124,11 @@ pub trait Backend {
         n: usize,
         c: usize,
         hw: usize,
+        relu: bool,
     );
     #[allow(clippy::too_many_arguments)]
+    /// Backward of `bn_train`; with `relu_out` (its output y when it applied the ReLU) the
+    /// gradient is first masked by y > 0.
     fn bn_backward(
         &mut self,
         x: &Self::Buf,
@@ -137,6 +142,7 @@ pub trait Backend {
         n: usize,
         c: usize,
         hw: usize,
+        relu_out: Option<&Self::Buf>,
     );
 
     /// y = max(x, 0) in place.

@@ -236,6 +236,7 @@ impl<B: Backend> Model<B> {
                     n,
                     c,
                     h * w,
+                    true,
                 );
             } else {
                 be.bn_eval(
@@ -248,9 +249,9 @@ impl<B: Backend> Model<B> {
                     n,
                     c,
                     h * w,
+                    true,
                 );
             }
-            be.relu(&mut a.r[s]);
             if s < 2 {
                 be.maxpool2(&a.r[s], &mut a.p[s], &mut a.arg[s], n, c, h, w);
             }
@@ -313,7 +314,6 @@ impl<B: Backend> Model<B> {
             } else {
                 WIDTHS[s - 1]
             };
-            be.relu_backward(&a.r[s], &mut a.d2);
             {
                 let (gw, gb) = p.g.split_at_mut(3 * s + 2);
                 be.bn_backward(
@@ -328,6 +328,7 @@ impl<B: Backend> Model<B> {
                     n,
                     c,
                     h * w,
+                    Some(&a.r[s]),
                 );
             }
             let x = if s == 0 { &self.input } else { &a.p[s - 1] };

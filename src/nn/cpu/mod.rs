@@ -396,6 +396,7 @@ impl Backend for Cpu {
         n: usize,
         c: usize,
         hw: usize,
+        relu: bool,
     ) {
         let sums = channel_sums(n, c, |s, ci| {
             let v = &x[(s * c + ci) * hw..][..hw];
@@ -432,6 +433,9 @@ impl Backend for Cpu {
                 let (a, b) = (gamma[ci] * si[ci], beta[ci] - gamma[ci] * si[ci] * sm[ci]);
                 yo.iter_mut().zip(xi).for_each(|(o, &v)| *o = v * a + b);
             });
+        if relu {
+            self.relu(y);
+        }
     }
 
     fn bn_eval(
@@ -445,6 +449,7 @@ impl Backend for Cpu {
         _n: usize,
         c: usize,
         hw: usize,
+        relu: bool,
     ) {
         y.resize(x.len(), 0.0);
         y.par_chunks_mut(hw)
@@ -459,6 +464,9 @@ impl Backend for Cpu {
                 );
                 yo.iter_mut().zip(xi).for_each(|(o, &v)| *o = v * a + b);
             });
+        if relu {
+            self.relu(y);
+        }
     }
 
     fn bn_backward(
@@ -474,7 +482,19 @@ impl Backend for Cpu {
         n: usize,
         c: usize,
         hw: usize,
+        relu_out: Option<&Vec<f32>>,
     ) {
+        // The reference composes the two steps: the ReLU's backward, then batch norm's.
+        let masked;
+        let dy = match relu_out {
+            Some(y) => {
+                let mut d = dy.clone();
+                self.relu_backward(y, &mut d);
+                masked = d;
+                &masked
+            }
+            None => dy,
+        };
         // sums of dy and dy * xhat per channel
         let sums = channel_sums(n, c, |s, ci| {
             let o = (s * c + ci) * hw;

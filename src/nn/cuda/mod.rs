@@ -1003,6 +1003,7 @@ impl Backend for Cuda {
         n: usize,
         c: usize,
         hw: usize,
+        relu: bool,
     ) {
         self.expect_act(x, "bn_train input");
         let dt = x.dt;
@@ -1024,7 +1025,8 @@ impl Backend for Cuda {
                 0.1f32, 1e-5f32, s.scale.ptr, s.shift.ptr);
             let g = self.grid(x.len);
             launch!(self, &format!("bn_apply_{sfx}"), (g, 1), THREADS;
-                x.ptr, s.scale.ptr, s.shift.ptr, y.ptr, x.len as i64, c as i32, hw as i32, 0i32);
+                x.ptr, s.scale.ptr, s.shift.ptr, y.ptr, x.len as i64, c as i32, hw as i32,
+                relu as i32);
         }
         self.s = s;
     }
@@ -1040,6 +1042,7 @@ impl Backend for Cuda {
         _n: usize,
         c: usize,
         hw: usize,
+        relu: bool,
     ) {
         self.expect_act(x, "bn_eval input");
         let dt = x.dt;
@@ -1053,7 +1056,8 @@ impl Backend for Cuda {
                 s.scale.ptr, s.shift.ptr, c as i32);
             let g = self.grid(x.len);
             launch!(self, &format!("bn_apply_{}", dt.suffix()), (g, 1), THREADS;
-                x.ptr, s.scale.ptr, s.shift.ptr, y.ptr, x.len as i64, c as i32, hw as i32, 0i32);
+                x.ptr, s.scale.ptr, s.shift.ptr, y.ptr, x.len as i64, c as i32, hw as i32,
+                relu as i32);
         }
         self.s = s;
     }
@@ -1071,9 +1075,12 @@ impl Backend for Cuda {
         n: usize,
         c: usize,
         hw: usize,
+        relu_out: Option<&Buf>,
     ) {
         self.expect_act(x, "bn_backward input");
         self.expect_act(dy, "bn_backward gradient");
+        // The kernels mask the gradient with the ReLU's output themselves (null: no ReLU).
+        let mask = relu_out.map_or(0u64, |y| y.ptr);
         let dt = x.dt;
         let sp = self.bn_splits(n, c, hw);
         let mut s = std::mem::replace(&mut self.s, Scratch::empty(self.stream.cu_stream()));
@@ -1085,14 +1092,14 @@ impl Backend for Cuda {
         if ok {
             let sfx = dt.suffix();
             launch!(self, &format!("bn_bwd_stats_{sfx}"), (sp as u32, c as u32), THREADS;
-                x.ptr, dy.ptr, 0u64, saved_mean.ptr, s.part.ptr, n as i32, c as i32, hw as i32,
+                x.ptr, dy.ptr, mask, saved_mean.ptr, s.part.ptr, n as i32, c as i32, hw as i32,
                 sp as i32);
             launch!(self, "bn_bwd_finalize", ((c as u32).div_ceil(128), 1), 128;
                 s.part.ptr, sp as i32, c as i32, (n * hw) as i64, gamma.ptr, saved_invstd.ptr,
                 dgamma.ptr, dbeta.ptr, s.coef.ptr);
             let g = self.grid(x.len);
             launch!(self, &format!("bn_bwd_apply_{sfx}"), (g, 1), THREADS;
-                x.ptr, dy.ptr, 0u64, saved_mean.ptr, s.coef.ptr, dx.ptr, x.len as i64,
+                x.ptr, dy.ptr, mask, saved_mean.ptr, s.coef.ptr, dx.ptr, x.len as i64,
                 c as i32, hw as i32);
         }
         self.s = s;

@@ -109,7 +109,9 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
         g.zeros(0),
         g.empty(g.act_dt()),
     ];
-    for pass in 0..2 {
+    // Passes 2 and 3 fuse the ReLU (forward, and the gradient masked by its output).
+    for pass in 0..4 {
+        let relu = pass >= 2;
         let x: Vec<f32> = round(rng.vec(n * c2 * hw).iter().map(|v| 3.0 * v + 1.5).collect());
         let gamma = rng.vec(c2);
         let beta = rng.vec(c2);
@@ -124,32 +126,52 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
         );
         let (mut grm, mut grv) = (g.upload(&rm0), g.upload(&rv0));
         let [gy, gm, gi, gdx] = &mut gbn;
-        g.bn_train(&xb, &gb, &bb, gy, gm, gi, &mut grm, &mut grv, n, c2, hw);
+        g.bn_train(
+            &xb, &gb, &bb, gy, gm, gi, &mut grm, &mut grv, n, c2, hw, relu,
+        );
         let (mut gdg, mut gdb) = (g.zeros(0), g.zeros(0));
-        g.bn_backward(&xb, &dyb, &gb, gm, gi, gdx, &mut gdg, &mut gdb, n, c2, hw);
+        let mask = relu.then_some(&*gy);
+        g.bn_backward(
+            &xb, &dyb, &gb, gm, gi, gdx, &mut gdg, &mut gdb, n, c2, hw, mask,
+        );
         let mut gye = g.empty(g.act_dt());
-        g.bn_eval(&xb, &gb, &bb, &grm, &grv, &mut gye, n, c2, hw);
+        g.bn_eval(&xb, &gb, &bb, &grm, &grv, &mut gye, n, c2, hw, relu);
         let (mut y, mut m, mut is, mut rm, mut rv) =
             (vec![], vec![], vec![], rm0.clone(), rv0.clone());
         c.bn_train(
-            &x, &gamma, &beta, &mut y, &mut m, &mut is, &mut rm, &mut rv, n, c2, hw,
+            &x, &gamma, &beta, &mut y, &mut m, &mut is, &mut rm, &mut rv, n, c2, hw, relu,
         );
+        // The CPU masks with the GPU's output, so that an output within rounding of 0 cannot
+        // flip a mask element between the two.
+        let gpu_y = g.download(gy);
         let (mut dx, mut dg, mut db) = (vec![], vec![], vec![]);
+        let mask = relu.then_some(&gpu_y);
         c.bn_backward(
-            &x, &dy, &gamma, &m, &is, &mut dx, &mut dg, &mut db, n, c2, hw,
+            &x, &dy, &gamma, &m, &is, &mut dx, &mut dg, &mut db, n, c2, hw, mask,
         );
         let mut ye = vec![];
-        c.bn_eval(&x, &gamma, &beta, &rm, &rv, &mut ye, n, c2, hw);
-        if pass == 1 {
-            close("bn_train y", &g.download(gy), &y, tol);
+        c.bn_eval(&x, &gamma, &beta, &rm, &rv, &mut ye, n, c2, hw, relu);
+        if pass % 2 == 1 {
+            let r = if relu { "+relu" } else { "" };
+            close(&format!("bn_train{r} y"), &gpu_y, &y, tol);
             close("bn_train mean", &g.download(gm), &m, 1e-5);
             close("bn_train invstd", &g.download(gi), &is, 1e-5);
             close("bn running mean", &g.download(&grm), &rm, 1e-5);
             close("bn running var", &g.download(&grv), &rv, 1e-5);
-            close("bn_backward dx", &g.download(gdx), &dx, tol);
-            close("bn_backward dgamma", &g.download(&gdg), &dg, tol);
-            close("bn_backward dbeta", &g.download(&gdb), &db, tol);
-            close("bn_eval y", &g.download(&gye), &ye, tol);
+            close(&format!("bn_backward{r} dx"), &g.download(gdx), &dx, tol);
+            close(
+                &format!("bn_backward{r} dgamma"),
+                &g.download(&gdg),
+                &dg,
+                tol,
+            );
+            close(
+                &format!("bn_backward{r} dbeta"),
+                &g.download(&gdb),
+                &db,
+                tol,
+            );
+            close(&format!("bn_eval{r} y"), &g.download(&gye), &ye, tol);
         }
     }
 
