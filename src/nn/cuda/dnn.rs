@@ -266,11 +266,10 @@ impl Dnn {
             st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && mem <= MAX_WORKSPACE
         };
         let deterministic = dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC;
-        // Deterministic algorithms only, where cuDNN has any: with the same algorithms (see
-        // `AlgoMemo`) a run computes the same bits every time, so a resumed run ends where an
-        // uninterrupted one does. The rest (atomics) are candidates only when nothing else runs.
-        // Every usable one is a candidate, whatever cudnnFind's noisy ranking, so that the set
-        // (and with it the remembered pick) is the same in every process.
+        // Deterministic algorithms only where cuDNN has any (atomics-based ones otherwise), and
+        // every usable one whatever cudnnFind's noisy ranking: the candidate set, and with it the
+        // remembered pick (`AlgoMemo`), is the same in every process, so runs repeat bit for bit
+        // and a resumed run ends where an uninterrupted one does.
         let pick = |p: &mut Plan, dir: usize, found: &[(i32, usize, bool)]| {
             let any_det = found.iter().any(|f| f.2);
             for &(algo, mem, _) in found.iter().filter(|f| f.2 || !any_det) {
