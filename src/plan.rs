@@ -68,9 +68,11 @@ pub fn plan(train: u64, test: u64, shape: Shape, dtype: Dtype, batch: u64, cores
     let features = shape.elems() as u64;
     let block = default_block_samples(sb as usize) as u64 * (sb + 4);
     let cores = cores.max(1);
-    // Decoders each hold one compressed and one decoded block; the ring holds PREFETCH_BATCHES.
+    // Blocks decoded ahead (each with its compressed copy while it decodes) and the shuffle
+    // window; the ring holds PREFETCH_BATCHES.
     let ring = PREFETCH_BATCHES * batch * sb;
-    let decode = 2 * cores as u64 * block * 2;
+    let ahead = crate::train::input::lookahead_blocks(block as usize, cores) as u64;
+    let decode = (2 * ahead + crate::train::input::WINDOW_BLOCKS as u64) * block;
     let base_host = 64 << 20;
     // What the CUDA driver, cuDNN and cuBLAS themselves hold once loaded, measured on an H200
     // (stream mode, 3x32x32, batch 512: 1009 MiB of GPU memory and 850-875 MiB RSS in all).

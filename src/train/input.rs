@@ -13,6 +13,15 @@ use std::sync::Arc;
 /// Blocks shuffled together: samples of this many blocks are mixed before batching.
 pub const WINDOW_BLOCKS: usize = 8;
 
+/// Decoded bytes the lookahead may hold whatever the number of cores (32 blocks of 3x32x32 u8):
+/// on a 128-core host two blocks per worker would hold over 1 GiB.
+pub const LOOKAHEAD_BYTES: usize = 96 << 20;
+
+/// Blocks decoded ahead of the consumer: two per worker, at most `LOOKAHEAD_BYTES` of them.
+pub fn lookahead_blocks(block_bytes: usize, workers: usize) -> usize {
+    (LOOKAHEAD_BYTES / block_bytes.max(1)).clamp(2, 2 * workers.max(2))
+}
+
 /// One split of a dataset, open for reading.
 pub struct Source {
     pub spec: SampleSpec,
@@ -251,10 +260,12 @@ pub fn epoch(
             window.clear();
             true
         };
+        let biggest = src.blocks.iter().map(|b| b.2).max().unwrap_or(1) * sb;
+        let ahead = lookahead_blocks(biggest, workers);
         let r = ordered_map(
             todo.len(),
-            workers,
-            2 * workers.max(2),
+            workers.min(ahead),
+            ahead,
             |i| Ok::<_, Error>(src.read(todo[i])),
             |i, block| {
                 match block {
@@ -309,6 +320,21 @@ pub fn batches_per_epoch(samples: usize, batch: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Host memory of the lookahead does not grow with the core count past its budget, and a
+    /// small machine still decodes ahead.
+    #[test]
+    fn lookahead_is_bounded_in_bytes_not_by_cores() {
+        let block = 1024 * 3 * 32 * 32; // the default block of 3x32x32 u8
+        assert_eq!(lookahead_blocks(block, 2), 4);
+        assert_eq!(lookahead_blocks(block, 16), 32);
+        for cores in [64, 128, 1024] {
+            let n = lookahead_blocks(block, cores);
+            assert!(n * block <= LOOKAHEAD_BYTES, "{cores} cores: {n} blocks");
+        }
+        // A block bigger than the budget: still two, so decoding overlaps consumption.
+        assert_eq!(lookahead_blocks(1 << 30, 128), 2);
+    }
 
     /// `epoch_order` (the GPU-resident input) walks the samples in the order `epoch` streams them.
     #[test]
