@@ -185,6 +185,8 @@ pub struct ConvertArgs {
     pub json: bool,
 }
 
+const PRECISIONS: [&str; 2] = ["bf16", "f32"];
+
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// Dataset directory (not needed with --resume).
@@ -215,10 +217,10 @@ pub struct TrainArgs {
     /// Input pipeline on the GPU: device (split held in GPU memory), stream (pinned ring, copies
     /// overlapped), managed (ring of managed memory), or auto (device when the split fits half of
     /// the free GPU memory, else stream). The CPU backend streams.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "device", "stream", "managed"])]
     pub memory: String,
     /// GPU arithmetic: bf16 (mixed precision, float32 master weights) or f32.
-    #[arg(long, default_value = "bf16")]
+    #[arg(long, default_value = "bf16", value_parser = PRECISIONS)]
     pub precision: String,
     /// Run folder (default: the next free runs/NNN).
     #[arg(long, short, value_name = "DIR")]
@@ -250,7 +252,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub device: Option<String>,
     /// GPU arithmetic, bf16 or f32 (default: the run's own).
-    #[arg(long)]
+    #[arg(long, value_parser = PRECISIONS)]
     pub precision: Option<String>,
     /// Print JSON on stdout.
     #[arg(long)]

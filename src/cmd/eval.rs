@@ -1,16 +1,8 @@
-use super::UsageError;
 use crate::cli::EvalArgs;
 use anyhow::Context;
 use std::process::ExitCode;
 
 pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
-    if let Some(p) = a
-        .precision
-        .as_deref()
-        .filter(|p| !["bf16", "f32"].contains(p))
-    {
-        return Err(UsageError(format!("--precision {p}: expected bf16 or f32")).into());
-    }
     let e = prep::train::eval(
         &a.run,
         &a.data,

@@ -6,18 +6,6 @@ use prep::train::{train, TrainOptions};
 use std::process::ExitCode;
 
 pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    if !["auto", "device", "stream", "managed"].contains(&a.memory.as_str()) {
-        return Err(UsageError(format!(
-            "--memory {}: expected auto, device, stream or managed",
-            a.memory
-        ))
-        .into());
-    }
-    if !["bf16", "f32"].contains(&a.precision.as_str()) {
-        return Err(
-            UsageError(format!("--precision {}: expected bf16 or f32", a.precision)).into(),
-        );
-    }
     if !(a.lr > 0.0 && a.lr.is_finite())
         || !(0.0..1.0).contains(&a.momentum)
         || !(0.0..1.0).contains(&a.label_smoothing)

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// Recipes written before `precision` was recorded ran in bfloat16 on a GPU.
 fn bf16() -> String {
     "bf16".into()
 }
