@@ -484,23 +484,19 @@ impl Backend for Cpu {
         hw: usize,
         relu_out: Option<&Vec<f32>>,
     ) {
-        // The reference composes the two steps: the ReLU's backward, then batch norm's.
-        let masked;
-        let dy = match relu_out {
-            Some(y) => {
-                let mut d = dy.clone();
-                self.relu_backward(y, &mut d);
-                masked = d;
-                &masked
-            }
-            None => dy,
+        // The gradient as the ReLU's backward leaves it (zero where its output is not positive),
+        // read in place rather than copied.
+        let dy_at = |i: usize| match relu_out {
+            Some(y) if y[i] <= 0.0 => 0.0,
+            _ => dy[i],
         };
         // sums of dy and dy * xhat per channel
         let sums = channel_sums(n, c, |s, ci| {
             let o = (s * c + ci) * hw;
             let (m, is) = (saved_mean[ci], saved_invstd[ci]);
             let (mut p, mut q) = (0.0f64, 0.0f64);
-            for (&d, &v) in dy[o..o + hw].iter().zip(&x[o..o + hw]) {
+            for (j, &v) in x[o..o + hw].iter().enumerate() {
+                let d = dy_at(o + j);
                 p += d as f64;
                 q += (d * (v - m) * is) as f64;
             }
@@ -521,7 +517,7 @@ impl Backend for Cpu {
             let (sd, sdx) = (sums[ci].0 as f32 / count, sums[ci].1 as f32 / count);
             for (j, d) in dxo.iter_mut().enumerate() {
                 let xhat = (x[o + j] - m) * is;
-                *d = g * is * (dy[o + j] - sd - xhat * sdx);
+                *d = g * is * (dy_at(o + j) - sd - xhat * sdx);
             }
         });
     }
