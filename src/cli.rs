@@ -186,19 +186,24 @@ pub struct ConvertArgs {
 }
 
 const PRECISIONS: [&str; 2] = ["bf16", "f32"];
+use prep::nn::model::MODELS;
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// Dataset directory (not needed with --resume).
     #[arg(required_unless_present = "resume")]
     pub data: Option<PathBuf>,
+    /// The network: small (three convolutions, for small images and quick runs) or resnet18
+    /// (7x7/2 stem and max-pool from 96 px up, a 3x3/1 stem below).
+    #[arg(long, default_value = "small", value_parser = MODELS)]
+    pub model: String,
     #[arg(long, default_value_t = 15)]
     pub epochs: usize,
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub batch: u64,
-    /// Peak learning rate of the one-cycle schedule.
-    #[arg(long, default_value_t = 1.2)]
-    pub lr: f32,
+    /// Peak learning rate of the one-cycle schedule (default: 1.2 for small, 0.4 for resnet18).
+    #[arg(long)]
+    pub lr: Option<f32>,
     #[arg(long, default_value_t = 0.9)]
     pub momentum: f32,
     #[arg(long, default_value_t = 5e-4)]
@@ -306,6 +311,9 @@ pub struct PlanArgs {
     /// Training batch size.
     #[arg(long, default_value_t = 512)]
     pub batch: u64,
+    /// The network to size the GPU memory for.
+    #[arg(long, default_value = "small", value_parser = MODELS)]
+    pub model: String,
     /// Print JSON on stdout.
     #[arg(long)]
     pub json: bool,

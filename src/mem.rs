@@ -37,3 +37,14 @@ pub fn human(bytes: u64) -> String {
         format!("{v:.1} {}", UNITS[u])
     }
 }
+
+/// Have the allocator (mimalloc, in the prep binary) give freed pages back to the OS at once
+/// rather than after its default 10 ms: training frees and reallocates buffers of many MiB on
+/// every thread, and the pages held back added 160 MB to peak RSS at 3x224x224 with 16 threads
+/// (BENCHMARKS.md).
+pub fn purge_freed_memory_at_once() {
+    // mi_option_purge_delay: 15 in the enum of mimalloc v2 and v3 alike.
+    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: mimalloc options may be set at any time, from any thread.
+    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) }
+}

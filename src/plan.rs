@@ -4,6 +4,7 @@
 //! The figures are estimates from the formats' exact sizes and from rates measured for
 //! BENCHMARKS.md; the constants below say where each comes from.
 
+use crate::nn::ModelConfig;
 use crate::shard::{default_block_samples, Dtype, SampleSpec, Shape};
 use serde::Serialize;
 
@@ -44,19 +45,31 @@ fn row(what: &str, bytes: u64) -> Row {
     }
 }
 
-/// Bytes of activations and their gradients the `small` model keeps for one batch at mixed
-/// precision: per conv stage the conv, BN and ReLU outputs (2 bytes each) and their gradients.
-fn small_model_activations(shape: &Shape, batch: u64) -> u64 {
-    let (h, w) = (
-        shape.0[shape.0.len() - 2] as u64,
-        shape.0[shape.0.len() - 1] as u64,
-    );
-    let hw = h * w;
-    let per_sample = 32 * hw + 64 * hw / 4 + 128 * hw / 16 + shape.elems() as u64;
-    per_sample * batch * 2 * 3 * 2
+/// GPU memory the CUDA driver, cuDNN and cuBLAS themselves hold once loaded, measured on an H200
+/// (stream mode, 3x32x32, batch 512: 1009 MiB of GPU memory in all).
+pub const CUDA_LIBRARY_BYTES: u64 = 390 << 20;
+/// The most workspace one cuDNN convolution may take (src/nn/cuda/dnn.rs).
+pub const CONV_WORKSPACE_BYTES: u64 = 256 << 20;
+
+/// GPU memory a training step of `model` takes whatever the input mode: the CUDA libraries, the
+/// convolution workspace, weights with their gradients and momentum, activations in bfloat16.
+pub fn gpu_model_bytes(model: &ModelConfig, batch: u64) -> u64 {
+    CUDA_LIBRARY_BYTES
+        + CONV_WORKSPACE_BYTES
+        + model.parameter_bytes()
+        + model.activation_bytes(batch as usize, 2)
 }
 
-pub fn plan(train: u64, test: u64, shape: Shape, dtype: Dtype, batch: u64, cores: usize) -> Plan {
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    train: u64,
+    test: u64,
+    shape: Shape,
+    dtype: Dtype,
+    batch: u64,
+    cores: usize,
+    model: &ModelConfig,
+) -> Plan {
     let spec = SampleSpec {
         shape: shape.clone(),
         dtype,
@@ -77,11 +90,8 @@ pub fn plan(train: u64, test: u64, shape: Shape, dtype: Dtype, batch: u64, cores
     // What the CUDA driver, cuDNN and cuBLAS themselves hold once loaded, measured on an H200
     // (stream mode, 3x32x32, batch 512: 1009 MiB of GPU memory and 850-875 MiB RSS in all).
     let cuda_host = 620 << 20;
-    let cuda_gpu = 390 << 20;
-    let model = 4 << 20;
-    let act = small_model_activations(&shape, batch);
-    let workspace = 256 << 20;
-    let gpu_fixed = model + act + workspace + cuda_gpu;
+    let act = model.activation_bytes(batch as usize, 2);
+    let gpu_fixed = gpu_model_bytes(model, batch);
     Plan {
         train,
         test,
@@ -130,8 +140,10 @@ pub fn plan(train: u64, test: u64, shape: Shape, dtype: Dtype, batch: u64, cores
         generation_seconds: raw as f64 / (SYNTH_BYTES_PER_SEC_PER_CORE * cores as f64),
         notes: vec![
             format!(
-                "model `small`, batch {batch}, mixed precision; activations ~{}",
-                crate::mem::human(act)
+                "model `{}`, batch {batch}, mixed precision: activations and their gradients ~{}, weights with gradients and momentum {}",
+                model.name,
+                crate::mem::human(act),
+                crate::mem::human(model.parameter_bytes())
             ),
             "GPU memory in stream and managed modes does not grow with the dataset".into(),
             "GPU figures include ~390 MiB, and host figures ~620 MiB, held by the CUDA driver, cuDNN and cuBLAS".into(),

@@ -1,6 +1,7 @@
-use super::thousands;
+use super::{thousands, UsageError};
 use crate::cli::{DtypeArg, PlanArgs};
 use prep::mem::human;
+use prep::nn::ModelConfig;
 use prep::shard::Dtype;
 use std::process::ExitCode;
 
@@ -10,7 +11,21 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
         DtypeArg::U16 => Dtype::U16,
     };
     let cores = rayon::current_num_threads();
-    let p = prep::plan::plan(a.train, a.test, a.shape.clone(), dtype, a.batch, cores);
+    let d = &a.shape.0;
+    if d.len() != 3 {
+        return Err(UsageError(format!("--shape {}: expected CxHxW", a.shape)).into());
+    }
+    let model = ModelConfig::new(&a.model, d[0] as usize, d[1] as usize, d[2] as usize, 10)
+        .map_err(|e| UsageError(format!("--shape {}: {e}", a.shape)))?;
+    let p = prep::plan::plan(
+        a.train,
+        a.test,
+        a.shape.clone(),
+        dtype,
+        a.batch,
+        cores,
+        &model,
+    );
     if a.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
         return Ok(ExitCode::SUCCESS);

@@ -2,11 +2,13 @@ use super::UsageError;
 use crate::cli::TrainArgs;
 use anyhow::Context;
 use prep::mem::human;
+use prep::nn::model::default_lr;
 use prep::train::{train, TrainOptions};
 use std::process::ExitCode;
 
 pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    if !(a.lr > 0.0 && a.lr.is_finite())
+    let lr = a.lr.unwrap_or(default_lr(&a.model));
+    if !(lr > 0.0 && lr.is_finite())
         || !(0.0..1.0).contains(&a.momentum)
         || !(0.0..1.0).contains(&a.label_smoothing)
         || a.weight_decay < 0.0
@@ -21,9 +23,10 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         data: a.data.clone().unwrap_or_default(),
         out: a.out.clone(),
         resume: a.resume.clone(),
+        model: a.model.clone(),
         epochs: a.epochs,
         batch: a.batch as usize,
-        lr: a.lr,
+        lr,
         momentum: a.momentum,
         weight_decay: a.weight_decay,
         label_smoothing: a.label_smoothing,

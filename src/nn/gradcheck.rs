@@ -1,7 +1,7 @@
 //! Finite-difference checks of every backward operation and of the whole model, written once for
 //! any `Backend` (the CPU reference runs them in `cargo test`; the CUDA backend runs the same).
 
-use super::{Backend, Model, ModelConfig, RawBatch};
+use super::{Backend, ConvShape, Model, ModelConfig, PoolShape, RawBatch};
 
 struct Rng(u64);
 impl Rng {
@@ -20,19 +20,33 @@ impl Rng {
     }
 }
 
+/// Step of the central differences: single ops are smooth enough for 1e-2; a whole network has
+/// ReLU kinks that a step of 1e-2 crosses (resnet18's first layers then read 3e-2 off).
 const EPS: f32 = 1e-2;
+const MODEL_EPS: f32 = 1e-3;
 
 /// Compare analytic gradient `g` of `loss(x)` against central differences at sampled indices.
-fn compare(what: &str, x: &[f32], g: &[f32], mut loss: impl FnMut(&[f32]) -> f64, rng: &mut Rng) {
+fn compare(what: &str, x: &[f32], g: &[f32], loss: impl FnMut(&[f32]) -> f64, rng: &mut Rng) {
+    compare_eps(what, x, g, loss, rng, EPS)
+}
+
+fn compare_eps(
+    what: &str,
+    x: &[f32],
+    g: &[f32],
+    mut loss: impl FnMut(&[f32]) -> f64,
+    rng: &mut Rng,
+    eps: f32,
+) {
     let mut worst = 0.0f64;
     for _ in 0..24 {
         let i = rng.idx(x.len());
         let mut xp = x.to_vec();
-        xp[i] += EPS;
+        xp[i] += eps;
         let lp = loss(&xp);
-        xp[i] -= 2.0 * EPS;
+        xp[i] -= 2.0 * eps;
         let lm = loss(&xp);
-        let num = (lp - lm) / (2.0 * EPS as f64);
+        let num = (lp - lm) / (2.0 * eps as f64);
         let err = (num - g[i] as f64).abs() / (1.0f64).max(num.abs());
         worst = worst.max(err);
         assert!(
@@ -53,22 +67,49 @@ pub fn check_ops<B: Backend>(be: &mut B) {
     let mut rng = Rng(7);
     let (n, cin, cout, h, w) = (3, 2, 4, 6, 5);
 
-    // conv3x3: d/dx and d/dw of <conv(x, w), r>
-    let x = rng.vec(n * cin * h * w);
-    let wt = rng.vec(cout * cin * 9);
-    let r = rng.vec(n * cout * h * w);
-    let (xb, wb, rb) = (be.upload(&x), be.upload(&wt), be.upload(&r));
-    let (mut dx, mut dw) = (be.zeros(0), be.zeros(0));
-    be.conv3x3_backward(&xb, &wb, &rb, Some(&mut dx), &mut dw, n, cin, cout, h, w);
-    let (dx, dw) = (be.download(&dx), be.download(&dw));
-    let conv = |be: &mut B, x: &[f32], wt: &[f32]| {
-        let (xb, wb) = (be.upload(x), be.upload(wt));
-        let mut y = be.zeros(0);
-        be.conv3x3(&xb, &wb, &mut y, n, cin, cout, h, w);
-        dot(&be.download(&y), &r)
-    };
-    compare("conv3x3 dx", &x, &dx, |v| conv(be, v, &wt), &mut rng);
-    compare("conv3x3 dw", &wt, &dw, |v| conv(be, &x, v), &mut rng);
+    // Convolutions of every kind the models use, on an odd, non-square image: d/dx and d/dw of
+    // <conv(x, w), r>.
+    for (k, stride, pad) in [(3, 1, 1), (1, 1, 0), (1, 2, 0), (3, 2, 1), (7, 2, 3)] {
+        let s = ConvShape {
+            n,
+            cin,
+            cout,
+            h: 7,
+            w: 6,
+            k,
+            stride,
+            pad,
+        };
+        let x = rng.vec(n * cin * s.h * s.w);
+        let wt = rng.vec(cout * cin * k * k);
+        let r = rng.vec(n * cout * s.oh() * s.ow());
+        let (xb, wb, rb) = (be.upload(&x), be.upload(&wt), be.upload(&r));
+        let (mut dx, mut dw) = (be.zeros(0), be.zeros(0));
+        be.conv_backward(&xb, &wb, &rb, Some(&mut dx), &mut dw, &s);
+        let (dx, dw) = (be.download(&dx), be.download(&dw));
+        let conv = |be: &mut B, x: &[f32], wt: &[f32]| {
+            let (xb, wb) = (be.upload(x), be.upload(wt));
+            let mut y = be.zeros(0);
+            be.conv(&xb, &wb, &mut y, &s);
+            dot(&be.download(&y), &r)
+        };
+        let what = format!("conv{k}x{k}/{stride} pad {pad}");
+        compare(
+            &format!("{what} dx"),
+            &x,
+            &dx,
+            |v| conv(be, v, &wt),
+            &mut rng,
+        );
+        compare(
+            &format!("{what} dw"),
+            &wt,
+            &dw,
+            |v| conv(be, &x, v),
+            &mut rng,
+        );
+    }
+    let _ = (h, w);
 
     // batch norm (training mode): dx, dgamma, dbeta of <bn(x), r>
     let c = 3;
@@ -144,33 +185,76 @@ pub fn check_ops<B: Backend>(be: &mut B) {
         &mut rng,
     );
 
-    // max pool 2x2, with well separated values so the winner does not change.
-    let (c, h, w) = (2, 4, 6);
-    let mut x: Vec<f32> = (0..n * c * h * w)
-        .map(|i| (i as f32 * 0.37).sin() * 3.0)
-        .collect();
-    for (i, v) in x.iter_mut().enumerate() {
-        *v += i as f32 * 0.05;
+    // Max pools (2x2/2, and 3x3/2 with padding, whose windows overlap), with well separated
+    // values so the winners do not change.
+    for (k, stride, pad) in [(2, 2, 0), (3, 2, 1)] {
+        let s = PoolShape {
+            n,
+            c: 2,
+            h: 5,
+            w: 6,
+            k,
+            stride,
+            pad,
+        };
+        let x: Vec<f32> = (0..n * s.c * s.h * s.w)
+            .map(|i| (i as f32 * 0.37).sin() * 3.0 + i as f32 * 0.05)
+            .collect();
+        let r = rng.vec(n * s.c * s.oh() * s.ow());
+        let (mut y, mut arg, mut dx) = (be.zeros(0), be.zeros(0), be.zeros(0));
+        let xb = be.upload(&x);
+        be.maxpool(&xb, &mut y, &mut arg, &s);
+        let rb = be.upload(&r);
+        be.maxpool_backward(&rb, &arg, &mut dx, &s);
+        let dx = be.download(&dx);
+        compare(
+            &format!("maxpool {k}x{k}/{stride} pad {pad}"),
+            &x,
+            &dx,
+            |v| {
+                let (mut y, mut a) = (be.zeros(0), be.zeros(0));
+                let vb = be.upload(v);
+                be.maxpool(&vb, &mut y, &mut a, &s);
+                dot(&be.download(&y), &r)
+            },
+            &mut rng,
+        );
     }
-    let r = rng.vec(n * c * h * w / 4);
-    let (mut y, mut arg, mut dx) = (be.zeros(0), be.zeros(0), be.zeros(0));
-    let xb = be.upload(&x);
-    be.maxpool2(&xb, &mut y, &mut arg, n, c, h, w);
-    let rb = be.upload(&r);
-    be.maxpool2_backward(&rb, &arg, &mut dx, n, c, h, w);
-    let dx = be.download(&dx);
-    compare(
-        "maxpool2",
-        &x,
-        &dx,
-        |v| {
-            let (mut y, mut a) = (be.zeros(0), be.zeros(0));
-            let vb = be.upload(v);
-            be.maxpool2(&vb, &mut y, &mut a, n, c, h, w);
-            dot(&be.download(&y), &r)
-        },
-        &mut rng,
-    );
+
+    // Residual add, plain and with the ReLU (away from the kink); d/da (the same as d/db).
+    for relu in [false, true] {
+        let a: Vec<f32> = rng.vec(64);
+        let b: Vec<f32> = a
+            .iter()
+            .map(|v| if v.abs() < 0.1 { 0.5 } else { v * 0.5 })
+            .collect();
+        let r = rng.vec(64);
+        let (ab, bb) = (be.upload(&a), be.upload(&b));
+        let mut y = be.zeros(0);
+        be.add(&ab, &bb, &mut y, relu);
+        let mut d = be.upload(&r);
+        if relu {
+            be.relu_backward(&y, &mut d);
+        }
+        // A gradient that reaches a value twice is the sum of both.
+        let mut twice = be.zeros(0);
+        be.copy(&d, &mut twice);
+        be.accumulate(&mut twice, &d);
+        let (d, twice) = (be.download(&d), be.download(&twice));
+        let doubled: Vec<f32> = d.iter().map(|v| 2.0 * v).collect();
+        assert_eq!(twice, doubled, "accumulate");
+        compare(
+            &format!("add{}", if relu { "+relu" } else { "" }),
+            &a,
+            &d,
+            |v| {
+                let (vb, mut y) = (be.upload(v), be.zeros(0));
+                be.add(&vb, &bb, &mut y, relu);
+                dot(&be.download(&y), &r)
+            },
+            &mut rng,
+        );
+    }
 
     // global average pool
     let x = rng.vec(n * c * 9);
@@ -235,50 +319,83 @@ pub fn check_ops<B: Backend>(be: &mut B) {
     );
 }
 
-/// Whole-model check: d(mean loss)/d(every trainable tensor) against finite differences.
+/// Whole-model checks: d(mean loss)/d(trainable tensors) against finite differences, for every
+/// tensor of `small`, and for tensors of every kind of `resnet18` at both of its stems.
 pub fn check_model<B: Backend>(be: &mut B) {
-    let cfg = ModelConfig::small(2, 8, 8, 3);
-    let n = 4;
+    check_model_at(be, ModelConfig::small(2, 8, 8, 3), 4, &[]);
+    let some = [
+        "conv1.weight",
+        "bn1.weight",
+        "layer1.0.conv2.weight",
+        "layer2.0.downsample.0.weight",
+        "layer2.0.downsample.1.bias",
+        "layer3.1.bn2.weight",
+        "layer4.1.conv1.weight",
+        "fc.weight",
+        "fc.bias",
+    ];
+    check_model_at(
+        be,
+        ModelConfig::new("resnet18", 2, 7, 9, 3).unwrap(),
+        3,
+        &some,
+    );
+    check_model_at(
+        be,
+        ModelConfig::new("resnet18", 1, 96, 97, 3).unwrap(),
+        2,
+        &some[..3],
+    );
+}
+
+/// `only`: the tensors to check (empty: all).
+fn check_model_at<B: Backend>(be: &mut B, cfg: ModelConfig, n: usize, only: &[&str]) {
+    let (c, h, w) = (cfg.channels, cfg.height, cfg.width);
     let mut rng = Rng(11);
-    let px: Vec<u8> = (0..n * 2 * 64)
+    let px: Vec<u8> = (0..n * c * h * w)
         .map(|_| ((rng.f() + 1.0) * 127.0) as u8)
         .collect();
-    let labels = [0u32, 2, 1, 2];
+    let labels: Vec<u32> = (0..n).map(|i| [0, 2, 1][i % 3]).collect();
     let raw = RawBatch {
         pixels: &px,
         u16: false,
         n,
-        c: 2,
-        h: 8,
-        w: 8,
+        c,
+        h,
+        w,
         labels: &labels,
     };
+    let (mean, std) = (vec![0.5; c], vec![0.25; c]);
     let init = super::model::init_values(&cfg, 5);
     let loss_with = |be: &mut B, name: &str, vals: &[f32]| -> f64 {
         let mut v = init.clone();
         v.iter_mut().find(|(k, _)| k == name).unwrap().1 = vals.to_vec();
         let mut m = Model::new(be, cfg.clone(), &v);
-        m.load(be, &raw, &[0.5, 0.5], &[0.25, 0.25], 0, &[]);
+        m.load(be, &raw, &mean, &std, 0, &[]);
         m.forward(be, n, true);
         m.loss(be, n, 0.1);
         be.take_loss_stats().0 / n as f64
     };
     let mut m = Model::new(be, cfg.clone(), &init);
-    m.load(be, &raw, &[0.5, 0.5], &[0.25, 0.25], 0, &[]);
+    m.load(be, &raw, &mean, &std, 0, &[]);
     m.forward(be, n, true);
     m.loss(be, n, 0.1);
     be.take_loss_stats();
     m.backward(be, n);
     let names = m.params.names.clone();
     for (i, name) in names.iter().enumerate() {
+        if !only.is_empty() && !only.contains(&name.as_str()) {
+            continue;
+        }
         let g = be.download(&m.params.g[i]);
         let w = init.iter().find(|(k, _)| k == name).unwrap().1.clone();
-        compare(
-            &format!("model {name}"),
+        compare_eps(
+            &format!("{} {name}", cfg.name),
             &w,
             &g,
             |v| loss_with(be, name, v),
             &mut rng,
+            MODEL_EPS,
         );
     }
 }

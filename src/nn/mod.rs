@@ -40,7 +40,55 @@ pub struct RawBatch<'a> {
     pub labels: &'a [u32],
 }
 
-/// The operations `small` needs, on buffers of f32 that live wherever the backend computes.
+/// A convolution's shape: input [n, cin, h, w], square kernel k, stride, zero padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConvShape {
+    pub n: usize,
+    pub cin: usize,
+    pub cout: usize,
+    pub h: usize,
+    pub w: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl ConvShape {
+    pub fn oh(&self) -> usize {
+        out_size(self.h, self.k, self.stride, self.pad)
+    }
+    pub fn ow(&self) -> usize {
+        out_size(self.w, self.k, self.stride, self.pad)
+    }
+}
+
+/// A max pool's shape: input [n, c, h, w], k x k windows, stride, padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PoolShape {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl PoolShape {
+    pub fn oh(&self) -> usize {
+        out_size(self.h, self.k, self.stride, self.pad)
+    }
+    pub fn ow(&self) -> usize {
+        out_size(self.w, self.k, self.stride, self.pad)
+    }
+}
+
+/// Output size of a window sliding over `n` (floor, as PyTorch); 0 when the window does not fit.
+pub fn out_size(n: usize, k: usize, stride: usize, pad: usize) -> usize {
+    (n + 2 * pad).checked_sub(k).map_or(0, |r| r / stride + 1)
+}
+
+/// The operations models are made of, on buffers of f32 that live wherever the backend computes.
 /// Shapes are NCHW. Every backward op *writes* its input gradient and *writes* (not accumulates)
 /// parameter gradients.
 pub trait Backend {
@@ -65,32 +113,17 @@ pub trait Backend {
         labels: &mut Self::Buf,
     );
 
-    /// 3x3 convolution, stride 1, zero padding 1, no bias. w: [cout, cin, 3, 3].
-    #[allow(clippy::too_many_arguments)]
-    fn conv3x3(
-        &mut self,
-        x: &Self::Buf,
-        w: &Self::Buf,
-        y: &mut Self::Buf,
-        n: usize,
-        cin: usize,
-        cout: usize,
-        h: usize,
-        wd: usize,
-    );
-    #[allow(clippy::too_many_arguments)]
-    fn conv3x3_backward(
+    /// Convolution without bias (cross-correlation, zero padding). w: [cout, cin, k, k].
+    fn conv(&mut self, x: &Self::Buf, w: &Self::Buf, y: &mut Self::Buf, s: &ConvShape);
+    /// Gradients of `conv`: `dx` (when asked for) and `dw`.
+    fn conv_backward(
         &mut self,
         x: &Self::Buf,
         w: &Self::Buf,
         dy: &Self::Buf,
         dx: Option<&mut Self::Buf>,
         dw: &mut Self::Buf,
-        n: usize,
-        cin: usize,
-        cout: usize,
-        h: usize,
-        wd: usize,
+        s: &ConvShape,
     );
 
     /// Training-mode batch norm over (n, hw) per channel; saves mean and 1/std for backward and
@@ -150,29 +183,24 @@ pub trait Backend {
     /// dy *= (y > 0), in place.
     fn relu_backward(&mut self, y: &Self::Buf, dy: &mut Self::Buf);
 
-    /// 2x2 max pooling, stride 2 (h and w even); `arg` records which of the 4 won.
-    #[allow(clippy::too_many_arguments)]
-    fn maxpool2(
-        &mut self,
-        x: &Self::Buf,
-        y: &mut Self::Buf,
-        arg: &mut Self::Buf,
-        n: usize,
-        c: usize,
-        h: usize,
-        w: usize,
-    );
-    #[allow(clippy::too_many_arguments)]
-    fn maxpool2_backward(
+    /// Max pooling over k x k windows (padding never wins); `arg` records the winner's place in
+    /// its window (ky * k + kx, the first one on ties).
+    fn maxpool(&mut self, x: &Self::Buf, y: &mut Self::Buf, arg: &mut Self::Buf, s: &PoolShape);
+    /// Writes every element of `dx`: the sum of the gradients of the windows it won.
+    fn maxpool_backward(
         &mut self,
         dy: &Self::Buf,
         arg: &Self::Buf,
         dx: &mut Self::Buf,
-        n: usize,
-        c: usize,
-        h: usize,
-        w: usize,
+        s: &PoolShape,
     );
+
+    /// y = a + b, then max(y, 0) when `relu` (a residual connection).
+    fn add(&mut self, a: &Self::Buf, b: &Self::Buf, y: &mut Self::Buf, relu: bool);
+    /// dst += src (gradients of a value that several layers read).
+    fn accumulate(&mut self, dst: &mut Self::Buf, src: &Self::Buf);
+    /// dst = src.
+    fn copy(&mut self, src: &Self::Buf, dst: &mut Self::Buf);
 
     /// Global average pool: [n, c, hw] -> [n, c].
     fn gap(&mut self, x: &Self::Buf, y: &mut Self::Buf, n: usize, c: usize, hw: usize);

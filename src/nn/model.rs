@@ -1,11 +1,30 @@
-//! `small`, exactly as DESIGN.md defines it:
-//! conv3x3(C->32, no bias) BN ReLU maxpool2 / conv3x3(32->64) BN ReLU maxpool2 /
-//! conv3x3(64->128) BN ReLU / global average pool / linear(128->classes).
+//! Models as data: each model is a short list of layers (`ModelConfig::layers`), built in one
+//! place, and one walker runs any list forward and backward on any `Backend`.
+//!
+//! - `small`, exactly as DESIGN.md defines it: conv3x3(C->32, no bias) BN ReLU maxpool2 /
+//!   conv3x3(32->64) BN ReLU maxpool2 / conv3x3(64->128) BN ReLU / global average pool /
+//!   linear(128->classes).
+//! - `resnet18`: the standard ResNet-18 (BasicBlocks [2, 2, 2, 2], widths 64-128-256-512, strided
+//!   3x3 convolutions and 1x1 projection shortcuts), with torchvision's tensor names. Inputs of
+//!   96 px and more (the shorter side) get the 7x7/2 stem and a 3x3/2 max-pool; smaller ones a
+//!   3x3/1 stem without the pool, which keeps 28-64 px images from being pooled away.
 
-use super::{Aug, Backend, RawBatch};
+use super::{out_size, Aug, Backend, ConvShape, PoolShape, RawBatch};
 use serde::{Deserialize, Serialize};
 
-pub const WIDTHS: [usize; 3] = [32, 64, 128];
+/// The models `--model` takes.
+pub const MODELS: [&str; 2] = ["small", "resnet18"];
+
+/// Peak learning rate of the one-cycle schedule that `prep train` uses unless told otherwise:
+/// `small` trains fastest near 1.2 at batch 512; resnet18, deeper and with residual adds,
+/// diverges there and is trained at 0.4.
+pub fn default_lr(model: &str) -> f32 {
+    if model == "resnet18" {
+        0.4
+    } else {
+        1.2
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelConfig {
@@ -16,7 +35,158 @@ pub struct ModelConfig {
     pub classes: usize,
 }
 
+/// What a layer computes. Convolutions and the linear layer own a weight (and the linear layer a
+/// bias); batch norm owns a scale, a shift and running statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Convolution without bias: `cout` filters of k x k.
+    Conv {
+        cout: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+    },
+    /// Training-mode batch norm over (n, h, w) per channel, with the ReLU fused when `relu`.
+    BatchNorm {
+        relu: bool,
+    },
+    MaxPool {
+        k: usize,
+        stride: usize,
+        pad: usize,
+    },
+    /// The sum of two values of one shape (a residual connection), then ReLU when `relu`.
+    Add {
+        relu: bool,
+    },
+    /// [n, c, h, w] -> [n, c].
+    GlobalAvgPool,
+    /// [n, k] -> [n, out], with bias.
+    Linear {
+        out: usize,
+    },
+}
+
+/// One layer: its op, the values it reads (0 is the input batch, value i + 1 is layer i's
+/// output) and the name its tensors are saved under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    pub op: Op,
+    pub inputs: Vec<usize>,
+    pub name: String,
+}
+
+/// Shape of a value: channels, height, width (a linear layer's output is [c, 1, 1]).
+pub type Dims = (usize, usize, usize);
+
+/// Builds a layer list and tracks the shape of every value.
+struct Builder {
+    layers: Vec<Layer>,
+    dims: Vec<Dims>,
+}
+
+impl Builder {
+    fn new(input: Dims) -> Self {
+        Builder {
+            layers: Vec::new(),
+            dims: vec![input],
+        }
+    }
+    fn push(&mut self, op: Op, inputs: &[usize], name: &str) -> usize {
+        let (c, h, w) = self.dims[inputs[0]];
+        let d = match op {
+            Op::Conv {
+                cout,
+                k,
+                stride,
+                pad,
+            } => (
+                cout,
+                out_size(h, k, stride, pad),
+                out_size(w, k, stride, pad),
+            ),
+            Op::MaxPool { k, stride, pad } => {
+                (c, out_size(h, k, stride, pad), out_size(w, k, stride, pad))
+            }
+            Op::BatchNorm { .. } | Op::Add { .. } => (c, h, w),
+            Op::GlobalAvgPool => (c, 1, 1),
+            Op::Linear { out } => (out, 1, 1),
+        };
+        self.layers.push(Layer {
+            op,
+            inputs: inputs.to_vec(),
+            name: name.to_string(),
+        });
+        self.dims.push(d);
+        self.dims.len() - 1
+    }
+    fn conv(&mut self, x: usize, name: &str, cout: usize, k: usize, stride: usize) -> usize {
+        let op = Op::Conv {
+            cout,
+            k,
+            stride,
+            pad: k / 2,
+        };
+        self.push(op, &[x], name)
+    }
+    fn bn(&mut self, x: usize, name: &str, relu: bool) -> usize {
+        self.push(Op::BatchNorm { relu }, &[x], name)
+    }
+}
+
 impl ModelConfig {
+    /// A model by name for CxHxW inputs, or why it cannot take them.
+    pub fn new(
+        name: &str,
+        channels: usize,
+        height: usize,
+        width: usize,
+        classes: usize,
+    ) -> Result<Self, String> {
+        if !MODELS.contains(&name) {
+            return Err(format!(
+                "there is no model `{name}`; models: {}",
+                MODELS.join(", ")
+            ));
+        }
+        let cfg = ModelConfig {
+            name: name.into(),
+            channels,
+            height,
+            width,
+            classes,
+        };
+        if channels == 0 || classes == 0 {
+            return Err(format!(
+                "model `{name}` needs at least one channel and one class"
+            ));
+        }
+        // Every value must keep at least one pixel.
+        let empty = |c: &ModelConfig| {
+            let (layers, dims) = c.layers();
+            layers
+                .into_iter()
+                .zip(&dims[1..])
+                .find(|(_, d)| d.1 == 0 || d.2 == 0)
+                .map(|(l, _)| l.name)
+        };
+        if let Some(layer) = empty(&cfg) {
+            let min = (1..=4096).find(|&s| {
+                empty(&ModelConfig {
+                    height: s,
+                    width: s,
+                    ..cfg.clone()
+                })
+                .is_none()
+            });
+            return Err(format!(
+                "model `{name}` needs images of at least {0}x{0}: after its layer `{layer}`, {height}x{width} images have no pixels left",
+                min.unwrap_or(0)
+            ));
+        }
+        Ok(cfg)
+    }
+
     pub fn small(channels: usize, height: usize, width: usize, classes: usize) -> Self {
         ModelConfig {
             name: "small".into(),
@@ -27,30 +197,164 @@ impl ModelConfig {
         }
     }
 
+    /// The layer list and the shape of every value (input first).
+    pub fn layers(&self) -> (Vec<Layer>, Vec<Dims>) {
+        let mut b = Builder::new((self.channels, self.height, self.width));
+        let x = match self.name.as_str() {
+            "resnet18" => resnet18(&mut b, self.height.min(self.width) >= 96),
+            _ => small(&mut b),
+        };
+        b.push(Op::Linear { out: self.classes }, &[x], "fc");
+        (b.layers, b.dims)
+    }
+
     /// (name, shape, weight decay applies) of every trainable tensor, in a fixed order.
     pub fn trainable(&self) -> Vec<(String, Vec<usize>, bool)> {
+        let (layers, dims) = self.layers();
         let mut v = Vec::new();
-        let mut cin = self.channels;
-        for (i, &c) in WIDTHS.iter().enumerate() {
-            v.push((format!("conv{}.weight", i + 1), vec![c, cin, 3, 3], true));
-            v.push((format!("bn{}.weight", i + 1), vec![c], false));
-            v.push((format!("bn{}.bias", i + 1), vec![c], false));
-            cin = c;
+        for l in &layers {
+            let cin = dims[l.inputs[0]].0;
+            match l.op {
+                Op::Conv { cout, k, .. } => {
+                    v.push((format!("{}.weight", l.name), vec![cout, cin, k, k], true))
+                }
+                Op::BatchNorm { .. } => {
+                    v.push((format!("{}.weight", l.name), vec![cin], false));
+                    v.push((format!("{}.bias", l.name), vec![cin], false));
+                }
+                Op::Linear { out } => {
+                    v.push((format!("{}.weight", l.name), vec![out, cin], true));
+                    v.push((format!("{}.bias", l.name), vec![out], false));
+                }
+                _ => {}
+            }
         }
-        v.push(("fc.weight".into(), vec![self.classes, cin], true));
-        v.push(("fc.bias".into(), vec![self.classes], false));
         v
     }
 
     /// Running statistics of the batch norms (not trained, but part of the model).
     pub fn buffers(&self) -> Vec<(String, Vec<usize>)> {
+        let (layers, dims) = self.layers();
         let mut v = Vec::new();
-        for (i, &c) in WIDTHS.iter().enumerate() {
-            v.push((format!("bn{}.running_mean", i + 1), vec![c]));
-            v.push((format!("bn{}.running_var", i + 1), vec![c]));
+        for l in layers
+            .iter()
+            .filter(|l| matches!(l.op, Op::BatchNorm { .. }))
+        {
+            let c = dims[l.inputs[0]].0;
+            v.push((format!("{}.running_mean", l.name), vec![c]));
+            v.push((format!("{}.running_var", l.name), vec![c]));
         }
         v
     }
+
+    /// Every convolution of a batch of `n`, in the order the walker runs them.
+    pub fn convs(&self, n: usize) -> Vec<ConvShape> {
+        let (layers, dims) = self.layers();
+        layers
+            .iter()
+            .filter_map(|l| conv_shape(&l.op, dims[l.inputs[0]], n))
+            .collect()
+    }
+
+    /// Bytes a training step of a batch of `n` keeps on the device beside the weights, with
+    /// activations of `act_bytes` each: every layer's output, the max pools' winners, the
+    /// input, and the gradients in flight during backward (at most three values' worth: the
+    /// one being read, the one being written and one shared by a residual add).
+    pub fn activation_bytes(&self, n: usize, act_bytes: usize) -> u64 {
+        let (layers, dims) = self.layers();
+        let size = |d: &Dims| (d.0 * d.1 * d.2) as u64;
+        let outputs: u64 = dims.iter().map(size).sum();
+        let winners: u64 = layers
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| matches!(l.op, Op::MaxPool { .. }))
+            .map(|(i, _)| size(&dims[i + 1]))
+            .sum();
+        let largest = dims.iter().map(size).max().unwrap_or(0);
+        n as u64 * ((outputs + 3 * largest) * act_bytes as u64 + winners)
+    }
+
+    /// Bytes of the weights, their gradients and momentum (float32).
+    pub fn parameter_bytes(&self) -> u64 {
+        let count: usize = self
+            .trainable()
+            .iter()
+            .map(|t| t.1.iter().product::<usize>())
+            .sum();
+        3 * 4 * count as u64
+    }
+
+    /// Multiply-adds of one forward pass of one sample (convolutions and the linear layer).
+    pub fn macs_per_sample(&self) -> u64 {
+        let (layers, dims) = self.layers();
+        layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let cin = dims[l.inputs[0]].0 as u64;
+                let (c, h, w) = dims[i + 1];
+                match l.op {
+                    Op::Conv { k, .. } => (c * h * w) as u64 * cin * (k * k) as u64,
+                    Op::Linear { out } => cin * out as u64,
+                    _ => 0,
+                }
+            })
+            .sum()
+    }
+}
+
+fn small(b: &mut Builder) -> usize {
+    let mut x = 0;
+    for (i, c) in [32, 64, 128].into_iter().enumerate() {
+        let n = i + 1;
+        x = b.conv(x, &format!("conv{n}"), c, 3, 1);
+        x = b.bn(x, &format!("bn{n}"), true);
+        if i < 2 {
+            let op = Op::MaxPool {
+                k: 2,
+                stride: 2,
+                pad: 0,
+            };
+            x = b.push(op, &[x], &format!("pool{n}"));
+        }
+    }
+    b.push(Op::GlobalAvgPool, &[x], "avgpool")
+}
+
+fn resnet18(b: &mut Builder, large: bool) -> usize {
+    let mut x = if large {
+        let x = b.conv(0, "conv1", 64, 7, 2);
+        let x = b.bn(x, "bn1", true);
+        let op = Op::MaxPool {
+            k: 3,
+            stride: 2,
+            pad: 1,
+        };
+        b.push(op, &[x], "maxpool")
+    } else {
+        let x = b.conv(0, "conv1", 64, 3, 1);
+        b.bn(x, "bn1", true)
+    };
+    let mut cin = 64;
+    for (stage, width) in [64, 128, 256, 512].into_iter().enumerate() {
+        for block in 0..2 {
+            let stride = if stage > 0 && block == 0 { 2 } else { 1 };
+            let p = format!("layer{}.{block}", stage + 1);
+            let y = b.conv(x, &format!("{p}.conv1"), width, 3, stride);
+            let y = b.bn(y, &format!("{p}.bn1"), true);
+            let y = b.conv(y, &format!("{p}.conv2"), width, 3, 1);
+            let y = b.bn(y, &format!("{p}.bn2"), false);
+            let short = if stride != 1 || cin != width {
+                let s = b.conv(x, &format!("{p}.downsample.0"), width, 1, stride);
+                b.bn(s, &format!("{p}.downsample.1"), false)
+            } else {
+                x
+            };
+            x = b.push(Op::Add { relu: true }, &[y, short], &format!("{p}.add"));
+            cin = width;
+        }
+    }
+    b.push(Op::GlobalAvgPool, &[x], "avgpool")
 }
 
 /// Deterministic initial values: Kaiming-normal conv weights (fan-in, ReLU gain), PyTorch's
@@ -64,22 +368,29 @@ pub fn init_values(cfg: &ModelConfig, seed: u64) -> Vec<(String, Vec<f32>)> {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
     };
+    let (layers, _) = cfg.layers();
+    let linear = |name: &str| {
+        layers
+            .iter()
+            .any(|l| matches!(l.op, Op::Linear { .. }) && name.starts_with(&format!("{}.", l.name)))
+    };
     let mut out = Vec::new();
     for (name, shape, _) in cfg.trainable() {
         let len: usize = shape.iter().product();
-        let vals: Vec<f32> = if name.starts_with("conv") {
-            let fan_in = (shape[1] * 9) as f64;
+        let vals: Vec<f32> = if linear(&name) {
+            // fan-in of the weight [out, in]
+            let bound = 1.0 / (cfg_fan_in(&cfg.trainable(), &name) as f64).sqrt();
+            (0..len)
+                .map(|_| ((next() * 2.0 - 1.0) * bound) as f32)
+                .collect()
+        } else if shape.len() == 4 {
+            let fan_in = (shape[1] * shape[2] * shape[3]) as f64;
             let sd = (2.0 / fan_in).sqrt();
             (0..len)
                 .map(|_| {
                     let (u1, u2) = (next().max(1e-300), next());
                     ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos() * sd) as f32
                 })
-                .collect()
-        } else if name == "fc.weight" || name == "fc.bias" {
-            let bound = 1.0 / (cfg_fc_in() as f64).sqrt();
-            (0..len)
-                .map(|_| ((next() * 2.0 - 1.0) * bound) as f32)
                 .collect()
         } else if name.ends_with(".weight") {
             vec![1.0; len]
@@ -90,23 +401,23 @@ pub fn init_values(cfg: &ModelConfig, seed: u64) -> Vec<(String, Vec<f32>)> {
     }
     for (name, shape) in cfg.buffers() {
         let len: usize = shape.iter().product();
-        out.push((
-            name.clone(),
-            vec![
-                if name.ends_with("running_var") {
-                    1.0
-                } else {
-                    0.0
-                };
-                len
-            ],
-        ));
+        let v = if name.ends_with("running_var") {
+            1.0
+        } else {
+            0.0
+        };
+        out.push((name, vec![v; len]));
     }
     out
 }
 
-fn cfg_fc_in() -> usize {
-    WIDTHS[2]
+/// In-features of the linear layer a tensor (`NAME.weight` or `NAME.bias`) belongs to.
+fn cfg_fan_in(trainable: &[(String, Vec<usize>, bool)], name: &str) -> usize {
+    let layer = name.rsplit_once('.').map_or(name, |p| p.0);
+    trainable
+        .iter()
+        .find(|t| t.0 == format!("{layer}.weight"))
+        .map_or(1, |t| t.1[1])
 }
 
 /// Parameters, their gradients and momentum, on a backend.
@@ -121,27 +432,107 @@ pub struct Params<B: Backend> {
     pub running_names: Vec<String>,
 }
 
-/// Saved activations of one forward pass, reused between steps.
-struct Acts<B: Backend> {
-    a: Vec<B::Buf>,   // conv outputs (BN inputs)
-    r: Vec<B::Buf>,   // BN+ReLU outputs
-    p: Vec<B::Buf>,   // pooled outputs (stages 1, 2)
-    arg: Vec<B::Buf>, // pool argmax
-    mean: Vec<B::Buf>,
-    invstd: Vec<B::Buf>,
-    gap: B::Buf,
-    logits: B::Buf,
-    // scratch for backward
-    d1: B::Buf,
-    d2: B::Buf,
-    dp: B::Buf,
-    dlogits: B::Buf,
+/// A layer as the walker runs it: where its tensors are and what it keeps for backward.
+struct Node<B: Backend> {
+    layer: Layer,
+    /// Index of its first trainable tensor in `Params::w`, and of its first running statistic.
+    param: usize,
+    running: usize,
+    /// Its output value.
+    y: B::Buf,
+    /// Saved for backward: BN mean and 1/std, a max pool's winners.
+    aux: [B::Buf; 2],
+}
+
+/// Gradients of values during backward, in a pool of reused buffers: a value's gradient lives
+/// from its first contribution until its producer's backward has read it. A slot may be shared
+/// (a residual add passes one gradient to both inputs) and is copied before it is changed.
+struct Grads<B: Backend> {
+    bufs: Vec<B::Buf>,
+    refs: Vec<usize>,
+    free: Vec<usize>,
+    of: Vec<Option<usize>>,
+}
+
+impl<B: Backend> Grads<B> {
+    fn take(&mut self, be: &mut B) -> usize {
+        let s = self.free.pop().unwrap_or_else(|| {
+            self.bufs.push(be.zeros(0));
+            self.refs.push(0);
+            self.bufs.len() - 1
+        });
+        self.refs[s] = 1;
+        s
+    }
+    fn release(&mut self, s: usize) {
+        self.refs[s] -= 1;
+        if self.refs[s] == 0 {
+            // Later slots first, so that the same slots serve the same values every step.
+            self.free.push(s);
+            self.free.sort_unstable_by(|a, b| b.cmp(a));
+        }
+    }
+    /// `v`'s slot, unshared (copied if another value reads it too).
+    fn unique(&mut self, be: &mut B, v: usize) -> usize {
+        let s = self.of[v].expect("value has a gradient");
+        if self.refs[s] == 1 {
+            return s;
+        }
+        let t = self.take(be);
+        let (src, dst) = pair(&mut self.bufs, s, t);
+        be.copy(src, dst);
+        self.release(s);
+        self.of[v] = Some(t);
+        t
+    }
+    /// The gradient written to the fresh slot `t` belongs to `v` (added to what it has).
+    fn arrive(&mut self, be: &mut B, v: usize, t: usize) {
+        match self.of[v] {
+            None => self.of[v] = Some(t),
+            Some(_) => {
+                let s = self.unique(be, v);
+                let (src, dst) = pair(&mut self.bufs, t, s);
+                be.accumulate(dst, src);
+                self.release(t);
+            }
+        }
+    }
+    /// `v` receives the very gradient in slot `s` (shared, not copied).
+    fn share(&mut self, be: &mut B, v: usize, s: usize) {
+        match self.of[v] {
+            None => {
+                self.refs[s] += 1;
+                self.of[v] = Some(s);
+            }
+            Some(_) => {
+                let d = self.unique(be, v);
+                let (src, dst) = pair(&mut self.bufs, s, d);
+                be.accumulate(dst, src);
+            }
+        }
+    }
+}
+
+/// `&v[a]` and `&mut v[b]` (a != b).
+fn pair<T>(v: &mut [T], a: usize, b: usize) -> (&T, &mut T) {
+    assert_ne!(a, b);
+    if a < b {
+        let (l, r) = v.split_at_mut(b);
+        (&l[a], &mut r[0])
+    } else {
+        let (l, r) = v.split_at_mut(a);
+        (&r[0], &mut l[b])
+    }
 }
 
 pub struct Model<B: Backend> {
     pub cfg: ModelConfig,
     pub params: Params<B>,
-    acts: Acts<B>,
+    nodes: Vec<Node<B>>,
+    dims: Vec<Dims>,
+    grads: Grads<B>,
+    /// d(loss)/d(logits), written by `loss`.
+    dlogits: B::Buf,
     pub input: B::Buf,
     /// Labels of the batch in `input`, as the backend's loss reads them.
     pub labels: B::Buf,
@@ -166,36 +557,46 @@ impl<B: Backend> Model<B> {
             running: cfg.buffers().iter().map(|b| be.upload(get(&b.0))).collect(),
             running_names: cfg.buffers().into_iter().map(|b| b.0).collect(),
         };
-        let z = |be: &mut B| be.zeros(0);
-        let acts = Acts {
-            a: (0..3).map(|_| z(be)).collect(),
-            r: (0..3).map(|_| z(be)).collect(),
-            p: (0..2).map(|_| z(be)).collect(),
-            arg: (0..2).map(|_| z(be)).collect(),
-            mean: (0..3).map(|_| z(be)).collect(),
-            invstd: (0..3).map(|_| z(be)).collect(),
-            gap: z(be),
-            logits: z(be),
-            d1: z(be),
-            d2: z(be),
-            dp: z(be),
-            dlogits: z(be),
+        let (layers, dims) = cfg.layers();
+        let (mut param, mut running) = (0, 0);
+        let nodes = layers
+            .into_iter()
+            .map(|layer| {
+                let node = Node {
+                    param,
+                    running,
+                    y: be.zeros(0),
+                    aux: [be.zeros(0), be.zeros(0)],
+                    layer,
+                };
+                match node.layer.op {
+                    Op::Conv { .. } => param += 1,
+                    Op::Linear { .. } => param += 2,
+                    Op::BatchNorm { .. } => {
+                        param += 2;
+                        running += 2;
+                    }
+                    _ => {}
+                }
+                node
+            })
+            .collect::<Vec<_>>();
+        let grads = Grads {
+            bufs: Vec::new(),
+            refs: Vec::new(),
+            free: Vec::new(),
+            of: vec![None; dims.len()],
         };
-        let input = be.zeros(0);
-        let labels = be.zeros(0);
         Model {
             cfg,
             params,
-            acts,
-            input,
-            labels,
+            nodes,
+            dims,
+            grads,
+            dlogits: be.zeros(0),
+            input: be.zeros(0),
+            labels: be.zeros(0),
         }
-    }
-
-    /// Spatial size at each stage: (h, w) before stage i's conv.
-    fn dims(&self) -> [(usize, usize); 3] {
-        let (h, w) = (self.cfg.height, self.cfg.width);
-        [(h, w), (h / 2, w / 2), (h / 4, w / 4)]
     }
 
     pub fn load(
@@ -213,72 +614,74 @@ impl<B: Backend> Model<B> {
     /// Forward pass on `self.input` (n samples). Training mode uses batch statistics and saves
     /// what backward needs; evaluation mode uses the running statistics.
     pub fn forward(&mut self, be: &mut B, n: usize, train: bool) -> &B::Buf {
-        let dims = self.dims();
         let p = &mut self.params;
-        let a = &mut self.acts;
-        let mut cin = self.cfg.channels;
-        for s in 0..3 {
-            let (h, w) = dims[s];
-            let c = WIDTHS[s];
-            let x = if s == 0 { &self.input } else { &a.p[s - 1] };
-            be.conv3x3(x, &p.w[3 * s], &mut a.a[s], n, cin, c, h, w);
-            let (rm, rest) = p.running.split_at_mut(2 * s + 1);
-            if train {
-                be.bn_train(
-                    &a.a[s],
-                    &p.w[3 * s + 1],
-                    &p.w[3 * s + 2],
-                    &mut a.r[s],
-                    &mut a.mean[s],
-                    &mut a.invstd[s],
-                    &mut rm[2 * s],
-                    &mut rest[0],
-                    n,
-                    c,
-                    h * w,
-                    true,
-                );
-            } else {
-                be.bn_eval(
-                    &a.a[s],
-                    &p.w[3 * s + 1],
-                    &p.w[3 * s + 2],
-                    &rm[2 * s],
-                    &rest[0],
-                    &mut a.r[s],
-                    n,
-                    c,
-                    h * w,
-                    true,
-                );
+        for i in 0..self.nodes.len() {
+            let (done, rest) = self.nodes.split_at_mut(i);
+            let node = &mut rest[0];
+            let value = |v: usize| if v == 0 { &self.input } else { &done[v - 1].y };
+            let ins = &node.layer.inputs;
+            let x = value(ins[0]);
+            let (c, h, w) = self.dims[ins[0]];
+            let (j, r) = (node.param, node.running);
+            match node.layer.op {
+                op @ Op::Conv { .. } => {
+                    let s = conv_shape(&op, (c, h, w), n).unwrap();
+                    be.conv(x, &p.w[j], &mut node.y, &s);
+                }
+                Op::BatchNorm { relu } => {
+                    let [mean, invstd] = &mut node.aux;
+                    let (rm, rv) = p.running[r..].split_at_mut(1);
+                    if train {
+                        be.bn_train(
+                            x,
+                            &p.w[j],
+                            &p.w[j + 1],
+                            &mut node.y,
+                            mean,
+                            invstd,
+                            &mut rm[0],
+                            &mut rv[0],
+                            n,
+                            c,
+                            h * w,
+                            relu,
+                        );
+                    } else {
+                        be.bn_eval(
+                            x,
+                            &p.w[j],
+                            &p.w[j + 1],
+                            &rm[0],
+                            &rv[0],
+                            &mut node.y,
+                            n,
+                            c,
+                            h * w,
+                            relu,
+                        );
+                    }
+                }
+                Op::MaxPool { k, stride, pad } => {
+                    let s = pool_shape((c, h, w), n, k, stride, pad);
+                    be.maxpool(x, &mut node.y, &mut node.aux[0], &s);
+                }
+                Op::Add { relu } => be.add(x, value(ins[1]), &mut node.y, relu),
+                Op::GlobalAvgPool => be.gap(x, &mut node.y, n, c, h * w),
+                Op::Linear { out } => be.linear(x, &p.w[j], &p.w[j + 1], &mut node.y, n, c, out),
             }
-            if s < 2 {
-                be.maxpool2(&a.r[s], &mut a.p[s], &mut a.arg[s], n, c, h, w);
-            }
-            cin = c;
         }
-        let (h, w) = dims[2];
-        be.gap(&a.r[2], &mut a.gap, n, WIDTHS[2], h * w);
-        be.linear(
-            &a.gap,
-            &p.w[9],
-            &p.w[10],
-            &mut a.logits,
-            n,
-            WIDTHS[2],
-            self.cfg.classes,
-        );
-        &a.logits
+        &self.nodes.last().expect("a model has layers").y
     }
 
     /// Loss and its gradient for the last forward pass of `n` samples; the loss sum and correct
     /// count accumulate in the backend (`Backend::take_loss_stats`).
     pub fn loss(&mut self, be: &mut B, n: usize, smoothing: f32) {
+        let logits = &self.nodes.last().expect("a model has layers").y;
         be.softmax_xent(
-            &self.acts.logits,
+            logits,
             &self.labels,
             smoothing,
-            &mut self.acts.dlogits,
+            &mut self.dlogits,
             n,
             self.cfg.classes,
         )
@@ -286,72 +689,93 @@ impl<B: Backend> Model<B> {
 
     /// Backward from `dlogits` (set by `loss`), writing every parameter gradient.
     pub fn backward(&mut self, be: &mut B, n: usize) {
-        let dims = self.dims();
+        let last = self.nodes.len();
+        let g = &mut self.grads;
+        // dlogits enters the pool as the logits' gradient and comes back at the end; every slot
+        // is free between steps, so each step uses the same slots (and buffers) in the same way.
+        let top = g.take(be);
+        std::mem::swap(&mut g.bufs[top], &mut self.dlogits);
+        g.of[last] = Some(top);
         let p = &mut self.params;
-        let a = &mut self.acts;
-        let k = self.cfg.classes;
-        let c3 = WIDTHS[2];
-        let (g9, g10) = p.g.split_at_mut(10);
-        be.linear_backward(
-            &a.gap,
-            &p.w[9],
-            &a.dlogits,
-            &mut a.d1,
-            &mut g9[9],
-            &mut g10[0],
-            n,
-            c3,
-            k,
-        );
-        let (h, w) = dims[2];
-        be.gap_backward(&a.d1, &mut a.d2, n, c3, h * w);
-        // d2 holds d(out of stage 2's ReLU).
-        for s in (0..3).rev() {
-            let (h, w) = dims[s];
-            let c = WIDTHS[s];
-            let cin = if s == 0 {
-                self.cfg.channels
-            } else {
-                WIDTHS[s - 1]
-            };
-            {
-                let (gw, gb) = p.g.split_at_mut(3 * s + 2);
-                be.bn_backward(
-                    &a.a[s],
-                    &a.d2,
-                    &p.w[3 * s + 1],
-                    &a.mean[s],
-                    &a.invstd[s],
-                    &mut a.d1,
-                    &mut gw[3 * s + 1],
-                    &mut gb[0],
-                    n,
-                    c,
-                    h * w,
-                    Some(&a.r[s]),
-                );
+        for i in (0..last).rev() {
+            let Some(gy) = g.of[i + 1] else { continue };
+            let (done, rest) = self.nodes.split_at_mut(i);
+            let node = &rest[0];
+            let value = |v: usize| if v == 0 { &self.input } else { &done[v - 1].y };
+            let ins = &node.layer.inputs;
+            if let Op::Add { relu } = node.layer.op {
+                // Both inputs receive the sum's gradient as it is.
+                let gy = if relu {
+                    let s = g.unique(be, i + 1);
+                    be.relu_backward(&node.y, &mut g.bufs[s]);
+                    s
+                } else {
+                    gy
+                };
+                for &v in ins.iter().filter(|&&v| v != 0) {
+                    g.share(be, v, gy);
+                }
+                g.release(gy);
+                g.of[i + 1] = None;
+                continue;
             }
-            let x = if s == 0 { &self.input } else { &a.p[s - 1] };
-            if s == 0 {
-                be.conv3x3_backward(x, &p.w[0], &a.d1, None, &mut p.g[0], n, cin, c, h, w);
+            let x = value(ins[0]);
+            let (c, h, w) = self.dims[ins[0]];
+            let j = node.param;
+            // The input batch (value 0) needs no gradient: a convolution skips it, other layers
+            // write it to a slot that is dropped.
+            let wanted = ins[0] != 0;
+            let conv = conv_shape(&node.layer.op, (c, h, w), n);
+            let t = (wanted || conv.is_none()).then(|| g.take(be));
+            if let Some(s) = conv {
+                match t {
+                    Some(t) => {
+                        let (dy, dx) = pair(&mut g.bufs, gy, t);
+                        be.conv_backward(x, &p.w[j], dy, Some(dx), &mut p.g[j], &s);
+                    }
+                    None => be.conv_backward(x, &p.w[j], &g.bufs[gy], None, &mut p.g[j], &s),
+                }
             } else {
-                // d(pooled input) into dp, then through the previous stage's pool into d2.
-                be.conv3x3_backward(
-                    x,
-                    &p.w[3 * s],
-                    &a.d1,
-                    Some(&mut a.dp),
-                    &mut p.g[3 * s],
-                    n,
-                    cin,
-                    c,
-                    h,
-                    w,
-                );
-                let (ph, pw) = dims[s - 1];
-                be.maxpool2_backward(&a.dp, &a.arg[s - 1], &mut a.d2, n, cin, ph, pw);
+                let (dy, dx) = pair(&mut g.bufs, gy, t.unwrap());
+                match node.layer.op {
+                    Op::BatchNorm { relu } => {
+                        let (gw, gb) = p.g[j..].split_at_mut(1);
+                        be.bn_backward(
+                            x,
+                            dy,
+                            &p.w[j],
+                            &node.aux[0],
+                            &node.aux[1],
+                            dx,
+                            &mut gw[0],
+                            &mut gb[0],
+                            n,
+                            c,
+                            h * w,
+                            relu.then_some(&node.y),
+                        );
+                    }
+                    Op::MaxPool { k, stride, pad } => {
+                        let s = pool_shape((c, h, w), n, k, stride, pad);
+                        be.maxpool_backward(dy, &node.aux[0], dx, &s);
+                    }
+                    Op::GlobalAvgPool => be.gap_backward(dy, dx, n, c, h * w),
+                    Op::Linear { out } => {
+                        let (dw, db) = p.g[j..].split_at_mut(1);
+                        be.linear_backward(x, &p.w[j], dy, dx, &mut dw[0], &mut db[0], n, c, out);
+                    }
+                    Op::Conv { .. } | Op::Add { .. } => unreachable!(),
+                }
+            }
+            g.release(gy);
+            g.of[i + 1] = None;
+            match t {
+                Some(t) if wanted => g.arrive(be, ins[0], t),
+                Some(t) => g.release(t),
+                None => {}
             }
         }
+        std::mem::swap(&mut g.bufs[top], &mut self.dlogits);
     }
 
     /// One training step on the batch in `input`: forward, loss, backward, SGD.
@@ -416,5 +840,38 @@ impl<B: Backend> Model<B> {
                 self.params.v[i] = be.upload(v);
             }
         }
+    }
+}
+
+fn conv_shape(op: &Op, (cin, h, w): Dims, n: usize) -> Option<ConvShape> {
+    match *op {
+        Op::Conv {
+            cout,
+            k,
+            stride,
+            pad,
+        } => Some(ConvShape {
+            n,
+            cin,
+            cout,
+            h,
+            w,
+            k,
+            stride,
+            pad,
+        }),
+        _ => None,
+    }
+}
+
+fn pool_shape((c, h, w): Dims, n: usize, k: usize, stride: usize, pad: usize) -> PoolShape {
+    PoolShape {
+        n,
+        c,
+        h,
+        w,
+        k,
+        stride,
+        pad,
     }
 }

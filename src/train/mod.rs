@@ -3,6 +3,8 @@
 //! epoch, checkpoints that resume mid-epoch, and the run's outputs.
 
 pub mod checkpoint;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod input;
 pub mod plot;
 
@@ -63,6 +65,8 @@ pub struct TrainOptions {
     pub data: PathBuf,
     pub out: Option<PathBuf>,
     pub resume: Option<PathBuf>,
+    /// `small` or `resnet18` (`nn::model::MODELS`).
+    pub model: String,
     pub epochs: usize,
     pub batch: usize,
     pub lr: f32,
@@ -213,6 +217,7 @@ pub struct Trained {
 }
 
 pub fn train(o: &TrainOptions) -> Result<Trained> {
+    crate::mem::purge_freed_memory_at_once();
     let (dir, recipe, resume_state) = match &o.resume {
         Some(dir) => {
             let cfg = dir.join("config.json");
@@ -227,20 +232,17 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             let dims = &m.sample.shape.0;
             if dims.len() != 3 {
                 return Err(Error::Invalid(format!(
-                    "model `small` takes CxHxW images; this dataset's samples are {}",
-                    m.sample.shape
+                    "model `{}` takes CxHxW images; this dataset's samples are {}",
+                    o.model, m.sample.shape
                 )));
             }
             let (c, h, w) = (dims[0] as usize, dims[1] as usize, dims[2] as usize);
-            if h < 4 || w < 4 {
-                return Err(Error::Invalid(format!(
-                    "model `small` needs images of at least 4x4, got {h}x{w}"
-                )));
-            }
+            let model = ModelConfig::new(&o.model, c, h, w, m.classes.len())
+                .map_err(|e| Error::Invalid(format!("{}: {e}", o.data.display())))?;
             let device = pick_device(&o.device, o.quiet)?;
             let recipe = Recipe {
                 data: o.data.clone(),
-                model: ModelConfig::small(c, h, w, m.classes.len()),
+                model,
                 epochs: o.epochs,
                 batch: o.batch,
                 lr: o.lr,
@@ -464,7 +466,7 @@ fn run(
     }
     #[cfg(feature = "cuda")]
     {
-        crate::nn::cuda::train::run(ctx)
+        cuda::run(ctx)
     }
     #[cfg(not(feature = "cuda"))]
     Err(Error::Invalid(format!(

@@ -329,3 +329,174 @@ fn device_choice_on_a_machine_without_cuda() {
     let o = run(&["eval", r1, &ds, "--device", "cuda"], 1);
     assert!(stderr(&o).contains("--device cuda"), "{}", stderr(&o));
 }
+
+/// Both models train one epoch on a tiny odd-sized, non-square dataset; config.json names the
+/// model, and `prep eval` (which builds the model from config.json) repeats the run's accuracy.
+#[test]
+fn each_model_trains_odd_sized_images_and_eval_reproduces_it() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = t.path().join("ds97");
+    run(
+        &[
+            "synth",
+            "--train",
+            "96",
+            "--test",
+            "40",
+            "--shape",
+            "3x97x131",
+            "--classes",
+            "3",
+            "--out",
+            ds.to_str().unwrap(),
+            "--quiet",
+        ],
+        0,
+    );
+    for model in ["small", "resnet18"] {
+        let run_dir = t.path().join(model);
+        let o = run(
+            &[
+                "train",
+                ds.to_str().unwrap(),
+                "--model",
+                model,
+                "--device",
+                "cpu",
+                "--epochs",
+                "1",
+                "--batch",
+                "16",
+                "--lr",
+                "0.05",
+                "--out",
+                run_dir.to_str().unwrap(),
+                "--quiet",
+                "--json",
+            ],
+            0,
+        );
+        let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let acc = s["test_accuracy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&acc), "{model}: accuracy {acc}");
+        let cfg: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(run_dir.join("config.json")).unwrap()).unwrap();
+        assert_eq!(cfg["model"]["name"], model);
+        let names: Vec<String> = tensors(&run_dir).into_iter().map(|t| t.0).collect();
+        let expect = if model == "small" {
+            "conv3.weight"
+        } else {
+            "layer4.1.bn2.running_var"
+        };
+        assert!(names.iter().any(|n| n == expect), "{model}: {names:?}");
+        let e = run(
+            &[
+                "eval",
+                run_dir.to_str().unwrap(),
+                ds.to_str().unwrap(),
+                "--json",
+            ],
+            0,
+        );
+        let ev: serde_json::Value = serde_json::from_slice(&e.stdout).unwrap();
+        assert_eq!(ev["accuracy"].as_f64().unwrap(), acc, "{model}: eval");
+    }
+}
+
+/// Shapes a user may bring train on the CPU with either model (channels 1 to 16, odd and tiny
+/// sides, u16), and a model that cannot take a shape says so before anything is written.
+#[test]
+fn models_take_any_shape_that_fits_and_name_the_limit_otherwise() {
+    let t = tempfile::tempdir().unwrap();
+    // 16-bit grey images, kept as u16.
+    let pngs = t.path().join("pngs");
+    for (class, level) in [("dark", 9000u16), ("light", 50000)] {
+        std::fs::create_dir_all(pngs.join(class)).unwrap();
+        for i in 0..20u16 {
+            image::ImageBuffer::from_fn(19, 16, |x, y| {
+                image::Luma([level.wrapping_add(i * 97 + (x * y) as u16 * 13)])
+            })
+            .save(pngs.join(class).join(format!("{i}.png")))
+            .unwrap();
+        }
+    }
+    let u16_ds = t.path().join("ds-u16");
+    let (pngs, u16_out) = (pngs.to_str().unwrap(), u16_ds.to_str().unwrap());
+    run(
+        &[
+            "convert", pngs, "--dtype", "u16", "--out", u16_out, "--quiet",
+        ],
+        0,
+    );
+    for shape in ["16x17x23", "2x5x40", "u16"] {
+        let ds = t.path().join(format!("ds-{shape}"));
+        if shape != "u16" {
+            let out = ds.to_str().unwrap();
+            let args = ["synth", "--train", "32", "--test", "8", "--shape", shape];
+            run(
+                &[&args[..], &["--classes", "2", "--out", out, "--quiet"]].concat(),
+                0,
+            );
+        }
+        for model in ["small", "resnet18"] {
+            let out = t.path().join(format!("run-{shape}-{model}"));
+            run(
+                &[
+                    "train",
+                    ds.to_str().unwrap(),
+                    "--model",
+                    model,
+                    "--device",
+                    "cpu",
+                    "--epochs",
+                    "1",
+                    "--batch",
+                    "8",
+                    "--out",
+                    out.to_str().unwrap(),
+                    "--quiet",
+                ],
+                0,
+            );
+        }
+    }
+    // `small` pools twice: 3 pixels cannot take that.
+    let ds = t.path().join("tiny");
+    run(
+        &[
+            "synth",
+            "--train",
+            "16",
+            "--test",
+            "0",
+            "--shape",
+            "1x3x8",
+            "--classes",
+            "2",
+            "--out",
+            ds.to_str().unwrap(),
+            "--quiet",
+        ],
+        0,
+    );
+    let out = t.path().join("tiny-run");
+    let o = run(
+        &[
+            "train",
+            ds.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        2,
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("model `small` needs images of at least 4x4"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written for a model that cannot run");
+    let o = run(&["train", ds.to_str().unwrap(), "--model", "vgg"], 2);
+    assert!(stderr(&o).contains("resnet18"), "{}", stderr(&o));
+}

@@ -4,7 +4,7 @@
 //! Results are bit-for-bit deterministic whatever the thread count: work is split into fixed
 //! chunks of samples, and every reduction adds the chunks' partial results in chunk order.
 
-use super::{Aug, Backend, RawBatch};
+use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
 use rayon::prelude::*;
 
 /// Samples per work chunk: the unit of parallelism and of deterministic reduction.
@@ -75,34 +75,86 @@ fn gemm(
     }
 }
 
-/// col[(ci*9 + ky*3 + kx), s*hw + y*w + x] = x[s, ci, y+ky-1, x+kx-1] (0 outside).
-fn im2col(x: &[f32], s_count: usize, cin: usize, h: usize, w: usize, col: &mut [f32]) {
-    let hw = h * w;
-    let cols = s_count * hw;
-    for ci in 0..cin {
-        for ky in 0..3 {
-            for kx in 0..3 {
-                let row = &mut col[(ci * 9 + ky * 3 + kx) * cols..][..cols];
-                for s in 0..s_count {
-                    let src = &x[(s * cin + ci) * hw..][..hw];
-                    let dst = &mut row[s * hw..][..hw];
-                    for y in 0..h {
-                        let sy = y as isize + ky as isize - 1;
-                        let drow = &mut dst[y * w..][..w];
-                        if sy < 0 || sy >= h as isize {
-                            drow.fill(0.0);
+/// Most floats one im2col or GEMM scratch buffer of a work chunk may hold (5 MiB): what bounds
+/// the CPU backend's memory per thread, whatever the image size.
+const SCRATCH_FLOATS: usize = 5 << 18;
+
+/// A convolution's work chunk: samples `s0..s0 + ns`, output rows `r0..r1` of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Chunk {
+    s0: usize,
+    ns: usize,
+    r0: usize,
+    r1: usize,
+}
+
+impl Chunk {
+    fn cols(&self, ow: usize) -> usize {
+        self.ns * (self.r1 - self.r0) * ow
+    }
+}
+
+/// The chunks of a convolution, grouped by the samples they cover: `CHUNK` whole samples when
+/// their scratch fits `SCRATCH_FLOATS` (so small images chunk as they always did, and give the
+/// same bits), else fewer samples, else bands of output rows of one sample.
+fn chunks(s: &ConvShape) -> Vec<Vec<Chunk>> {
+    let (oh, ow) = (s.oh(), s.ow());
+    let row = (s.cin * s.k * s.k).max(s.cout) * ow;
+    let per_sample = row * oh;
+    let samples = (SCRATCH_FLOATS / per_sample.max(1)).clamp(1, CHUNK);
+    let rows = if per_sample <= SCRATCH_FLOATS {
+        oh
+    } else {
+        (SCRATCH_FLOATS / row.max(1)).clamp(1, oh)
+    };
+    (0..s.n)
+        .step_by(samples)
+        .map(|s0| {
+            let ns = samples.min(s.n - s0);
+            (0..oh)
+                .step_by(rows)
+                .map(|r0| Chunk {
+                    s0,
+                    ns,
+                    r0,
+                    r1: (r0 + rows).min(oh),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// col[(ci*k*k + ky*k + kx), column] = x[s, ci, oy*stride + ky - pad, ox*stride + kx - pad]
+/// (0 outside), one column per output pixel of the chunk, samples then rows then columns.
+fn im2col(x: &[f32], s: &ConvShape, ch: &Chunk, col: &mut [f32]) {
+    let (h, w, k, st) = (s.h, s.w, s.k, s.stride);
+    let (oh_rows, ow) = (ch.r1 - ch.r0, s.ow());
+    let cols = ch.cols(ow);
+    for ci in 0..s.cin {
+        for ky in 0..k {
+            for kx in 0..k {
+                let row = &mut col[((ci * k + ky) * k + kx) * cols..][..cols];
+                // Output columns whose input column ox*st + kx - pad lies inside the image.
+                let lo = s.pad.saturating_sub(kx).div_ceil(st).min(ow);
+                let hi = (w + s.pad).saturating_sub(kx).div_ceil(st).clamp(lo, ow);
+                for si in 0..ch.ns {
+                    let src = &x[((ch.s0 + si) * s.cin + ci) * h * w..][..h * w];
+                    for oy in ch.r0..ch.r1 {
+                        let dst = &mut row[(si * oh_rows + oy - ch.r0) * ow..][..ow];
+                        let iy = (oy * st + ky) as isize - s.pad as isize;
+                        if iy < 0 || iy >= h as isize {
+                            dst.fill(0.0);
                             continue;
                         }
-                        let srow = &src[sy as usize * w..][..w];
-                        match kx {
-                            0 => {
-                                drow[0] = 0.0;
-                                drow[1..].copy_from_slice(&srow[..w - 1]);
-                            }
-                            1 => drow.copy_from_slice(srow),
-                            _ => {
-                                drow[..w - 1].copy_from_slice(&srow[1..]);
-                                drow[w - 1] = 0.0;
+                        let srow = &src[iy as usize * w..][..w];
+                        dst[..lo].fill(0.0);
+                        dst[hi..].fill(0.0);
+                        let ix0 = lo * st + kx - s.pad;
+                        if st == 1 {
+                            dst[lo..hi].copy_from_slice(&srow[ix0..ix0 + hi - lo]);
+                        } else {
+                            for (j, d) in dst[lo..hi].iter_mut().enumerate() {
+                                *d = srow[ix0 + j * st];
                             }
                         }
                     }
@@ -112,35 +164,36 @@ fn im2col(x: &[f32], s_count: usize, cin: usize, h: usize, w: usize, col: &mut [
     }
 }
 
-/// The adjoint of im2col: dx[s, ci, ...] += col rows.
-fn col2im(col: &[f32], s_count: usize, cin: usize, h: usize, w: usize, dx: &mut [f32]) {
-    let hw = h * w;
-    let cols = s_count * hw;
-    dx.fill(0.0);
-    for ci in 0..cin {
-        for ky in 0..3 {
-            for kx in 0..3 {
-                let row = &col[(ci * 9 + ky * 3 + kx) * cols..][..cols];
-                for s in 0..s_count {
-                    let src = &row[s * hw..][..hw];
-                    let dst = &mut dx[(s * cin + ci) * hw..][..hw];
-                    for y in 0..h {
-                        let sy = y as isize + ky as isize - 1;
-                        if sy < 0 || sy >= h as isize {
+/// The adjoint of im2col: dx (the chunk's samples, from their first) += col rows.
+fn col2im(col: &[f32], s: &ConvShape, ch: &Chunk, dx: &mut [f32]) {
+    let (h, w, k, st) = (s.h, s.w, s.k, s.stride);
+    let (oh_rows, ow) = (ch.r1 - ch.r0, s.ow());
+    let cols = ch.cols(ow);
+    for ci in 0..s.cin {
+        for ky in 0..k {
+            for kx in 0..k {
+                let row = &col[((ci * k + ky) * k + kx) * cols..][..cols];
+                let lo = s.pad.saturating_sub(kx).div_ceil(st).min(ow);
+                let hi = (w + s.pad).saturating_sub(kx).div_ceil(st).clamp(lo, ow);
+                for si in 0..ch.ns {
+                    let dst = &mut dx[(si * s.cin + ci) * h * w..][..h * w];
+                    for oy in ch.r0..ch.r1 {
+                        let iy = (oy * st + ky) as isize - s.pad as isize;
+                        if iy < 0 || iy >= h as isize || lo == hi {
                             continue;
                         }
-                        let srow = &src[y * w..][..w];
-                        let drow = &mut dst[sy as usize * w..][..w];
-                        match kx {
-                            0 => drow[..w - 1]
+                        let srow = &row[(si * oh_rows + oy - ch.r0) * ow..][..ow];
+                        let drow = &mut dst[iy as usize * w..][..w];
+                        let ix0 = lo * st + kx - s.pad;
+                        if st == 1 {
+                            drow[ix0..ix0 + hi - lo]
                                 .iter_mut()
-                                .zip(&srow[1..])
-                                .for_each(|(d, s)| *d += s),
-                            1 => drow.iter_mut().zip(srow).for_each(|(d, s)| *d += s),
-                            _ => drow[1..]
-                                .iter_mut()
-                                .zip(&srow[..w - 1])
-                                .for_each(|(d, s)| *d += s),
+                                .zip(&srow[lo..hi])
+                                .for_each(|(d, v)| *d += v);
+                        } else {
+                            for (j, v) in srow[lo..hi].iter().enumerate() {
+                                drow[ix0 + j * st] += v;
+                            }
                         }
                     }
                 }
@@ -149,18 +202,25 @@ fn col2im(col: &[f32], s_count: usize, cin: usize, h: usize, w: usize, dx: &mut 
     }
 }
 
-/// [s, c, hw] <-> [c, s*hw]
-fn nchw_to_cn(x: &[f32], s_count: usize, c: usize, hw: usize, out: &mut [f32]) {
-    for s in 0..s_count {
+/// The chunk's part of y [n, c, oh*ow] <-> [c, chunk columns].
+fn nchw_to_cn(x: &[f32], c: usize, ohw: usize, ow: usize, ch: &Chunk, out: &mut [f32]) {
+    let band = (ch.r1 - ch.r0) * ow;
+    let cols = ch.ns * band;
+    for si in 0..ch.ns {
         for ci in 0..c {
-            out[ci * s_count * hw + s * hw..][..hw].copy_from_slice(&x[(s * c + ci) * hw..][..hw]);
+            out[ci * cols + si * band..][..band]
+                .copy_from_slice(&x[((ch.s0 + si) * c + ci) * ohw + ch.r0 * ow..][..band]);
         }
     }
 }
-fn cn_to_nchw(x: &[f32], s_count: usize, c: usize, hw: usize, out: &mut [f32]) {
-    for s in 0..s_count {
+/// Writes into `y`, which holds the chunk's samples from their first.
+fn cn_to_nchw(x: &[f32], c: usize, ohw: usize, ow: usize, ch: &Chunk, y: &mut [f32]) {
+    let band = (ch.r1 - ch.r0) * ow;
+    let cols = ch.ns * band;
+    for si in 0..ch.ns {
         for ci in 0..c {
-            out[(s * c + ci) * hw..][..hw].copy_from_slice(&x[ci * s_count * hw + s * hw..][..hw]);
+            y[(si * c + ci) * ohw + ch.r0 * ow..][..band]
+                .copy_from_slice(&x[ci * cols + si * band..][..band]);
         }
     }
 }
@@ -256,129 +316,78 @@ impl Backend for Cpu {
         });
     }
 
-    fn conv3x3(
-        &mut self,
-        x: &Vec<f32>,
-        wt: &Vec<f32>,
-        y: &mut Vec<f32>,
-        n: usize,
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
-    ) {
-        let hw = h * w;
-        y.resize(n * cout * hw, 0.0);
-        y.par_chunks_mut(CHUNK * cout * hw)
-            .enumerate()
-            .for_each(|(ch, yc)| {
-                let s_count = yc.len() / (cout * hw);
-                let xs = &x[ch * CHUNK * cin * hw..][..s_count * cin * hw];
-                with_scratch(cin * 9 * s_count * hw, cout * s_count * hw, |col, out| {
-                    im2col(xs, s_count, cin, h, w, col);
-                    gemm(
-                        cout,
-                        cin * 9,
-                        s_count * hw,
-                        wt,
-                        cin * 9,
-                        1,
-                        col,
-                        s_count * hw,
-                        1,
-                        out,
-                        0.0,
-                    );
-                    cn_to_nchw(out, s_count, cout, hw, yc);
-                });
+    fn conv(&mut self, x: &Vec<f32>, wt: &Vec<f32>, y: &mut Vec<f32>, s: &ConvShape) {
+        let (ohw, ow) = (s.oh() * s.ow(), s.ow());
+        let kk = s.cin * s.k * s.k;
+        y.resize(s.n * s.cout * ohw, 0.0);
+        let groups = chunks(s);
+        let per = groups[0][0].ns * s.cout * ohw;
+        y.par_chunks_mut(per)
+            .zip(groups.par_iter())
+            .for_each(|(yc, group)| {
+                for ch in group {
+                    let cols = ch.cols(ow);
+                    with_scratch(kk * cols, s.cout * cols, |col, out| {
+                        im2col(x, s, ch, col);
+                        gemm(s.cout, kk, cols, wt, kk, 1, col, cols, 1, out, 0.0);
+                        cn_to_nchw(out, s.cout, ohw, ow, ch, yc);
+                    });
+                }
             });
     }
 
-    fn conv3x3_backward(
+    fn conv_backward(
         &mut self,
         x: &Vec<f32>,
         wt: &Vec<f32>,
         dy: &Vec<f32>,
         dx: Option<&mut Vec<f32>>,
         dw: &mut Vec<f32>,
-        n: usize,
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
+        s: &ConvShape,
     ) {
-        let hw = h * w;
-        let chunks = n.div_ceil(CHUNK);
-        let partial: Vec<Vec<f32>> = (0..chunks)
-            .into_par_iter()
-            .map(|ch| {
-                let s0 = ch * CHUNK;
-                let s_count = CHUNK.min(n - s0);
-                let xs = &x[s0 * cin * hw..][..s_count * cin * hw];
-                let mut dwc = vec![0.0f32; cout * cin * 9];
-                with_scratch(cin * 9 * s_count * hw, cout * s_count * hw, |col, dyc| {
-                    im2col(xs, s_count, cin, h, w, col);
-                    nchw_to_cn(
-                        &dy[s0 * cout * hw..][..s_count * cout * hw],
-                        s_count,
-                        cout,
-                        hw,
-                        dyc,
-                    );
-                    // dW_chunk (cout x cin*9) = dY (cout x S*hw) . col^T (S*hw x cin*9)
-                    gemm(
-                        cout,
-                        s_count * hw,
-                        cin * 9,
-                        dyc,
-                        s_count * hw,
-                        1,
-                        col,
-                        1,
-                        s_count * hw,
-                        &mut dwc,
-                        0.0,
-                    );
-                });
-                dwc
-            })
-            .collect();
-        dw.resize(cout * cin * 9, 0.0);
+        let (ohw, ow) = (s.oh() * s.ow(), s.ow());
+        let kk = s.cin * s.k * s.k;
+        let groups = chunks(s);
+        let all: Vec<Chunk> = groups.iter().flatten().copied().collect();
+        dw.resize(s.cout * kk, 0.0);
         dw.fill(0.0);
-        for p in partial {
-            dw.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+        // Each chunk's dW, added in chunk order (deterministic whatever the thread count); a
+        // few chunks at a time, so that their partial sums stay few.
+        for part in all.chunks(8) {
+            let partial: Vec<Vec<f32>> = part
+                .par_iter()
+                .map(|ch| {
+                    let cols = ch.cols(ow);
+                    let mut dwc = vec![0.0f32; s.cout * kk];
+                    with_scratch(kk * cols, s.cout * cols, |col, dyc| {
+                        im2col(x, s, ch, col);
+                        nchw_to_cn(dy, s.cout, ohw, ow, ch, dyc);
+                        // dW_chunk (cout x kk) = dY (cout x cols) . col^T (cols x kk)
+                        gemm(s.cout, cols, kk, dyc, cols, 1, col, 1, cols, &mut dwc, 0.0);
+                    });
+                    dwc
+                })
+                .collect();
+            for p in partial {
+                dw.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+            }
         }
         if let Some(dx) = dx {
-            dx.resize(n * cin * hw, 0.0);
-            dx.par_chunks_mut(CHUNK * cin * hw)
-                .enumerate()
-                .for_each(|(ch, dxc)| {
-                    let s0 = ch * CHUNK;
-                    let s_count = dxc.len() / (cin * hw);
-                    with_scratch(cin * 9 * s_count * hw, cout * s_count * hw, |dcol, dyc| {
-                        nchw_to_cn(
-                            &dy[s0 * cout * hw..][..s_count * cout * hw],
-                            s_count,
-                            cout,
-                            hw,
-                            dyc,
-                        );
-                        // dcol (cin*9 x S*hw) = W^T (cin*9 x cout) . dY (cout x S*hw)
-                        gemm(
-                            cin * 9,
-                            cout,
-                            s_count * hw,
-                            wt,
-                            1,
-                            cin * 9,
-                            dyc,
-                            s_count * hw,
-                            1,
-                            dcol,
-                            0.0,
-                        );
-                        col2im(dcol, s_count, cin, h, w, dxc);
-                    });
+            let per_x = s.cin * s.h * s.w;
+            dx.resize(s.n * per_x, 0.0);
+            dx.par_chunks_mut(groups[0][0].ns * per_x)
+                .zip(groups.par_iter())
+                .for_each(|(dxc, group)| {
+                    dxc.fill(0.0);
+                    for ch in group {
+                        let cols = ch.cols(ow);
+                        with_scratch(kk * cols, s.cout * cols, |dcol, dyc| {
+                            nchw_to_cn(dy, s.cout, ohw, ow, ch, dyc);
+                            // dcol (kk x cols) = W^T (kk x cout) . dY (cout x cols)
+                            gemm(kk, s.cout, cols, wt, 1, kk, dyc, cols, 1, dcol, 0.0);
+                            col2im(dcol, s, ch, dxc);
+                        });
+                    }
                 });
         }
     }
@@ -538,19 +547,11 @@ impl Backend for Cpu {
             });
     }
 
-    fn maxpool2(
-        &mut self,
-        x: &Vec<f32>,
-        y: &mut Vec<f32>,
-        arg: &mut Vec<f32>,
-        n: usize,
-        c: usize,
-        h: usize,
-        w: usize,
-    ) {
-        let (oh, ow) = (h / 2, w / 2);
-        y.resize(n * c * oh * ow, 0.0);
-        arg.resize(n * c * oh * ow, 0.0);
+    fn maxpool(&mut self, x: &Vec<f32>, y: &mut Vec<f32>, arg: &mut Vec<f32>, s: &PoolShape) {
+        let (h, w, k, st) = (s.h, s.w, s.k, s.stride);
+        let (oh, ow) = (s.oh(), s.ow());
+        y.resize(s.n * s.c * oh * ow, 0.0);
+        arg.resize(y.len(), 0.0);
         y.par_chunks_mut(oh * ow)
             .zip(arg.par_chunks_mut(oh * ow))
             .enumerate()
@@ -558,46 +559,92 @@ impl Backend for Cpu {
                 let xi = &x[p * h * w..][..h * w];
                 for oy in 0..oh {
                     for ox in 0..ow {
-                        let base = 2 * oy * w + 2 * ox;
-                        let cand = [xi[base], xi[base + 1], xi[base + w], xi[base + w + 1]];
-                        let mut best = 0;
-                        for k in 1..4 {
-                            if cand[k] > cand[best] {
-                                best = k;
+                        // The first in-image element, then any strictly greater one.
+                        let mut best: Option<(f32, usize)> = None;
+                        for ky in 0..k {
+                            let iy = (oy * st + ky) as isize - s.pad as isize;
+                            if iy < 0 || iy >= h as isize {
+                                continue;
+                            }
+                            for kx in 0..k {
+                                let ix = (ox * st + kx) as isize - s.pad as isize;
+                                if ix < 0 || ix >= w as isize {
+                                    continue;
+                                }
+                                let v = xi[iy as usize * w + ix as usize];
+                                if best.is_none_or(|b| v > b.0) {
+                                    best = Some((v, ky * k + kx));
+                                }
                             }
                         }
-                        yo[oy * ow + ox] = cand[best];
-                        ao[oy * ow + ox] = best as f32;
+                        let (v, a) = best.unwrap_or((0.0, 0));
+                        yo[oy * ow + ox] = v;
+                        ao[oy * ow + ox] = a as f32;
                     }
                 }
             });
     }
 
-    fn maxpool2_backward(
+    fn maxpool_backward(
         &mut self,
         dy: &Vec<f32>,
         arg: &Vec<f32>,
         dx: &mut Vec<f32>,
-        n: usize,
-        c: usize,
-        h: usize,
-        w: usize,
+        s: &PoolShape,
     ) {
-        let (oh, ow) = (h / 2, w / 2);
-        dx.resize(n * c * h * w, 0.0);
+        let (h, w, k, st, pad) = (s.h, s.w, s.k, s.stride, s.pad);
+        let (oh, ow) = (s.oh(), s.ow());
+        // The outputs whose window holds input position i (along one axis).
+        let range = |i: usize, o: usize| {
+            let lo = (i + pad + 1).saturating_sub(k).div_ceil(st);
+            let hi = ((i + pad) / st + 1).min(o);
+            lo..hi.max(lo)
+        };
+        dx.resize(s.n * s.c * h * w, 0.0);
         dx.par_chunks_mut(h * w).enumerate().for_each(|(p, d)| {
-            d.fill(0.0);
             let (dyi, ai) = (
                 &dy[p * oh * ow..][..oh * ow],
                 &arg[p * oh * ow..][..oh * ow],
             );
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let k = ai[oy * ow + ox] as usize;
-                    d[(2 * oy + k / 2) * w + 2 * ox + k % 2] = dyi[oy * ow + ox];
+            for iy in 0..h {
+                for ix in 0..w {
+                    // Gathered per input in a fixed order, as the GPU does: no write races.
+                    let mut v: Option<f32> = None;
+                    for oy in range(iy, oh) {
+                        for ox in range(ix, ow) {
+                            let o = oy * ow + ox;
+                            let won = (iy + pad - oy * st) * k + ix + pad - ox * st;
+                            if ai[o] as usize == won {
+                                v = Some(v.map_or(dyi[o], |a| a + dyi[o]));
+                            }
+                        }
+                    }
+                    d[iy * w + ix] = v.unwrap_or(0.0);
                 }
             }
         });
+    }
+
+    fn add(&mut self, a: &Vec<f32>, b: &Vec<f32>, y: &mut Vec<f32>, relu: bool) {
+        y.resize(a.len(), 0.0);
+        y.par_chunks_mut(1 << 14)
+            .zip(a.par_chunks(1 << 14).zip(b.par_chunks(1 << 14)))
+            .for_each(|(y, (a, b))| {
+                for ((y, &a), &b) in y.iter_mut().zip(a).zip(b) {
+                    let v = a + b;
+                    *y = if relu { v.max(0.0) } else { v };
+                }
+            });
+    }
+
+    fn accumulate(&mut self, dst: &mut Vec<f32>, src: &Vec<f32>) {
+        dst.par_chunks_mut(1 << 14)
+            .zip(src.par_chunks(1 << 14))
+            .for_each(|(d, s)| d.iter_mut().zip(s).for_each(|(d, s)| *d += s));
+    }
+
+    fn copy(&mut self, src: &Vec<f32>, dst: &mut Vec<f32>) {
+        dst.clone_from(src);
     }
 
     fn gap(&mut self, x: &Vec<f32>, y: &mut Vec<f32>, n: usize, c: usize, hw: usize) {

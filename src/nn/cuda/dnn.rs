@@ -1,6 +1,7 @@
 //! cuDNN convolutions and cuBLAS matrix products. A plan (descriptors and the algorithms cuDNN
 //! measured fastest for this shape) is made once per shape and kept.
 
+use crate::nn::ConvShape;
 use cudarc::cublas::sys as blas;
 use cudarc::cudnn::sys as dnn;
 use cudarc::driver::sys::CUstream;
@@ -24,6 +25,7 @@ pub fn check_blas(s: blas::cublasStatus_t, what: &str) -> Result<(), String> {
     }
 }
 
+/// A convolution's plan and remembered algorithms are per shape and precision.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct ConvKey {
     pub n: usize,
@@ -31,7 +33,39 @@ pub struct ConvKey {
     pub cout: usize,
     pub h: usize,
     pub w: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
     pub bf16: bool,
+}
+
+impl ConvKey {
+    pub fn new(s: &ConvShape, bf16: bool) -> Self {
+        ConvKey {
+            n: s.n,
+            cin: s.cin,
+            cout: s.cout,
+            h: s.h,
+            w: s.w,
+            k: s.k,
+            stride: s.stride,
+            pad: s.pad,
+            bf16,
+        }
+    }
+
+    pub fn shape(&self) -> ConvShape {
+        ConvShape {
+            n: self.n,
+            cin: self.cin,
+            cout: self.cout,
+            h: self.h,
+            w: self.w,
+            k: self.k,
+            stride: self.stride,
+            pad: self.pad,
+        }
+    }
 }
 
 pub struct Plan {
@@ -101,15 +135,17 @@ impl AlgoMemo {
     }
 }
 
+/// `device \t n cin cout h w k stride pad bf16 \t direction \t algorithm`.
 fn memo_line(device: &str, k: &ConvKey, dir: usize, algo: i32) -> String {
     format!(
-        "{device}\t{} {} {} {} {} {}\t{dir}\t{algo}\n",
-        k.n, k.cin, k.cout, k.h, k.w, k.bf16 as u8
+        "{device}\t{} {} {} {} {} {} {} {} {}\t{dir}\t{algo}\n",
+        k.n, k.cin, k.cout, k.h, k.w, k.k, k.stride, k.pad, k.bf16 as u8
     )
 }
 
 /// This device's choices in a memo file; lines of other devices and malformed lines (a torn
-/// write, an edit) are ignored, and a later line wins.
+/// write, an edit) are ignored, and a later line wins. Lines written before convolutions had a
+/// kernel size (`n cin cout h w bf16`) were all 3x3, stride 1, padding 1.
 fn parse_memo(text: &str, device: &str) -> HashMap<(ConvKey, usize), i32> {
     let mut out = HashMap::new();
     for line in text.lines() {
@@ -121,7 +157,16 @@ fn parse_memo(text: &str, device: &str) -> HashMap<(ConvKey, usize), i32> {
         let (Ok(dir), Ok(algo)) = (f[2].parse::<usize>(), f[3].parse::<i32>()) else {
             continue;
         };
-        if v.len() != 6 || dir > 2 || v[5] > 1 {
+        // Every field must parse: a damaged number must not shift the others into place.
+        if v.len() != f[1].split(' ').count() || dir > 2 {
+            continue;
+        }
+        let (k, stride, pad, bf16) = match v.len() {
+            6 => (3, 1, 1, v[5]),
+            9 => (v[5], v[6], v[7], v[8]),
+            _ => continue,
+        };
+        if bf16 > 1 || stride == 0 {
             continue;
         }
         let k = ConvKey {
@@ -130,7 +175,10 @@ fn parse_memo(text: &str, device: &str) -> HashMap<(ConvKey, usize), i32> {
             cout: v[2],
             h: v[3],
             w: v[4],
-            bf16: v[5] == 1,
+            k,
+            stride,
+            pad,
+            bf16: bf16 == 1,
         };
         out.insert((k, dir), algo);
     }
@@ -214,13 +262,40 @@ impl Dnn {
     }
 
     unsafe fn make_plan(&self, k: ConvKey, stream: CUstream) -> Result<Plan, String> {
+        let s = k.shape();
+        if s.stride == 0 || s.oh() == 0 || s.ow() == 0 {
+            return Err(format!("a convolution whose kernel does not fit: {k:?}"));
+        }
+        self.make_plan_for(k, stream).map_err(|e| {
+            // cuDNN documents its tensors as limited to 2^31 - 1 elements; say so rather than
+            // leave a bare BAD_PARAM.
+            let most = (s.n * s.cin * s.h * s.w).max(s.n * s.cout * s.oh() * s.ow());
+            if most > i32::MAX as usize {
+                format!(
+                    "{e} (a tensor of {most} elements, over cuDNN's 2^31 - 1: a smaller batch \
+                     may fit)"
+                )
+            } else {
+                e
+            }
+        })
+    }
+
+    unsafe fn make_plan_for(&self, k: ConvKey, stream: CUstream) -> Result<Plan, String> {
         use dnn::cudnnDataType_t::*;
+        use dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS as OK;
         let dt = if k.bf16 {
             CUDNN_DATA_BFLOAT16
         } else {
             CUDNN_DATA_FLOAT
         };
         let nchw = dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let s = k.shape();
+        let (oh, ow) = (s.oh(), s.ow());
+        let dims = [k.n, k.cin, k.cout, k.h, k.w, k.k, k.stride, k.pad, oh, ow];
+        if dims.iter().any(|&d| d > i32::MAX as usize) {
+            return Err(format!("a convolution too large for cuDNN: {k:?}"));
+        }
         let i = |v: usize| v as i32;
         let mut p = Plan {
             x: std::ptr::null_mut(),
@@ -234,6 +309,7 @@ impl Dnn {
             candidates: [Vec::new(), Vec::new(), Vec::new()],
             tuned: [false; 3],
         };
+        // From here on `p` owns what is created: an error drops it, and with it the descriptors.
         check(
             dnn::cudnnCreateTensorDescriptor(&mut p.x),
             "tensor descriptor",
@@ -255,20 +331,20 @@ impl Dnn {
             "input shape",
         )?;
         check(
-            dnn::cudnnSetTensor4dDescriptor(p.y, nchw, dt, i(k.n), i(k.cout), i(k.h), i(k.w)),
+            dnn::cudnnSetTensor4dDescriptor(p.y, nchw, dt, i(k.n), i(k.cout), i(oh), i(ow)),
             "output shape",
         )?;
         check(
-            dnn::cudnnSetFilter4dDescriptor(p.w, dt, nchw, i(k.cout), i(k.cin), 3, 3),
+            dnn::cudnnSetFilter4dDescriptor(p.w, dt, nchw, i(k.cout), i(k.cin), i(k.k), i(k.k)),
             "filter shape",
         )?;
         check(
             dnn::cudnnSetConvolution2dDescriptor(
                 p.conv,
-                1,
-                1,
-                1,
-                1,
+                i(k.pad),
+                i(k.pad),
+                i(k.stride),
+                i(k.stride),
                 1,
                 1,
                 dnn::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
@@ -276,6 +352,20 @@ impl Dnn {
             ),
             "convolution",
         )?;
+        // The output size is ours (`out_size`); cuDNN must agree, or the buffers would be wrong.
+        let (mut cn, mut cc, mut ch, mut cw) = (0, 0, 0, 0);
+        check(
+            dnn::cudnnGetConvolution2dForwardOutputDim(
+                p.conv, p.x, p.w, &mut cn, &mut cc, &mut ch, &mut cw,
+            ),
+            "output size",
+        )?;
+        if [cn, cc, ch, cw] != [i(k.n), i(k.cout), i(oh), i(ow)] {
+            return Err(format!(
+                "cuDNN computes a {cn}x{cc}x{ch}x{cw} output for {k:?}, not {}x{}x{oh}x{ow}",
+                k.n, k.cout
+            ));
+        }
         // float32: plain FMA arithmetic, the reference. bfloat16: tensor cores.
         let math = if k.bf16 {
             dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
@@ -289,9 +379,6 @@ impl Dnn {
         // once put first an atomics-based backward-filter algorithm that then ran 15 times slower
         // on real batches. The workspace fits every candidate.
         let _ = stream;
-        let ok = |st: dnn::cudnnStatus_t, mem: usize| {
-            st == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && mem <= MAX_WORKSPACE
-        };
         let deterministic = dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC;
         // Deterministic algorithms only where cuDNN has any (atomics-based ones otherwise), and
         // every usable one whatever cudnnFind's noisy ranking: the candidate set, and with it the
@@ -313,65 +400,105 @@ impl Dnn {
                 p.workspace = p.workspace.max(mem);
             }
         };
+        // The workspace a candidate needs: the larger of what cudnnFind reported and what
+        // cudnnGet*WorkspaceSize says for the algorithm. cudnnFind's figure alone was too small
+        // (3x128x128, batch 256: backward filter failed with BAD_PARAM, "workSpaceSizeInBytes <
+        // requiredWorkspace"). A candidate whose query fails or that needs more than
+        // MAX_WORKSPACE is dropped.
+        let usable = |st: dnn::cudnnStatus_t,
+                      found_mem: usize,
+                      query: &dyn Fn(&mut usize) -> dnn::cudnnStatus_t| {
+            if st != OK {
+                return None;
+            }
+            let mut need = 0usize;
+            if query(&mut need) != OK {
+                return None;
+            }
+            let mem = found_mem.max(need);
+            (mem <= MAX_WORKSPACE).then_some(mem)
+        };
+        let h = self.handle;
         let mut count = 0;
         let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
         check(
             dnn::cudnnFindConvolutionForwardAlgorithm(
-                self.handle,
+                h,
                 p.x,
                 p.w,
                 p.conv,
                 p.y,
-                8,
+                r.len() as i32,
                 &mut count,
                 r.as_mut_ptr(),
             ),
             "finding a forward algorithm",
         )?;
-        let found: Vec<_> = r[..count as usize]
+        let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
             .iter()
-            .filter(|r| ok(r.status, r.memory))
-            .map(|r| (r.algo as i32, r.memory, r.determinism == deterministic))
+            .filter_map(|r| {
+                let q = |m: &mut usize| {
+                    dnn::cudnnGetConvolutionForwardWorkspaceSize(
+                        h, p.x, p.w, p.conv, p.y, r.algo, m,
+                    )
+                };
+                let mem = usable(r.status, r.memory, &q)?;
+                Some((r.algo as i32, mem, r.determinism == deterministic))
+            })
             .collect();
         pick(&mut p, 0, &found);
         let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
         check(
             dnn::cudnnFindConvolutionBackwardDataAlgorithm(
-                self.handle,
+                h,
                 p.w,
                 p.y,
                 p.conv,
                 p.x,
-                8,
+                r.len() as i32,
                 &mut count,
                 r.as_mut_ptr(),
             ),
             "finding a backward-data algorithm",
         )?;
-        let found: Vec<_> = r[..count as usize]
+        let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
             .iter()
-            .filter(|r| ok(r.status, r.memory))
-            .map(|r| (r.algo as i32, r.memory, r.determinism == deterministic))
+            .filter_map(|r| {
+                let q = |m: &mut usize| {
+                    dnn::cudnnGetConvolutionBackwardDataWorkspaceSize(
+                        h, p.w, p.y, p.conv, p.x, r.algo, m,
+                    )
+                };
+                let mem = usable(r.status, r.memory, &q)?;
+                Some((r.algo as i32, mem, r.determinism == deterministic))
+            })
             .collect();
         pick(&mut p, 1, &found);
         let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
         check(
             dnn::cudnnFindConvolutionBackwardFilterAlgorithm(
-                self.handle,
+                h,
                 p.x,
                 p.y,
                 p.conv,
                 p.w,
-                8,
+                r.len() as i32,
                 &mut count,
                 r.as_mut_ptr(),
             ),
             "finding a backward-filter algorithm",
         )?;
-        let found: Vec<_> = r[..count as usize]
+        let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
             .iter()
-            .filter(|r| ok(r.status, r.memory))
-            .map(|r| (r.algo as i32, r.memory, r.determinism == deterministic))
+            .filter_map(|r| {
+                let q = |m: &mut usize| {
+                    dnn::cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                        h, p.x, p.y, p.conv, p.w, r.algo, m,
+                    )
+                };
+                let mem = usable(r.status, r.memory, &q)?;
+                Some((r.algo as i32, mem, r.determinism == deterministic))
+            })
             .collect();
         pick(&mut p, 2, &found);
         for (i, what) in ["forward", "backward-data", "backward-filter"]
@@ -413,26 +540,66 @@ mod tests {
             cout: 32,
             h: 32,
             w: 32,
+            k: 7,
+            stride: 2,
+            pad: 3,
             bf16: true,
         };
         let k2 = ConvKey { bf16: false, ..k };
+        let k3 = ConvKey { stride: 1, ..k };
         let dev = "NVIDIA H200 / cuDNN 91000";
         let text = [
             memo_line(dev, &k, 2, 1),
             memo_line("NVIDIA H100 / cuDNN 91000", &k, 0, 6),
             memo_line(dev, &k2, 0, 7),
+            memo_line(dev, &k3, 1, 4),
             "NVIDIA H200 / cuDNN 91000\t512 3 32 32\t0\t1\n".into(),
-            "NVIDIA H200 / cuDNN 91000\t512 3 32 32 32 1\t9\t1\n".into(),
-            "NVIDIA H200 / cuDNN 91000\t512 3 32 32 32 1\t0\tx\n".into(),
+            "NVIDIA H200 / cuDNN 91000\t512 3 32 32 32 7 2 3 1\t9\t1\n".into(),
+            "NVIDIA H200 / cuDNN 91000\t512 3 32 32 32 7 2 3 1\t0\tx\n".into(),
+            "NVIDIA H200 / cuDNN 91000\t512 3 32 32 32 7 2 3 2\t0\t1\n".into(),
+            // One damaged field of nine must not pass for an old line of six.
+            "NVIDIA H200 / cuDNN 91000\t512 3 32 32 32 x 2 3 1\t0\t1\n".into(),
+            "NVIDIA H200 / cuDNN 91000\t512 3 32 32 32 7 0 3 1\t0\t1\n".into(),
             "\u{0}\u{ff}garbage\n".into(),
             memo_line(dev, &k, 2, 3),
             memo_line(dev, &k, 0, 2)[..20].into(),
         ]
         .concat();
         let m = parse_memo(&text, dev);
-        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m.len(), 3, "{m:?}");
         assert_eq!(m[&(k, 2)], 3, "a later line wins");
         assert_eq!(m[&(k2, 0)], 7);
+        assert_eq!(m[&(k3, 1)], 4);
         assert!(!m.contains_key(&(k, 0)));
+    }
+
+    #[test]
+    fn memo_lines_without_a_kernel_size_are_3x3_stride_1_padding_1() {
+        let dev = "NVIDIA H100 80GB HBM3 / cuDNN 91002";
+        let text = format!("{dev}\t256 3 32 128 128 1\t2\t1\n{dev}\t256 32 64 64 64 0\t0\t6\n");
+        let m = parse_memo(&text, dev);
+        let old = |cin, cout, h, bf16| {
+            ConvKey::new(
+                &ConvShape {
+                    n: 256,
+                    cin,
+                    cout,
+                    h,
+                    w: h,
+                    k: 3,
+                    stride: 1,
+                    pad: 1,
+                },
+                bf16,
+            )
+        };
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m[&(old(3, 32, 128, true), 2)], 1);
+        assert_eq!(m[&(old(32, 64, 64, false), 0)], 6);
+        // Written back in the new form, the same key reads the same.
+        let k = old(3, 32, 128, true);
+        let again = parse_memo(&memo_line(dev, &k, 2, 1), dev);
+        assert_eq!(again[&(k, 2)], 1);
+        assert_eq!(k.shape().oh(), 128);
     }
 }

@@ -17,9 +17,8 @@ mod kernels;
 pub mod staging;
 #[cfg(test)]
 mod tests;
-pub mod train;
 
-use super::{Aug, Backend, RawBatch};
+use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
 use cudarc::cublas::sys as blas;
 use cudarc::cudnn::sys as cudnn;
 use cudarc::driver::{result as dr, sys, CudaContext, CudaStream};
@@ -289,6 +288,12 @@ impl Drop for Cuda {
 }
 
 const THREADS: u32 = 256;
+
+/// Blocks of `per` threads for one thread per item, for kernels without a grid-stride loop: at
+/// least 1 (an empty grid is a launch error), and no more than CUDA's x limit.
+fn blocks(items: usize, per: u32) -> u32 {
+    items.div_ceil(per as usize).clamp(1, i32::MAX as usize) as u32
+}
 /// Timing of candidate convolution algorithms: rounds, and runs per candidate in a round (one
 /// round of three runs let noise pick differently from one process to the next).
 const TUNE_ROUNDS: usize = 3;
@@ -436,6 +441,18 @@ impl Cuda {
 
     fn grid(&self, total: usize) -> u32 {
         (total.div_ceil(THREADS as usize) as u64).clamp(1, self.sms as u64 * 16) as u32
+    }
+
+    /// Channels as the y dimension of a grid (the batch-norm reductions), which CUDA caps at
+    /// 65535; false (and the backend failed) beyond.
+    fn grid_y_fits(&mut self, c: usize, what: &str) -> bool {
+        if c > 65535 {
+            self.fail(format!(
+                "{what}: {c} is more than the 65535 a CUDA grid's y allows"
+            ));
+            return false;
+        }
+        true
     }
 
     fn launch_raw(&mut self, name: &str, grid: (u32, u32), block: u32, args: &mut [*mut c_void]) {
@@ -715,17 +732,47 @@ impl Cuda {
     }
 
     /// Find the convolution algorithms for a batch size ahead of timing anything.
-    pub fn prepare_conv(&mut self, n: usize, cin: usize, cout: usize, h: usize, w: usize) {
-        let key = dnn::ConvKey {
-            n,
-            cin,
-            cout,
-            h,
-            w,
-            bf16: self.prec == Precision::Bf16,
-        };
+    pub fn prepare_conv(&mut self, s: &ConvShape) {
+        let key = dnn::ConvKey::new(s, self.prec == Precision::Bf16);
         let _ = self.conv_plan(key);
     }
+}
+
+/// `cin->cout HxW kK/S`, for profiles.
+fn conv_label(s: &ConvShape) -> String {
+    format!(
+        "{}->{} {}x{} k{}/{}",
+        s.cin, s.cout, s.h, s.w, s.k, s.stride
+    )
+}
+
+/// A convolution's tensors hold at least what its shape says (cuDNN would read past them).
+fn check_conv_lens(x: &Buf, w: &Buf, dy: Option<&Buf>, s: &ConvShape) {
+    assert!(
+        x.len >= s.n * s.cin * s.h * s.w && w.len >= s.cout * s.cin * s.k * s.k,
+        "conv: {} inputs and {} weights for {s:?}",
+        x.len,
+        w.len
+    );
+    if let Some(dy) = dy {
+        assert!(
+            dy.len >= s.n * s.cout * s.oh() * s.ow(),
+            "conv_backward: {} gradients for {s:?}",
+            dy.len
+        );
+    }
+}
+
+/// Planes (n * c) and the pooling kernels' int arguments [h, w, oh, ow, k, stride, pad]; `arg`
+/// is a u8 per output, so k * k <= 256.
+fn pool_args(s: &PoolShape) -> (usize, [i32; 7]) {
+    assert!(
+        (1..=16).contains(&s.k) && s.stride >= 1,
+        "max pooling needs 1 <= k <= 16 and stride >= 1: {s:?}"
+    );
+    let d = [s.h, s.w, s.oh(), s.ow(), s.k, s.stride, s.pad];
+    let d = d.map(|v| i32::try_from(v).expect("a max pooling size over 2^31"));
+    (s.n * s.c, d)
 }
 
 fn cudnn_ok(r: cudnn::cudnnStatus_t, what: &str) -> Result<(), String> {
@@ -812,30 +859,14 @@ impl Backend for Cuda {
         self.ok(r);
     }
 
-    fn conv3x3(
-        &mut self,
-        x: &Buf,
-        w: &Buf,
-        y: &mut Buf,
-        n: usize,
-        cin: usize,
-        cout: usize,
-        h: usize,
-        wd: usize,
-    ) {
-        self.expect_act(x, "conv3x3 input");
+    fn conv(&mut self, x: &Buf, w: &Buf, y: &mut Buf, s: &ConvShape) {
+        self.expect_act(x, "conv input");
+        check_conv_lens(x, w, None, s);
         let dt = self.act_dt();
-        if !self.ensure(y, n * cout * h * wd, dt) {
+        if !self.ensure(y, s.n * s.cout * s.oh() * s.ow(), dt) {
             return;
         }
-        let key = dnn::ConvKey {
-            n,
-            cin,
-            cout,
-            h,
-            w: wd,
-            bf16: dt == Dt::Bf16,
-        };
+        let key = dnn::ConvKey::new(s, dt == Dt::Bf16);
         let Some((plan, ws)) = self.conv_plan(key) else {
             return;
         };
@@ -871,40 +902,31 @@ impl Backend for Cuda {
         let t0 = self.prof.as_mut().map(|p| p.begin(st));
         let r = run(unsafe { (*plan).fwd } as i32);
         if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
-            p.end(&format!("cudnn fwd {cin}->{cout} {h}x{wd}"), t0, st);
+            p.end(&format!("cudnn fwd {}", conv_label(s)), t0, st);
         }
         self.ok(cudnn_ok(r, "convolution forward"));
     }
 
-    fn conv3x3_backward(
+    fn conv_backward(
         &mut self,
         x: &Buf,
         w: &Buf,
         dy: &Buf,
         dx: Option<&mut Buf>,
         dw: &mut Buf,
-        n: usize,
-        cin: usize,
-        cout: usize,
-        h: usize,
-        wd: usize,
+        s: &ConvShape,
     ) {
-        self.expect_act(x, "conv3x3_backward input");
-        self.expect_act(dy, "conv3x3_backward gradient");
+        self.expect_act(x, "conv_backward input");
+        self.expect_act(dy, "conv_backward gradient");
+        check_conv_lens(x, w, Some(dy), s);
         let dt = self.act_dt();
         let bf = dt == Dt::Bf16;
-        let key = dnn::ConvKey {
-            n,
-            cin,
-            cout,
-            h,
-            w: wd,
-            bf16: bf,
-        };
+        let key = dnn::ConvKey::new(s, bf);
         let Some((plan, ws)) = self.conv_plan(key) else {
             return;
         };
-        if !self.ensure(dw, cout * cin * 9, Dt::F32) {
+        let wlen = s.cout * s.cin * s.k * s.k;
+        if !self.ensure(dw, wlen, Dt::F32) {
             return;
         }
         let wp = self.conv_weights(w);
@@ -913,7 +935,7 @@ impl Backend for Cuda {
             std::mem::replace(&mut self.s.dwbf, e)
         };
         let dw_target = if bf {
-            if !self.ensure(&mut dwb, cout * cin * 9, Dt::Bf16) {
+            if !self.ensure(&mut dwb, wlen, Dt::Bf16) {
                 self.s.dwbf = dwb;
                 return;
             }
@@ -952,14 +974,14 @@ impl Backend for Cuda {
             self.ok(cudnn_ok(r, "convolution backward (filter)"));
         }
         if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
-            p.end(&format!("cudnn bwd filter {cin}->{cout} {h}x{wd}"), t0, st);
+            p.end(&format!("cudnn bwd filter {}", conv_label(s)), t0, st);
         }
         if bf {
             self.cast(&dwb, dw, Dt::F32);
         }
         self.s.dwbf = dwb;
         if let Some(dx) = dx {
-            if !self.ensure(dx, n * cin * h * wd, dt) || self.err.is_some() {
+            if !self.ensure(dx, s.n * s.cin * s.h * s.w, dt) || self.err.is_some() {
                 return;
             }
             let dxp = dx.ptr;
@@ -984,7 +1006,7 @@ impl Backend for Cuda {
             let t0 = self.prof.as_mut().map(|p| p.begin(st));
             let r = run_data(unsafe { (*plan).bwd_data } as i32);
             if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
-                p.end(&format!("cudnn bwd data {cin}->{cout} {h}x{wd}"), t0, st);
+                p.end(&format!("cudnn bwd data {}", conv_label(s)), t0, st);
             }
             self.ok(cudnn_ok(r, "convolution backward (data)"));
         }
@@ -1009,7 +1031,8 @@ impl Backend for Cuda {
         let dt = x.dt;
         let sp = self.bn_splits(n, c, hw);
         let mut s = std::mem::replace(&mut self.s, Scratch::empty(self.stream.cu_stream()));
-        let ok = self.ensure(y, x.len, dt)
+        let ok = self.grid_y_fits(c, "bn_train channels")
+            && self.ensure(y, x.len, dt)
             && self.ensure(saved_mean, c, Dt::F32)
             && self.ensure(saved_invstd, c, Dt::F32)
             && self.ensure(&mut s.part, c * sp * 2 + c, Dt::F32)
@@ -1019,7 +1042,7 @@ impl Backend for Cuda {
             let sfx = dt.suffix();
             launch!(self, &format!("bn_stats_{sfx}"), (sp as u32, c as u32), THREADS;
                 x.ptr, s.part.ptr, n as i32, c as i32, hw as i32, sp as i32);
-            launch!(self, "bn_finalize", ((c as u32).div_ceil(128), 1), 128;
+            launch!(self, "bn_finalize", (blocks(c, 128), 1), 128;
                 s.part.ptr, sp as i32, c as i32, (n * hw) as i64, gamma.ptr, beta.ptr,
                 saved_mean.ptr, saved_invstd.ptr, running_mean.ptr, running_var.ptr,
                 0.1f32, 1e-5f32, s.scale.ptr, s.shift.ptr);
@@ -1051,7 +1074,7 @@ impl Backend for Cuda {
             && self.ensure(&mut s.scale, c, Dt::F32)
             && self.ensure(&mut s.shift, c, Dt::F32);
         if ok {
-            launch!(self, "bn_eval_prep", ((c as u32).div_ceil(128), 1), 128;
+            launch!(self, "bn_eval_prep", (blocks(c, 128), 1), 128;
                 gamma.ptr, beta.ptr, running_mean.ptr, running_var.ptr, 1e-5f32,
                 s.scale.ptr, s.shift.ptr, c as i32);
             let g = self.grid(x.len);
@@ -1084,7 +1107,8 @@ impl Backend for Cuda {
         let dt = x.dt;
         let sp = self.bn_splits(n, c, hw);
         let mut s = std::mem::replace(&mut self.s, Scratch::empty(self.stream.cu_stream()));
-        let ok = self.ensure(dx, x.len, dt)
+        let ok = self.grid_y_fits(c, "bn_backward channels")
+            && self.ensure(dx, x.len, dt)
             && self.ensure(dgamma, c, Dt::F32)
             && self.ensure(dbeta, c, Dt::F32)
             && self.ensure(&mut s.part, c * sp * 2 + c, Dt::F32)
@@ -1094,7 +1118,7 @@ impl Backend for Cuda {
             launch!(self, &format!("bn_bwd_stats_{sfx}"), (sp as u32, c as u32), THREADS;
                 x.ptr, dy.ptr, mask, saved_mean.ptr, s.part.ptr, n as i32, c as i32, hw as i32,
                 sp as i32);
-            launch!(self, "bn_bwd_finalize", ((c as u32).div_ceil(128), 1), 128;
+            launch!(self, "bn_bwd_finalize", (blocks(c, 128), 1), 128;
                 s.part.ptr, sp as i32, c as i32, (n * hw) as i64, gamma.ptr, saved_invstd.ptr,
                 dgamma.ptr, dbeta.ptr, s.coef.ptr);
             let g = self.grid(x.len);
@@ -1119,43 +1143,82 @@ impl Backend for Cuda {
             y.ptr, dy.ptr, y.len as i64);
     }
 
-    fn maxpool2(
-        &mut self,
-        x: &Buf,
-        y: &mut Buf,
-        arg: &mut Buf,
-        n: usize,
-        c: usize,
-        h: usize,
-        w: usize,
-    ) {
-        self.expect_act(x, "maxpool2 input");
-        let out = n * c * (h / 2) * (w / 2);
+    fn maxpool(&mut self, x: &Buf, y: &mut Buf, arg: &mut Buf, s: &PoolShape) {
+        self.expect_act(x, "maxpool input");
+        let (planes, dims) = pool_args(s);
+        assert!(
+            x.len >= planes * s.h * s.w,
+            "maxpool input: {} values for {s:?}",
+            x.len
+        );
+        let out = planes * s.oh() * s.ow();
         if !self.ensure(y, out, x.dt) || !self.ensure(arg, out, Dt::U8) {
             return;
         }
         let g = self.grid(out);
-        launch!(self, &format!("pool_{}", x.dt.suffix()), (g, 1), THREADS;
-            x.ptr, y.ptr, arg.ptr, (n * c) as i64, h as i32, w as i32);
+        let [h, w, oh, ow, k, stride, pad] = dims;
+        launch!(self, &format!("maxpool_{}", x.dt.suffix()), (g, 1), THREADS;
+            x.ptr, y.ptr, arg.ptr, planes as i64, h, w, oh, ow, k, stride, pad);
     }
 
-    fn maxpool2_backward(
-        &mut self,
-        dy: &Buf,
-        arg: &Buf,
-        dx: &mut Buf,
-        n: usize,
-        c: usize,
-        h: usize,
-        w: usize,
-    ) {
-        self.expect_act(dy, "maxpool2_backward gradient");
-        if !self.ensure(dx, n * c * h * w, dy.dt) {
+    fn maxpool_backward(&mut self, dy: &Buf, arg: &Buf, dx: &mut Buf, s: &PoolShape) {
+        self.expect_act(dy, "maxpool_backward gradient");
+        assert_eq!(
+            arg.dt,
+            Dt::U8,
+            "maxpool_backward: the argmax of `maxpool` is u8"
+        );
+        let (planes, dims) = pool_args(s);
+        let out = planes * s.oh() * s.ow();
+        assert!(
+            dy.len >= out && arg.len >= out,
+            "maxpool_backward: {} gradients and {} winners for {s:?}",
+            dy.len,
+            arg.len
+        );
+        let total = planes * s.h * s.w;
+        if !self.ensure(dx, total, dy.dt) {
             return;
         }
-        let g = self.grid(n * c * h * w);
-        launch!(self, &format!("pool_bwd_{}", dy.dt.suffix()), (g, 1), THREADS;
-            dy.ptr, arg.ptr, dx.ptr, (n * c) as i64, h as i32, w as i32);
+        let g = self.grid(total);
+        let [h, w, oh, ow, k, stride, pad] = dims;
+        launch!(self, &format!("maxpool_bwd_{}", dy.dt.suffix()), (g, 1), THREADS;
+            dy.ptr, arg.ptr, dx.ptr, planes as i64, h, w, oh, ow, k, stride, pad);
+    }
+
+    fn add(&mut self, a: &Buf, b: &Buf, y: &mut Buf, relu: bool) {
+        self.expect_act(a, "add input");
+        self.expect_act(b, "add input");
+        assert_eq!(a.len, b.len, "add: operands of different lengths");
+        if !self.ensure(y, a.len, a.dt) {
+            return;
+        }
+        let g = self.grid(a.len);
+        launch!(self, &format!("add_{}", a.dt.suffix()), (g, 1), THREADS;
+            a.ptr, b.ptr, y.ptr, a.len as i64, relu as i32);
+    }
+
+    fn accumulate(&mut self, dst: &mut Buf, src: &Buf) {
+        self.expect_act(dst, "accumulate target");
+        self.expect_act(src, "accumulate source");
+        assert_eq!(dst.len, src.len, "accumulate: tensors of different lengths");
+        let g = self.grid(dst.len);
+        launch!(self, &format!("accumulate_{}", dst.dt.suffix()), (g, 1), THREADS;
+            dst.ptr, src.ptr, dst.len as i64);
+    }
+
+    fn copy(&mut self, src: &Buf, dst: &mut Buf) {
+        if !self.ensure(dst, src.len, src.dt) || src.len == 0 || self.err.is_some() {
+            return;
+        }
+        // On the compute stream, so it is ordered with the kernels and a graph records it.
+        let st = self.stream.cu_stream();
+        let t0 = self.prof.as_mut().map(|p| p.begin(st));
+        let r = unsafe { dr::memcpy_dtod_async(dst.ptr, src.ptr, src.len * src.dt.size(), st) };
+        if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
+            p.end("copy", t0, st);
+        }
+        let _ = self.ok(r.map_err(|e| format!("copying on the GPU: {e:?}")));
     }
 
     fn gap(&mut self, x: &Buf, y: &mut Buf, n: usize, c: usize, hw: usize) {
@@ -1163,7 +1226,7 @@ impl Backend for Cuda {
         if !self.ensure(y, n * c, Dt::F32) {
             return;
         }
-        let g = ((n * c * 32) as u32).div_ceil(THREADS);
+        let g = blocks(n * c * 32, THREADS);
         launch!(self, &format!("gap_{}", x.dt.suffix()), (g, 1), THREADS;
             x.ptr, y.ptr, (n * c) as i64, hw as i32);
     }
@@ -1271,7 +1334,7 @@ impl Backend for Cuda {
         if self.ok(r).is_none() {
             return;
         }
-        launch!(self, "col_sum", ((m as u32).div_ceil(128), 1), 128;
+        launch!(self, "col_sum", (blocks(m, 128), 1), 128;
             dy.ptr, db.ptr, n as i32, m as i32);
     }
 
@@ -1287,7 +1350,7 @@ impl Backend for Cuda {
         if !self.ensure(dlogits, n * k, Dt::F32) {
             return;
         }
-        let g = ((n * 32) as u32).div_ceil(THREADS);
+        let g = blocks(n * 32, THREADS);
         let stats = self.stats.ptr;
         launch!(self, "softmax_xent", (g, 1), THREADS;
             logits.ptr, labels.ptr, dlogits.ptr, stats, n as i32, k as i32, smoothing);
@@ -1311,7 +1374,7 @@ impl Backend for Cuda {
         };
         let mut out = vec![0; n];
         if self.ensure(&mut idx, n, Dt::U32) {
-            launch!(self, "argmax_rows", ((n as u32).div_ceil(128), 1), 128;
+            launch!(self, "argmax_rows", (blocks(n, 128), 1), 128;
                 logits.ptr, idx.ptr, n as i32, k as i32);
             out = self.read_back::<u32>(idx.ptr, n);
         }
@@ -1335,7 +1398,11 @@ impl Backend for Cuda {
         momentum: f32,
         weight_decay: f32,
     ) {
-        // One launch for every tensor; the table of pointers is uploaded when it changes.
+        // One launch for every tensor (blockIdx.y picks it); the table of pointers is uploaded
+        // when it changes.
+        if w.is_empty() || !self.grid_y_fits(w.len(), "sgd_step_many tensors") {
+            return;
+        }
         let mut table: Vec<u64> = Vec::with_capacity(w.len() * 5);
         let mut longest = 0;
         for i in 0..w.len() {
@@ -1364,7 +1431,7 @@ impl Backend for Cuda {
                 p
             }
         };
-        let gx = (longest.div_ceil(THREADS as usize) as u32).clamp(1, 64);
+        let gx = longest.div_ceil(THREADS as usize).clamp(1, 64) as u32;
         // While recording, the rate stays out of the graph: `replay` sets it before each replay.
         if !self.capturing {
             self.set_lr(lr);

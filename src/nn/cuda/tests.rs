@@ -4,10 +4,10 @@
 //! a GPU these tests say so and pass, unless PREP_REQUIRE_CUDA=1 (the GPU script sets it).
 
 use super::staging::Kind;
-use super::{Cuda, Precision};
+use super::{Buf, Cuda, Dt, Precision};
 use crate::nn::cpu::Cpu;
 use crate::nn::model::init_values;
-use crate::nn::{Aug, Backend, Model, ModelConfig, RawBatch};
+use crate::nn::{out_size, Aug, Backend, ConvShape, Model, ModelConfig, PoolShape, RawBatch};
 
 fn gpu(prec: Precision, kind: Kind) -> Option<Cuda> {
     match super::probe(0) {
@@ -27,7 +27,10 @@ struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        crate::train::input::mix(self.0)
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
     fn f(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
@@ -63,6 +66,256 @@ fn close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
     assert!(e < tol, "{what}: relative error {e:.3e} over {tol:.0e}");
 }
 
+/// The GPU and the CPU side by side, for the checks that several tests share.
+struct Cmp<'a> {
+    g: &'a mut Cuda,
+    c: &'a mut Cpu,
+    rng: &'a mut Rng,
+    prec: Precision,
+    tol: f64,
+    conv_tol: f64,
+}
+
+impl Cmp<'_> {
+    /// Rounded to what the GPU holds, so that a comparison measures the op, not the input.
+    fn round(&self, v: Vec<f32>) -> Vec<f32> {
+        if self.prec == Precision::Bf16 {
+            v.into_iter().map(bf16_round).collect()
+        } else {
+            v
+        }
+    }
+
+    /// Random activation values, as the GPU holds them.
+    fn act(&mut self, len: usize) -> Vec<f32> {
+        let v = self.rng.vec(len);
+        self.round(v)
+    }
+
+    /// Tolerance of ops that only move values or add two: exact in float32, and within the
+    /// output's rounding in bfloat16.
+    fn exact_tol(&self) -> f64 {
+        if self.prec == Precision::F32 {
+            1e-7
+        } else {
+            self.tol
+        }
+    }
+
+    /// Convolution forward, input gradient and weight gradient against the CPU, on `input` (or
+    /// random values); a first pass on other values leaves stale outputs. Returns the GPU's
+    /// output and its values.
+    fn conv(
+        &mut self,
+        what: &str,
+        s: &ConvShape,
+        input: Option<(&Buf, &[f32])>,
+    ) -> (Buf, Vec<f32>) {
+        let act = self.g.act_dt();
+        let (mut gy, mut gdx, mut gdw) = (self.g.empty(act), self.g.empty(act), self.g.zeros(0));
+        let label = format!(
+            "{what}: conv k{} s{} p{} {}x{}x{}x{} -> {}",
+            s.k, s.stride, s.pad, s.n, s.cin, s.h, s.w, s.cout
+        );
+        let mut out = vec![];
+        for pass in 0..2 {
+            let own;
+            let (xb, x) = match (pass, input) {
+                (1, Some((b, v))) => (b, v.to_vec()),
+                _ => {
+                    let v = self.act(s.n * s.cin * s.h * s.w);
+                    own = self.g.upload_act(&v);
+                    (&own, v)
+                }
+            };
+            let wt = self.rng.vec(s.cout * s.cin * s.k * s.k);
+            let dy = self.act(s.n * s.cout * s.oh() * s.ow());
+            let (wb, dyb) = (self.g.upload(&wt), self.g.upload_act(&dy));
+            self.g.conv(xb, &wb, &mut gy, s);
+            self.g
+                .conv_backward(xb, &wb, &dyb, Some(&mut gdx), &mut gdw, s);
+            let wr = self.round(wt);
+            let (mut y, mut dx, mut dw) = (vec![], vec![], vec![]);
+            self.c.conv(&x, &wr, &mut y, s);
+            self.c
+                .conv_backward(&x, &wr, &dy, Some(&mut dx), &mut dw, s);
+            if pass == 1 {
+                out = self.g.download(&gy);
+                let t = self.conv_tol;
+                close(&format!("{label} y"), &out, &y, t);
+                close(&format!("{label} dx"), &self.g.download(&gdx), &dx, t);
+                close(&format!("{label} dw"), &self.g.download(&gdw), &dw, t);
+            }
+        }
+        self.g.status().unwrap();
+        (gy, out)
+    }
+
+    /// Max pooling forward (values and winners) and backward against the CPU, on `x` (values
+    /// `xv`, [n, c, h, w]); a first pass on other values leaves stale outputs.
+    fn maxpool(&mut self, what: &str, s: &PoolShape, x: &Buf, xv: &[f32]) {
+        let act = self.g.act_dt();
+        let (mut gp, mut ga, mut gd) = (self.g.empty(act), self.g.empty(Dt::U8), self.g.empty(act));
+        let label = format!(
+            "{what}: maxpool k{} s{} p{} {}x{}x{}x{}",
+            s.k, s.stride, s.pad, s.n, s.c, s.h, s.w
+        );
+        let out = s.n * s.c * s.oh() * s.ow();
+        for pass in 0..2 {
+            let own;
+            let (xb, x) = if pass == 1 {
+                (x, xv.to_vec())
+            } else {
+                let v = self.act(s.n * s.c * s.h * s.w);
+                own = self.g.upload_act(&v);
+                (&own, v)
+            };
+            self.g.maxpool(xb, &mut gp, &mut ga, s);
+            let (mut p, mut a, mut d) = (vec![], vec![], vec![]);
+            self.c.maxpool(&x, &mut p, &mut a, s);
+            let dp = self.act(out);
+            let dpb = self.g.upload_act(&dp);
+            self.g.maxpool_backward(&dpb, &ga, &mut gd, s);
+            self.c.maxpool_backward(&dp, &a, &mut d, s);
+            if pass == 1 {
+                close(&format!("{label} y"), &self.g.download(&gp), &p, 1e-7);
+                assert_eq!(self.g.download(&ga), a, "{label} argmax");
+                let t = self.exact_tol();
+                close(&format!("{label} dx"), &self.g.download(&gd), &d, t);
+            }
+        }
+        self.g.status().unwrap();
+    }
+
+    /// Training-mode batch norm fused with ReLU, its backward (masked by its output) and the
+    /// evaluation form, against the CPU, on `x` (values `xv`). Returns the GPU's output.
+    fn bn_relu(
+        &mut self,
+        what: &str,
+        x: &Buf,
+        xv: &[f32],
+        n: usize,
+        c: usize,
+        hw: usize,
+    ) -> (Buf, Vec<f32>) {
+        let xv = xv.to_vec(); // the CPU's buffer type
+        let act = self.g.act_dt();
+        let gamma = self.rng.vec(c);
+        let beta = self.rng.vec(c);
+        let dy = self.act(n * c * hw);
+        let rm0 = self.rng.vec(c);
+        let rv0: Vec<f32> = self.rng.vec(c).iter().map(|v| v.abs() + 0.5).collect();
+        let (gb, bb, dyb) = (
+            self.g.upload(&gamma),
+            self.g.upload(&beta),
+            self.g.upload_act(&dy),
+        );
+        let (mut grm, mut grv) = (self.g.upload(&rm0), self.g.upload(&rv0));
+        let (mut gy, mut gm, mut gi, mut gdx) = (
+            self.g.empty(act),
+            self.g.zeros(0),
+            self.g.zeros(0),
+            self.g.empty(act),
+        );
+        let g = &mut *self.g;
+        g.bn_train(
+            x, &gb, &bb, &mut gy, &mut gm, &mut gi, &mut grm, &mut grv, n, c, hw, true,
+        );
+        let (mut gdg, mut gdb) = (g.zeros(0), g.zeros(0));
+        g.bn_backward(
+            x,
+            &dyb,
+            &gb,
+            &gm,
+            &gi,
+            &mut gdx,
+            &mut gdg,
+            &mut gdb,
+            n,
+            c,
+            hw,
+            Some(&gy),
+        );
+        let mut gye = g.empty(act);
+        g.bn_eval(x, &gb, &bb, &grm, &grv, &mut gye, n, c, hw, true);
+        let (mut y, mut m, mut is, mut rm, mut rv) = (vec![], vec![], vec![], rm0, rv0);
+        let cpu = &mut *self.c;
+        cpu.bn_train(
+            &xv, &gamma, &beta, &mut y, &mut m, &mut is, &mut rm, &mut rv, n, c, hw, true,
+        );
+        // Masked with the GPU's output, so that an output within rounding of 0 cannot flip a
+        // mask element between the two.
+        let gpu_y = g.download(&gy);
+        let (mut dx, mut dg, mut db) = (vec![], vec![], vec![]);
+        cpu.bn_backward(
+            &xv,
+            &dy,
+            &gamma,
+            &m,
+            &is,
+            &mut dx,
+            &mut dg,
+            &mut db,
+            n,
+            c,
+            hw,
+            Some(&gpu_y),
+        );
+        let mut ye = vec![];
+        cpu.bn_eval(&xv, &gamma, &beta, &rm, &rv, &mut ye, n, c, hw, true);
+        let (tol, label) = (self.tol, format!("{what}: bn+relu {n}x{c}x{hw}"));
+        close(&format!("{label} y"), &gpu_y, &y, tol);
+        close(&format!("{label} mean"), &g.download(&gm), &m, 1e-5);
+        close(&format!("{label} invstd"), &g.download(&gi), &is, 1e-5);
+        close(
+            &format!("{label} running mean"),
+            &g.download(&grm),
+            &rm,
+            1e-5,
+        );
+        close(
+            &format!("{label} running var"),
+            &g.download(&grv),
+            &rv,
+            1e-5,
+        );
+        close(&format!("{label} dx"), &g.download(&gdx), &dx, tol);
+        close(&format!("{label} dgamma"), &g.download(&gdg), &dg, tol);
+        close(&format!("{label} dbeta"), &g.download(&gdb), &db, tol);
+        close(&format!("{label} eval y"), &g.download(&gye), &ye, tol);
+        g.status().unwrap();
+        (gy, gpu_y)
+    }
+
+    /// Global average pooling and its backward against the CPU.
+    fn gap(&mut self, what: &str, x: &Buf, xv: &[f32], n: usize, c: usize, hw: usize) {
+        let xv = xv.to_vec(); // the CPU's buffer type
+        let act = self.g.act_dt();
+        let (mut gg, mut ggd) = (self.g.zeros(0), self.g.empty(act));
+        self.g.gap(x, &mut gg, n, c, hw);
+        let (mut cg, mut cgd) = (vec![], vec![]);
+        self.c.gap(&xv, &mut cg, n, c, hw);
+        close(
+            &format!("{what}: gap {n}x{c}x{hw}"),
+            &self.g.download(&gg),
+            &cg,
+            1e-6,
+        );
+        let dgv = self.rng.vec(n * c);
+        let dgb = self.g.upload(&dgv);
+        self.g.gap_backward(&dgb, &mut ggd, n, c, hw);
+        self.c.gap_backward(&dgv, &mut cgd, n, c, hw);
+        let t = self.tol;
+        close(
+            &format!("{what}: gap_backward"),
+            &self.g.download(&ggd),
+            &cgd,
+            t,
+        );
+        self.g.status().unwrap();
+    }
+}
+
 /// Every op, CUDA against CPU. `tol` scales with the precision; inputs are rounded to what the
 /// GPU holds so that the comparison measures the op, not the input's rounding.
 fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
@@ -78,28 +331,31 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
         }
     };
     let mut rng = Rng(1);
-    let (n, cin, cout, h, w) = (8, 16, 32, 14, 14);
-    let mut gy = g.empty(g.act_dt());
-    let mut gdx = g.empty(g.act_dt());
-    let mut gdw = g.zeros(0);
-    // Twice: the first pass leaves stale values in every output buffer.
-    for pass in 0..2 {
-        let x = round(rng.vec(n * cin * h * w));
-        let wt = rng.vec(cout * cin * 9);
-        let dy = round(rng.vec(n * cout * h * w));
-        let (xb, wb, dyb) = (g.upload_act(&x), g.upload(&wt), g.upload_act(&dy));
-        g.conv3x3(&xb, &wb, &mut gy, n, cin, cout, h, w);
-        g.conv3x3_backward(&xb, &wb, &dyb, Some(&mut gdx), &mut gdw, n, cin, cout, h, w);
-        let wr = round(wt.clone());
-        let (mut y, mut dx, mut dw) = (vec![], vec![], vec![]);
-        c.conv3x3(&x, &wr, &mut y, n, cin, cout, h, w);
-        c.conv3x3_backward(&x, &wr, &dy, Some(&mut dx), &mut dw, n, cin, cout, h, w);
-        if pass == 1 {
-            close("conv3x3", &g.download(&gy), &y, conv_tol);
-            close("conv3x3 dx", &g.download(&gdx), &dx, conv_tol);
-            close("conv3x3 dw", &g.download(&gdw), &dw, conv_tol);
+    // Every kernel size, stride and padding the models use, on odd sizes that are not square.
+    {
+        let mut t = Cmp {
+            g: &mut g,
+            c: &mut c,
+            rng: &mut rng,
+            prec,
+            tol,
+            conv_tol,
+        };
+        for (k, stride, pad) in [(3, 1, 1), (1, 1, 0), (1, 2, 0), (3, 2, 1), (7, 2, 3)] {
+            let s = ConvShape {
+                n: 4,
+                cin: 16,
+                cout: 24,
+                h: 13,
+                w: 11,
+                k,
+                stride,
+                pad,
+            };
+            t.conv("ops", &s, None);
         }
     }
+    let n = 8;
 
     // batch norm, training and evaluation, and backward
     let (c2, hw) = (32, 49);
@@ -175,8 +431,9 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
         }
     }
 
-    // relu, max pooling (odd width: floor), global average pooling
-    let (pc, ph, pw) = (16, 14, 13);
+    // relu, max pooling (odd sizes: floor, and windows over the padding), global average
+    // pooling, residual sums, copies
+    let (pc, ph, pw) = (16, 13, 11);
     let x = round(rng.vec(n * pc * ph * pw));
     let xb = g.upload_act(&x);
     let mut gr = g.upload_act(&x);
@@ -190,27 +447,74 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
     let mut cd = d.clone();
     c.relu_backward(&r, &mut cd);
     close("relu_backward", &g.download(&gd), &cd, 1e-7);
-    let (mut gp, mut ga, mut gpd) = (g.empty(g.act_dt()), g.zeros(0), g.empty(g.act_dt()));
-    g.maxpool2(&xb, &mut gp, &mut ga, n, pc, ph, pw);
-    let (mut p, mut a, mut pd) = (vec![], vec![], vec![]);
-    c.maxpool2(&x, &mut p, &mut a, n, pc, ph, pw);
-    close("maxpool2", &g.download(&gp), &p, 1e-7);
-    assert_eq!(g.download(&ga), a, "maxpool2 argmax");
-    let dp = round(rng.vec(p.len()));
-    let dpb = g.upload_act(&dp);
-    g.maxpool2_backward(&dpb, &ga, &mut gpd, n, pc, ph, pw);
-    c.maxpool2_backward(&dp, &a, &mut pd, n, pc, ph, pw);
-    close("maxpool2_backward", &g.download(&gpd), &pd, 1e-7);
-    let (mut gg, mut ggd) = (g.zeros(0), g.empty(g.act_dt()));
-    g.gap(&xb, &mut gg, n, pc, ph * pw);
-    let (mut cg, mut cgd) = (vec![], vec![]);
-    c.gap(&x, &mut cg, n, pc, ph * pw);
-    close("gap", &g.download(&gg), &cg, 1e-6);
-    let dgv = rng.vec(n * pc);
-    let dgb = g.upload(&dgv);
-    g.gap_backward(&dgb, &mut ggd, n, pc, ph * pw);
-    c.gap_backward(&dgv, &mut cgd, n, pc, ph * pw);
-    close("gap_backward", &g.download(&ggd), &cgd, tol);
+    let mut t = Cmp {
+        g: &mut g,
+        c: &mut c,
+        rng: &mut rng,
+        prec,
+        tol,
+        conv_tol,
+    };
+    for (k, stride, pad) in [(2, 2, 0), (3, 2, 1)] {
+        let s = PoolShape {
+            n,
+            c: pc,
+            h: ph,
+            w: pw,
+            k,
+            stride,
+            pad,
+        };
+        t.maxpool("ops", &s, &xb, &x);
+    }
+    t.gap("ops", &xb, &x, n, pc, ph * pw);
+    let et = t.exact_tol();
+
+    // y = a + b, with and without the ReLU, written over a stale output; dst += src
+    let mut gsum = g.empty(g.act_dt());
+    for relu in [false, true, false] {
+        let (a, b) = (round(rng.vec(1000)), round(rng.vec(1000)));
+        let (ab, bb) = (g.upload_act(&a), g.upload_act(&b));
+        g.add(&ab, &bb, &mut gsum, relu);
+        let mut y = vec![];
+        c.add(&a, &b, &mut y, relu);
+        close(&format!("add relu={relu}"), &g.download(&gsum), &y, et);
+        let mut gacc = g.upload_act(&a);
+        g.accumulate(&mut gacc, &bb);
+        let mut acc = a.clone();
+        c.accumulate(&mut acc, &b);
+        close("accumulate", &g.download(&gacc), &acc, et);
+    }
+    // copy: any type, into a buffer that held something else (longer, another type)
+    let v = round(rng.vec(1234));
+    let src = g.upload_act(&v);
+    let mut dst = g.upload(&rng.vec(3000));
+    g.copy(&src, &mut dst);
+    assert_eq!(
+        (dst.len(), dst.dt()),
+        (src.len(), src.dt()),
+        "copy's length and type"
+    );
+    assert_eq!(g.download(&dst), v, "copy");
+    let (mut gp, mut ga) = (g.empty(g.act_dt()), g.empty(Dt::U8));
+    let s = PoolShape {
+        n,
+        c: pc,
+        h: ph,
+        w: pw,
+        k: 3,
+        stride: 2,
+        pad: 1,
+    };
+    g.maxpool(&xb, &mut gp, &mut ga, &s);
+    g.copy(&ga, &mut dst);
+    assert_eq!(dst.dt(), Dt::U8);
+    assert_eq!(g.download(&dst), g.download(&ga), "copy of u8 values");
+    let f = rng.vec(77);
+    let fb = g.upload(&f);
+    g.copy(&fb, &mut dst);
+    assert_eq!(g.download(&dst), f, "copy of float32 values");
+    g.status().unwrap();
 
     // linear, softmax cross-entropy, argmax, SGD (always float32)
     let (ln, k, m) = (37, 128, 10);
@@ -259,6 +563,136 @@ fn ops_match_the_cpu_in_float32() {
 fn ops_match_the_cpu_in_bfloat16() {
     // Outputs are rounded to bfloat16 (8 bits of mantissa): relative error near 2^-9.
     ops_match(Precision::Bf16, 8e-3, 1e-2);
+}
+
+/// The first layers of each model at input shapes people train on (large, single-channel, many
+/// channels, odd and not square, tiny), every op against the CPU: the input path with the crops
+/// training draws, the first convolution of each model, max pooling, batch norm with ReLU and
+/// global average pooling on its output, and the later stages' stride-2 convolutions.
+fn shape_sweep(prec: Precision, tol: f64, conv_tol: f64) {
+    let Some(mut g) = gpu(prec, Kind::Pinned) else {
+        return;
+    };
+    let mut c = Cpu::default();
+    let mut rng = Rng(11);
+    let n = 2;
+    for (ch, h, w) in [
+        (3, 224, 224),
+        (1, 256, 256),
+        (13, 64, 64),
+        (3, 97, 131),
+        (1, 28, 28),
+    ] {
+        let what = format!("{ch}x{h}x{w}");
+        // The augmentation's crop padding for this size, and a crop and flip per sample.
+        let pad = (h.min(w) as f64 / 12.0).round() as usize;
+        let mean: Vec<f32> = (0..ch).map(|i| 0.3 + 0.04 * i as f32).collect();
+        let std: Vec<f32> = (0..ch).map(|i| 0.2 + 0.01 * i as f32).collect();
+        let (mut gi, mut gl) = (g.zeros(0), g.zeros(0));
+        let mut input = vec![];
+        for u16 in [true, false] {
+            let pixels = rng.bytes(n * ch * h * w * if u16 { 2 } else { 1 });
+            let labels: Vec<u32> = (0..n).map(|_| (rng.next() % 10) as u32).collect();
+            let span = 2 * pad as u64 + 1;
+            let aug: Vec<Aug> = (0..n)
+                .map(|_| Aug {
+                    dy: (rng.next() % span) as u8,
+                    dx: (rng.next() % span) as u8,
+                    flip: rng.next() % 2 == 0,
+                })
+                .collect();
+            let raw = RawBatch {
+                pixels: &pixels,
+                u16,
+                n,
+                c: ch,
+                h,
+                w,
+                labels: &labels,
+            };
+            g.load_batch(&raw, &mean, &std, pad, &aug, &mut gi, &mut gl);
+            let (mut ci, mut cl) = (vec![], vec![]);
+            c.load_batch(&raw, &mean, &std, pad, &aug, &mut ci, &mut cl);
+            input = g.download(&gi);
+            close(&format!("{what}: load_batch u16={u16}"), &input, &ci, tol);
+            assert_eq!(g.download(&gl), cl, "{what}: labels");
+        }
+        let mut t = Cmp {
+            g: &mut g,
+            c: &mut c,
+            rng: &mut rng,
+            prec,
+            tol,
+            conv_tol,
+        };
+        let small = ConvShape {
+            n,
+            cin: ch,
+            cout: 32,
+            h,
+            w,
+            k: 3,
+            stride: 1,
+            pad: 1,
+        };
+        let resnet = if h.min(w) >= 96 {
+            ConvShape {
+                cout: 64,
+                k: 7,
+                stride: 2,
+                pad: 3,
+                ..small
+            }
+        } else {
+            ConvShape { cout: 64, ..small }
+        };
+        // Each model's first convolution on the loaded batch, then the ops that follow it.
+        for (model, s) in [("small", small), ("resnet18", resnet)] {
+            let label = format!("{what} {model}");
+            let (y, yv) = t.conv(&label, &s, Some((&gi, &input)));
+            let (oh, ow) = (s.oh(), s.ow());
+            for (k, stride, pad) in [(2, 2, 0), (3, 2, 1)] {
+                let p = PoolShape {
+                    n,
+                    c: s.cout,
+                    h: oh,
+                    w: ow,
+                    k,
+                    stride,
+                    pad,
+                };
+                t.maxpool(&label, &p, &y, &yv);
+            }
+            let (r, rv) = t.bn_relu(&label, &y, &yv, n, s.cout, oh * ow);
+            t.gap(&label, &r, &rv, n, s.cout, oh * ow);
+        }
+        // The later stages' downsampling (3x3 and 1x1, stride 2) at the size the stem's pool
+        // leaves.
+        let (dh, dw) = (
+            out_size(resnet.oh(), 3, 2, 1),
+            out_size(resnet.ow(), 3, 2, 1),
+        );
+        for (k, pad) in [(3, 1), (1, 0)] {
+            let s = ConvShape {
+                n,
+                cin: 64,
+                cout: 128,
+                h: dh,
+                w: dw,
+                k,
+                stride: 2,
+                pad,
+            };
+            t.conv(&format!("{what} downsampling"), &s, None);
+        }
+    }
+    g.status().unwrap();
+}
+
+#[test]
+fn shape_sweep_ops_match_the_cpu() {
+    shape_sweep(Precision::F32, 1e-5, 1e-5);
+    shape_sweep(Precision::Bf16, 8e-3, 1e-2);
 }
 
 #[test]
@@ -331,20 +765,41 @@ fn steps_match(prec: Precision, grad_tol: f64, weight_tol: f64) {
     let Some(mut g) = gpu(prec, Kind::Pinned) else {
         return;
     };
+    steps_match_on(
+        &mut g,
+        ModelConfig::small(1, 28, 28, 10),
+        64,
+        3,
+        grad_tol,
+        weight_tol,
+    );
+}
+
+/// `steps` whole training steps of `cfg` on batches of `n`, GPU against CPU from the same start.
+fn steps_match_on(
+    g: &mut Cuda,
+    cfg: ModelConfig,
+    n: usize,
+    steps: usize,
+    grad_tol: f64,
+    weight_tol: f64,
+) {
     let mut c = Cpu::default();
-    let cfg = ModelConfig::small(1, 28, 28, 10);
     let init = init_values(&cfg, 4);
-    let mut gm = Model::new(&mut g, cfg.clone(), &init);
+    let mut gm = Model::new(g, cfg.clone(), &init);
     let mut cm = Model::new(&mut c, cfg.clone(), &init);
     let mut rng = Rng(5);
-    let n = 64;
-    for step in 0..3 {
-        let pixels = rng.bytes(n * 784);
+    let (ch, h, w) = (cfg.channels, cfg.height, cfg.width);
+    let pad = (h.min(w) as f32 / 12.0).round().max(1.0) as u64;
+    let (mean, std) = (vec![0.3; ch], vec![0.35; ch]);
+    let label = format!("{} {ch}x{h}x{w}", cfg.name);
+    for step in 0..steps {
+        let pixels = rng.bytes(n * ch * h * w);
         let labels: Vec<u32> = (0..n).map(|_| (rng.next() % 10) as u32).collect();
         let aug: Vec<Aug> = (0..n)
             .map(|_| Aug {
-                dy: (rng.next() % 5) as u8,
-                dx: (rng.next() % 5) as u8,
+                dy: (rng.next() % (2 * pad + 1)) as u8,
+                dx: (rng.next() % (2 * pad + 1)) as u8,
                 flip: rng.next() % 2 == 0,
             })
             .collect();
@@ -352,50 +807,50 @@ fn steps_match(prec: Precision, grad_tol: f64, weight_tol: f64) {
             pixels: &pixels,
             u16: false,
             n,
-            c: 1,
-            h: 28,
-            w: 28,
+            c: ch,
+            h,
+            w,
             labels: &labels,
         };
-        gm.load(&mut g, &raw, &[0.3], &[0.35], 2, &aug);
-        gm.forward(&mut g, n, true);
-        gm.loss(&mut g, n, 0.1);
-        gm.backward(&mut g, n);
-        cm.load(&mut c, &raw, &[0.3], &[0.35], 2, &aug);
+        gm.load(g, &raw, &mean, &std, pad as usize, &aug);
+        gm.forward(g, n, true);
+        gm.loss(g, n, 0.1);
+        gm.backward(g, n);
+        cm.load(&mut c, &raw, &mean, &std, pad as usize, &aug);
         cm.forward(&mut c, n, true);
         cm.loss(&mut c, n, 0.1);
         cm.backward(&mut c, n);
         let (gl, _) = g.take_loss_stats();
         let (cl, _) = c.take_loss_stats();
-        eprintln!("step {step}: loss GPU {gl:.6} CPU {cl:.6}");
+        eprintln!("{label} step {step}: loss GPU {gl:.6} CPU {cl:.6}");
         assert!((gl - cl).abs() / cl < grad_tol, "loss {gl} vs {cl}");
         let mut worst = (0.0, String::new());
         for i in 0..gm.params.names.len() {
             let name = &gm.params.names[i];
             let e = rel(&g.download(&gm.params.g[i]), &c.download(&cm.params.g[i]));
-            eprintln!("step {step} grad {name}: relative error {e:.2e}");
+            eprintln!("{label} step {step} grad {name}: relative error {e:.2e}");
             if e > worst.0 {
                 worst = (e, name.clone());
             }
         }
         assert!(
             worst.0 < grad_tol,
-            "step {step}: gradient of {} off by {:.3e} (tolerance {grad_tol:.0e})",
+            "{label} step {step}: gradient of {} off by {:.3e} (tolerance {grad_tol:.0e})",
             worst.1,
             worst.0
         );
-        gm.step(&mut g, 0.5, 0.9, 5e-4);
+        gm.step(g, 0.5, 0.9, 5e-4);
         cm.step(&mut c, 0.5, 0.9, 5e-4);
     }
-    let gs = gm.state(&mut g);
+    let gs = gm.state(g);
     let cs = cm.state(&mut c);
     for ((name, a), (_, b)) in gs.iter().zip(&cs) {
-        // Momentum and the tensors that start at zero (batch-norm biases) are sums of three
+        // Momentum and the tensors that start at zero (batch-norm biases) are sums of the
         // gradients: they carry the gradients' error. Weights and running statistics move little
         // from their start, so their tolerance is tighter.
         let from_grads = name.ends_with(".momentum") || name.ends_with(".bias");
         let tol = if from_grads { grad_tol } else { weight_tol };
-        close(&format!("after 3 steps: {name}"), a, b, tol);
+        close(&format!("{label} after {steps} steps: {name}"), a, b, tol);
     }
     g.status().unwrap();
 }
@@ -414,76 +869,31 @@ fn training_steps_match_the_cpu_in_bfloat16() {
     steps_match(Precision::Bf16, 2e-1, 1e-2);
 }
 
-/// The split held in GPU memory (`--memory device`) yields the very batches the host pipeline
-/// streams: same samples, same order, same crops and flips, from the start of an epoch and from a
-/// resume point, with and without augmentation.
+/// One whole training step of each model at the shapes users bring (where the model suits the
+/// shape), in float32 and bfloat16, against the CPU.
 #[test]
-fn dataset_in_gpu_memory_feeds_the_batches_the_stream_feeds() {
-    use crate::shard::Dataset;
-    use crate::train::input::Source;
-    use crate::train::{Feed, HostFeed, Recipe};
-    let Some(mut g) = gpu(Precision::F32, Kind::Pinned) else {
-        return;
-    };
-    let t = tempfile::tempdir().unwrap();
-    let out = t.path().join("ds");
-    crate::synth::test_dataset(&out, 2000, "3x8x8");
-    let ds = Dataset::open(&out).unwrap();
-    let src = Source::open(&ds, "train").unwrap();
-    let cfg = ModelConfig::small(3, 8, 8, 10);
-    let r = Recipe {
-        data: out.clone(),
-        model: cfg.clone(),
-        epochs: 3,
-        batch: 64,
-        lr: 0.1,
-        momentum: 0.9,
-        weight_decay: 5e-4,
-        label_smoothing: 0.1,
-        seed: 7,
-        crop_pad: 1,
-        flip: true,
-        augment_epochs: 2,
-        checkpoint_every: 0,
-        device: "cuda:0".into(),
-        precision: "bf16".into(),
-        skip_damaged: false,
-        mean: ds.manifest.mean.iter().map(|&v| v as f32).collect(),
-        std: ds.manifest.std.iter().map(|&v| v as f32).collect(),
-        classes: ds.manifest.classes.clone(),
-        tool: "test".into(),
-    };
-    let mut host = HostFeed::new(src.clone(), &r, 2);
-    let mut dev = super::train::DeviceFeed::new(&mut g, src, &r, 2).unwrap();
-    let init = init_values(&cfg, 1);
-    let mut m1 = Model::new(&mut g, cfg.clone(), &init);
-    let mut m2 = Model::new(&mut g, cfg, &init);
-    for (epoch, start) in [(0, 0), (1, 5), (2, 0)] {
-        Feed::<Cuda>::start(&mut host, &mut g, epoch, start).unwrap();
-        dev.start(&mut g, epoch, start).unwrap();
-        let mut batches = 0;
-        loop {
-            let a = host.next(&mut g, &mut m1).unwrap();
-            let b = dev.next(&mut g, &mut m2).unwrap();
-            assert_eq!(a, b, "epoch {epoch}: batch index and size");
-            if a.is_none() {
-                break;
+fn whole_steps_match_the_cpu_across_shapes() {
+    for (prec, tols) in [
+        (Precision::F32, [(1e-4, 1e-5), (1e-3, 1e-5)]),
+        (Precision::Bf16, [(2e-1, 1e-2), (3e-1, 1e-2)]),
+    ] {
+        let Some(mut g) = gpu(prec, Kind::Pinned) else {
+            return;
+        };
+        for (c, h, w) in [
+            (3, 224, 224),
+            (1, 256, 256),
+            (13, 64, 64),
+            (3, 97, 131),
+            (1, 28, 28),
+        ] {
+            for (m, (grad_tol, weight_tol)) in ["small", "resnet18"].into_iter().zip(tols) {
+                let cfg = ModelConfig::new(m, c, h, w, 10).unwrap();
+                steps_match_on(&mut g, cfg, 4, 1, grad_tol, weight_tol);
             }
-            assert_eq!(
-                g.download(&m1.input),
-                g.download(&m2.input),
-                "epoch {epoch} batch {a:?}"
-            );
-            assert_eq!(
-                g.download(&m1.labels),
-                g.download(&m2.labels),
-                "labels, epoch {epoch}"
-            );
-            batches += 1;
         }
-        assert_eq!(batches, 2000 / 64 - start, "epoch {epoch}");
+        g.status().unwrap();
     }
-    g.status().unwrap();
 }
 
 /// A training step recorded as a CUDA graph and replayed gives what issuing its ops does.
@@ -535,26 +945,29 @@ fn timed_algorithms_are_remembered_for_the_next_process() {
     let Some(mut g) = gpu(Precision::Bf16, Kind::Pinned) else {
         return;
     };
-    // A shape no other test uses, so its lines in the memo are this test's.
-    let (n, cin, cout, h, w) = (3, 5, 24, 9, 11);
-    let key = super::dnn::ConvKey {
-        n,
-        cin,
-        cout,
-        h,
-        w,
-        bf16: true,
+    // A shape no other test uses, so its lines in the memo are this test's; stride 2, so that
+    // the memo's key is seen to carry the kernel's geometry.
+    let s = ConvShape {
+        n: 3,
+        cin: 5,
+        cout: 24,
+        h: 9,
+        w: 11,
+        k: 3,
+        stride: 2,
+        pad: 1,
     };
+    let key = super::dnn::ConvKey::new(&s, true);
     let mut rng = Rng(7);
     {
         let (x, wt, dy) = (
-            g.upload_act(&rng.vec(n * cin * h * w)),
-            g.upload(&rng.vec(cout * cin * 9)),
-            g.upload_act(&rng.vec(n * cout * h * w)),
+            g.upload_act(&rng.vec(s.n * s.cin * s.h * s.w)),
+            g.upload(&rng.vec(s.cout * s.cin * s.k * s.k)),
+            g.upload_act(&rng.vec(s.n * s.cout * s.oh() * s.ow())),
         );
         let (mut y, mut dx, mut dw) = (g.empty(g.act_dt()), g.empty(g.act_dt()), g.zeros(0));
-        g.conv3x3(&x, &wt, &mut y, n, cin, cout, h, w);
-        g.conv3x3_backward(&x, &wt, &dy, Some(&mut dx), &mut dw, n, cin, cout, h, w);
+        g.conv(&x, &wt, &mut y, &s);
+        g.conv_backward(&x, &wt, &dy, Some(&mut dx), &mut dw, &s);
         g.status().unwrap();
     } // the buffers go before their backend
     let p = g.dnn.plan_mut(&key).unwrap();
@@ -567,71 +980,6 @@ fn timed_algorithms_are_remembered_for_the_next_process() {
     for dir in 0..3 {
         if cands[dir].len() > 1 {
             assert_eq!(g2.memo.get(&key, dir), Some(picked[dir]), "direction {dir}");
-        }
-    }
-}
-
-/// GPU training is deterministic (deterministic cuDNN algorithms, remembered across processes;
-/// no atomics in the gradients): a run stopped mid-epoch and resumed from its checkpoint ends with
-/// the very bits of an uninterrupted run, in each input mode, and two clean runs agree too.
-#[test]
-fn resumed_run_ends_bit_identical_to_an_uninterrupted_one() {
-    use crate::train::{checkpoint, train, TrainOptions};
-    if gpu(Precision::Bf16, Kind::Pinned).is_none() {
-        return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let ds = t.path().join("ds");
-    crate::synth::test_dataset(&ds, 3000, "3x16x16");
-    let opts = |out: &str, memory: &str, stop_after: Option<usize>| TrainOptions {
-        data: ds.clone(),
-        out: Some(t.path().join(out)),
-        resume: None,
-        epochs: 2,
-        batch: 128,
-        lr: 0.4,
-        momentum: 0.9,
-        weight_decay: 5e-4,
-        label_smoothing: 0.1,
-        seed: 5,
-        augment: true,
-        checkpoint_every: 0,
-        device: "cuda:0".into(),
-        memory: memory.into(),
-        precision: "bf16".into(),
-        skip_damaged: false,
-        quiet: true,
-        stop_after,
-    };
-    let weights = |out: &str| checkpoint::load(&t.path().join(out).join(checkpoint::FILE)).unwrap();
-    train(&opts("clean", "stream", None)).unwrap();
-    let clean = weights("clean");
-    assert_eq!(clean.1.epoch, 2);
-    train(&opts("again", "stream", None)).unwrap();
-    assert!(weights("again").0 == clean.0, "two clean runs differ");
-    for memory in ["stream", "device"] {
-        let out = format!("stopped-{memory}");
-        // 3000 samples, batch 128: 24 steps an epoch; stop in the middle of the first.
-        train(&opts(&out, memory, Some(9))).unwrap();
-        assert_eq!(weights(&out).1.epoch, 0);
-        let mut resume = opts("-", memory, None);
-        resume.out = None;
-        resume.resume = Some(t.path().join(&out));
-        train(&resume).unwrap();
-        let (w, cur) = weights(&out);
-        assert_eq!(cur.epoch, 2);
-        for ((name, a), (_, b)) in clean.0.iter().zip(&w) {
-            let differ = a
-                .iter()
-                .zip(b)
-                .filter(|(x, y)| x.to_bits() != y.to_bits())
-                .count();
-            assert_eq!(
-                differ,
-                0,
-                "{memory}: {name}: {differ} of {} values differ",
-                a.len()
-            );
         }
     }
 }

@@ -8,15 +8,14 @@
 //!
 //! `auto` takes `device` when the split fits half of the GPU's free memory, else `stream`.
 
-use super::staging::Kind;
-use super::{mem_info, Buf, Cuda, Dt, Precision};
+use super::input::{epoch_order, Source};
+use super::{augmentation, run_on, Feed, HostFeed, Recipe, RunCtx, Trained};
 use crate::error::{Error, Result};
 use crate::mem::human;
-use crate::nn::model::WIDTHS;
+use crate::nn::cuda::staging::Kind;
+use crate::nn::cuda::{mem_info, probe, Buf, Cuda, Dt, Precision};
 use crate::nn::{Backend, Model};
 use crate::shard::Dtype;
-use crate::train::input::{epoch_order, Source};
-use crate::train::{augmentation, run_on, Feed, HostFeed, Recipe, RunCtx, Trained};
 use std::sync::Arc;
 
 fn dev_err(e: String) -> Error {
@@ -36,7 +35,7 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         _ => Precision::Bf16,
     };
     let split_bytes = ctx.train_src.samples as u64 * ctx.train_src.spec.bytes() as u64;
-    let name = super::probe(ordinal).map_err(dev_err)?;
+    let name = probe(ordinal).map_err(dev_err)?;
     // The staging ring's kind comes with the backend; `auto` is settled once the free memory is
     // known, between `device` and `stream`, which share the pinned ring.
     let mode = o.memory.clone();
@@ -47,7 +46,33 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
     };
     let mut be = Cuda::new(ordinal, prec, kind).map_err(dev_err)?;
     let (free, total) = mem_info().map_err(dev_err)?;
-    let budget = free as u64 / 2;
+    // What a step needs beside the input (the libraries are loaded by now, so `free` excludes
+    // them): refuse before the first step a batch that cannot fit, naming one that does.
+    let act_bytes = if prec == Precision::F32 { 4 } else { 2 };
+    let need = |b: usize| {
+        crate::plan::CONV_WORKSPACE_BYTES
+            + r.model.parameter_bytes()
+            + r.model.activation_bytes(b, act_bytes)
+            + 3 * (b * ctx.train_src.spec.bytes()) as u64
+    };
+    if need(r.batch) > free as u64 {
+        let fits = (1..r.batch).rev().find(|&b| need(b) <= free as u64);
+        return Err(Error::Device(format!(
+            "model `{}` on {}x{}x{} images at batch {} needs about {} of GPU memory for its activations, gradients and weights, more than the {} free on cuda:{ordinal}; {}",
+            r.model.name,
+            r.model.channels,
+            r.model.height,
+            r.model.width,
+            r.batch,
+            human(need(r.batch)),
+            human(free as u64),
+            match fits {
+                Some(b) => format!("use --batch {b} or less"),
+                None => "no batch size fits: use smaller images (prep convert --size) or --model small".into(),
+            }
+        )));
+    }
+    let budget = (free as u64 / 2).min(free as u64 - need(r.batch));
     let mode = if mode == "auto" {
         if split_bytes <= budget {
             "device".to_string()
@@ -59,18 +84,16 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
     };
     if mode == "device" && split_bytes > budget {
         return Err(Error::Device(format!(
-            "--memory device: the training split needs {} of GPU memory, more than half of the {} free; use --memory stream",
+            "--memory device: the training split needs {} of GPU memory, more than the {} left of the {} free once the model has its {}; use --memory stream",
             human(split_bytes),
-            human(free as u64)
+            human(budget),
+            human(free as u64),
+            human(need(r.batch))
         )));
     }
-    let (c, h, w) = (r.model.channels, r.model.height, r.model.width);
     // cuDNN lists its candidate algorithms per convolution now (the first real batch times them).
-    let dims = [(h, w), (h / 2, w / 2), (h / 4, w / 4)];
-    let mut cin = c;
-    for (s, &(hh, ww)) in dims.iter().enumerate() {
-        be.prepare_conv(r.batch, cin, WIDTHS[s], hh, ww);
-        cin = WIDTHS[s];
+    for s in r.model.convs(r.batch) {
+        be.prepare_conv(&s);
     }
     be.status().map_err(dev_err)?;
     let what = match mode.as_str() {
@@ -257,5 +280,166 @@ impl Feed<Cuda> for DeviceFeed {
 
     fn damaged(&self) -> usize {
         self.damaged
+    }
+}
+
+/// The GPU input modes and whole runs (GPU machine: `scripts/gpu-check.sh`, stage `tests`).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::model::init_values;
+    use crate::nn::ModelConfig;
+
+    fn gpu() -> Option<Cuda> {
+        match probe(0) {
+            Ok(_) => Some(Cuda::new(0, Precision::F32, Kind::Pinned).expect("CUDA starts")),
+            Err(why) => {
+                assert!(
+                    std::env::var("PREP_REQUIRE_CUDA").as_deref() != Ok("1"),
+                    "PREP_REQUIRE_CUDA=1 but no GPU: {why}"
+                );
+                eprintln!("skipped: no GPU ({why})");
+                None
+            }
+        }
+    }
+
+    /// The split held in GPU memory (`--memory device`) yields the very batches the host pipeline
+    /// streams: same samples, same order, same crops and flips, from the start of an epoch and from a
+    /// resume point, with and without augmentation.
+    #[test]
+    fn dataset_in_gpu_memory_feeds_the_batches_the_stream_feeds() {
+        use crate::shard::Dataset;
+        use crate::train::input::Source;
+        use crate::train::{Feed, HostFeed, Recipe};
+        let Some(mut g) = gpu() else {
+            return;
+        };
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("ds");
+        crate::synth::test_dataset(&out, 2000, "3x8x8");
+        let ds = Dataset::open(&out).unwrap();
+        let src = Source::open(&ds, "train").unwrap();
+        let cfg = ModelConfig::small(3, 8, 8, 10);
+        let r = Recipe {
+            data: out.clone(),
+            model: cfg.clone(),
+            epochs: 3,
+            batch: 64,
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 5e-4,
+            label_smoothing: 0.1,
+            seed: 7,
+            crop_pad: 1,
+            flip: true,
+            augment_epochs: 2,
+            checkpoint_every: 0,
+            device: "cuda:0".into(),
+            precision: "bf16".into(),
+            skip_damaged: false,
+            mean: ds.manifest.mean.iter().map(|&v| v as f32).collect(),
+            std: ds.manifest.std.iter().map(|&v| v as f32).collect(),
+            classes: ds.manifest.classes.clone(),
+            tool: "test".into(),
+        };
+        let mut host = HostFeed::new(src.clone(), &r, 2);
+        let mut dev = DeviceFeed::new(&mut g, src, &r, 2).unwrap();
+        let init = init_values(&cfg, 1);
+        let mut m1 = Model::new(&mut g, cfg.clone(), &init);
+        let mut m2 = Model::new(&mut g, cfg, &init);
+        for (epoch, start) in [(0, 0), (1, 5), (2, 0)] {
+            Feed::<Cuda>::start(&mut host, &mut g, epoch, start).unwrap();
+            dev.start(&mut g, epoch, start).unwrap();
+            let mut batches = 0;
+            loop {
+                let a = host.next(&mut g, &mut m1).unwrap();
+                let b = dev.next(&mut g, &mut m2).unwrap();
+                assert_eq!(a, b, "epoch {epoch}: batch index and size");
+                if a.is_none() {
+                    break;
+                }
+                assert_eq!(
+                    g.download(&m1.input),
+                    g.download(&m2.input),
+                    "epoch {epoch} batch {a:?}"
+                );
+                assert_eq!(
+                    g.download(&m1.labels),
+                    g.download(&m2.labels),
+                    "labels, epoch {epoch}"
+                );
+                batches += 1;
+            }
+            assert_eq!(batches, 2000 / 64 - start, "epoch {epoch}");
+        }
+        g.status().unwrap();
+    }
+
+    /// GPU training is deterministic (deterministic cuDNN algorithms, remembered across processes;
+    /// no atomics in the gradients): a run stopped mid-epoch and resumed from its checkpoint ends with
+    /// the very bits of an uninterrupted run, in each input mode, and two clean runs agree too.
+    #[test]
+    fn resumed_run_ends_bit_identical_to_an_uninterrupted_one() {
+        use crate::train::{checkpoint, train, TrainOptions};
+        if gpu().is_none() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let ds = t.path().join("ds");
+        crate::synth::test_dataset(&ds, 3000, "3x16x16");
+        let opts = |out: &str, memory: &str, stop_after: Option<usize>| TrainOptions {
+            data: ds.clone(),
+            out: Some(t.path().join(out)),
+            resume: None,
+            model: "small".into(),
+            epochs: 2,
+            batch: 128,
+            lr: 0.4,
+            momentum: 0.9,
+            weight_decay: 5e-4,
+            label_smoothing: 0.1,
+            seed: 5,
+            augment: true,
+            checkpoint_every: 0,
+            device: "cuda:0".into(),
+            memory: memory.into(),
+            precision: "bf16".into(),
+            skip_damaged: false,
+            quiet: true,
+            stop_after,
+        };
+        let weights =
+            |out: &str| checkpoint::load(&t.path().join(out).join(checkpoint::FILE)).unwrap();
+        train(&opts("clean", "stream", None)).unwrap();
+        let clean = weights("clean");
+        assert_eq!(clean.1.epoch, 2);
+        train(&opts("again", "stream", None)).unwrap();
+        assert!(weights("again").0 == clean.0, "two clean runs differ");
+        for memory in ["stream", "device"] {
+            let out = format!("stopped-{memory}");
+            // 3000 samples, batch 128: 24 steps an epoch; stop in the middle of the first.
+            train(&opts(&out, memory, Some(9))).unwrap();
+            assert_eq!(weights(&out).1.epoch, 0);
+            let mut resume = opts("-", memory, None);
+            resume.out = None;
+            resume.resume = Some(t.path().join(&out));
+            train(&resume).unwrap();
+            let (w, cur) = weights(&out);
+            assert_eq!(cur.epoch, 2);
+            for ((name, a), (_, b)) in clean.0.iter().zip(&w) {
+                let differ = a
+                    .iter()
+                    .zip(b)
+                    .filter(|(x, y)| x.to_bits() != y.to_bits())
+                    .count();
+                assert_eq!(
+                    differ,
+                    0,
+                    "{memory}: {name}: {differ} of {} values differ",
+                    a.len()
+                );
+            }
+        }
     }
 }
