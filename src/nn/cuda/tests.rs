@@ -295,11 +295,13 @@ impl Cmp<'_> {
         self.g.gap(x, &mut gg, n, c, hw);
         let (mut cg, mut cgd) = (vec![], vec![]);
         self.c.gap(&xv, &mut cg, n, c, hw);
+        // Each GPU lane adds hw/32 values in float32 (the CPU in float64): over 4096 pixels the
+        // rounding passes 1e-6 (1.5e-6 measured at 224x224).
         close(
             &format!("{what}: gap {n}x{c}x{hw}"),
             &self.g.download(&gg),
             &cg,
-            1e-6,
+            if hw > 4096 { 1e-5 } else { 1e-6 },
         );
         let dgv = self.rng.vec(n * c);
         let dgb = self.g.upload(&dgv);
@@ -775,7 +777,8 @@ fn steps_match(prec: Precision, grad_tol: f64, weight_tol: f64) {
     );
 }
 
-/// `steps` whole training steps of `cfg` on batches of `n`, GPU against CPU from the same start.
+/// `steps` whole training steps of `cfg` on batches of `n`, GPU against CPU from the same start;
+/// every figure is printed, and what is over its tolerance returned.
 fn steps_match_on(
     g: &mut Cuda,
     cfg: ModelConfig,
@@ -783,7 +786,8 @@ fn steps_match_on(
     steps: usize,
     grad_tol: f64,
     weight_tol: f64,
-) {
+) -> Vec<String> {
+    let mut failed = Vec::new();
     let mut c = Cpu::default();
     let init = init_values(&cfg, 4);
     let mut gm = Model::new(g, cfg.clone(), &init);
@@ -823,7 +827,9 @@ fn steps_match_on(
         let (gl, _) = g.take_loss_stats();
         let (cl, _) = c.take_loss_stats();
         eprintln!("{label} step {step}: loss GPU {gl:.6} CPU {cl:.6}");
-        assert!((gl - cl).abs() / cl < grad_tol, "loss {gl} vs {cl}");
+        if (gl - cl).abs() / cl >= grad_tol {
+            failed.push(format!("{label} step {step}: loss {gl} vs {cl}"));
+        }
         let mut worst = (0.0, String::new());
         for i in 0..gm.params.names.len() {
             let name = &gm.params.names[i];
@@ -833,12 +839,16 @@ fn steps_match_on(
                 worst = (e, name.clone());
             }
         }
-        assert!(
-            worst.0 < grad_tol,
-            "{label} step {step}: gradient of {} off by {:.3e} (tolerance {grad_tol:.0e})",
-            worst.1,
-            worst.0
+        eprintln!(
+            "{label} step {step}: worst gradient {} off by {:.3e} (tolerance {grad_tol:.0e})",
+            worst.1, worst.0
         );
+        if worst.0 >= grad_tol {
+            failed.push(format!(
+                "{label} step {step}: gradient of {} off by {:.3e} (tolerance {grad_tol:.0e})",
+                worst.1, worst.0
+            ));
+        }
         gm.step(g, 0.5, 0.9, 5e-4);
         cm.step(&mut c, 0.5, 0.9, 5e-4);
     }
@@ -850,9 +860,18 @@ fn steps_match_on(
         // from their start, so their tolerance is tighter.
         let from_grads = name.ends_with(".momentum") || name.ends_with(".bias");
         let tol = if from_grads { grad_tol } else { weight_tol };
-        close(&format!("{label} after {steps} steps: {name}"), a, b, tol);
+        let e = rel(a, b);
+        eprintln!(
+            "{label} after {steps} steps: {name}: relative error {e:.2e} (tolerance {tol:.0e})"
+        );
+        if e >= tol {
+            failed.push(format!(
+                "{label} after {steps} steps: {name} off by {e:.3e} (tolerance {tol:.0e})"
+            ));
+        }
     }
     g.status().unwrap();
+    failed
 }
 
 #[test]
