@@ -291,17 +291,7 @@ mod tests {
     use crate::nn::ModelConfig;
 
     fn gpu() -> Option<Cuda> {
-        match probe(0) {
-            Ok(_) => Some(Cuda::new(0, Precision::F32, Kind::Pinned).expect("CUDA starts")),
-            Err(why) => {
-                assert!(
-                    std::env::var("PREP_REQUIRE_CUDA").as_deref() != Ok("1"),
-                    "PREP_REQUIRE_CUDA=1 but no GPU: {why}"
-                );
-                eprintln!("skipped: no GPU ({why})");
-                None
-            }
-        }
+        crate::nn::cuda::tests::gpu(Precision::F32, Kind::Pinned)
     }
 
     /// The split held in GPU memory (`--memory device`) yields the very batches the host pipeline

@@ -75,9 +75,12 @@ fn gemm(
     }
 }
 
-/// Most floats one im2col or GEMM scratch buffer of a work chunk may hold (5 MiB): what bounds
-/// the CPU backend's memory per thread, whatever the image size.
+/// Most floats one im2col or GEMM scratch buffer of a work chunk may hold: `CHUNK` samples of
+/// images up to about 32x32 fit in 5 MiB and chunk as they always did (the same bits as before
+/// chunks were bounded); anything larger works in chunks of at most 1 MiB, which bounds what
+/// each thread holds whatever the image size.
 const SCRATCH_FLOATS: usize = 5 << 18;
+const SCRATCH_FLOATS_LARGE: usize = 1 << 18;
 
 /// A convolution's work chunk: samples `s0..s0 + ns`, output rows `r0..r1` of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,11 +104,16 @@ fn chunks(s: &ConvShape) -> Vec<Vec<Chunk>> {
     let (oh, ow) = (s.oh(), s.ow());
     let row = (s.cin * s.k * s.k).max(s.cout) * ow;
     let per_sample = row * oh;
-    let samples = (SCRATCH_FLOATS / per_sample.max(1)).clamp(1, CHUNK);
-    let rows = if per_sample <= SCRATCH_FLOATS {
+    let budget = if CHUNK * per_sample <= SCRATCH_FLOATS {
+        SCRATCH_FLOATS
+    } else {
+        SCRATCH_FLOATS_LARGE
+    };
+    let samples = (budget / per_sample.max(1)).clamp(1, CHUNK);
+    let rows = if per_sample <= budget {
         oh
     } else {
-        (SCRATCH_FLOATS / row.max(1)).clamp(1, oh)
+        (budget / row.max(1)).clamp(1, oh)
     };
     (0..s.n)
         .step_by(samples)

@@ -28,43 +28,17 @@ pub fn check_blas(s: blas::cublasStatus_t, what: &str) -> Result<(), String> {
 /// A convolution's plan and remembered algorithms are per shape and precision.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct ConvKey {
-    pub n: usize,
-    pub cin: usize,
-    pub cout: usize,
-    pub h: usize,
-    pub w: usize,
-    pub k: usize,
-    pub stride: usize,
-    pub pad: usize,
+    pub s: ConvShape,
     pub bf16: bool,
 }
 
 impl ConvKey {
     pub fn new(s: &ConvShape, bf16: bool) -> Self {
-        ConvKey {
-            n: s.n,
-            cin: s.cin,
-            cout: s.cout,
-            h: s.h,
-            w: s.w,
-            k: s.k,
-            stride: s.stride,
-            pad: s.pad,
-            bf16,
-        }
+        ConvKey { s: *s, bf16 }
     }
 
     pub fn shape(&self) -> ConvShape {
-        ConvShape {
-            n: self.n,
-            cin: self.cin,
-            cout: self.cout,
-            h: self.h,
-            w: self.w,
-            k: self.k,
-            stride: self.stride,
-            pad: self.pad,
-        }
+        self.s
     }
 }
 
@@ -139,7 +113,7 @@ impl AlgoMemo {
 fn memo_line(device: &str, k: &ConvKey, dir: usize, algo: i32) -> String {
     format!(
         "{device}\t{} {} {} {} {} {} {} {} {}\t{dir}\t{algo}\n",
-        k.n, k.cin, k.cout, k.h, k.w, k.k, k.stride, k.pad, k.bf16 as u8
+        k.s.n, k.s.cin, k.s.cout, k.s.h, k.s.w, k.s.k, k.s.stride, k.s.pad, k.bf16 as u8
     )
 }
 
@@ -169,7 +143,7 @@ fn parse_memo(text: &str, device: &str) -> HashMap<(ConvKey, usize), i32> {
         if bf16 > 1 || stride == 0 {
             continue;
         }
-        let k = ConvKey {
+        let s = ConvShape {
             n: v[0],
             cin: v[1],
             cout: v[2],
@@ -178,8 +152,8 @@ fn parse_memo(text: &str, device: &str) -> HashMap<(ConvKey, usize), i32> {
             k,
             stride,
             pad,
-            bf16: bf16 == 1,
         };
+        let k = ConvKey::new(&s, bf16 == 1);
         out.insert((k, dir), algo);
     }
     out
@@ -292,7 +266,9 @@ impl Dnn {
         let nchw = dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
         let s = k.shape();
         let (oh, ow) = (s.oh(), s.ow());
-        let dims = [k.n, k.cin, k.cout, k.h, k.w, k.k, k.stride, k.pad, oh, ow];
+        let dims = [
+            k.s.n, k.s.cin, k.s.cout, k.s.h, k.s.w, k.s.k, k.s.stride, k.s.pad, oh, ow,
+        ];
         if dims.iter().any(|&d| d > i32::MAX as usize) {
             return Err(format!("a convolution too large for cuDNN: {k:?}"));
         }
@@ -327,24 +303,40 @@ impl Dnn {
             "convolution descriptor",
         )?;
         check(
-            dnn::cudnnSetTensor4dDescriptor(p.x, nchw, dt, i(k.n), i(k.cin), i(k.h), i(k.w)),
+            dnn::cudnnSetTensor4dDescriptor(
+                p.x,
+                nchw,
+                dt,
+                i(k.s.n),
+                i(k.s.cin),
+                i(k.s.h),
+                i(k.s.w),
+            ),
             "input shape",
         )?;
         check(
-            dnn::cudnnSetTensor4dDescriptor(p.y, nchw, dt, i(k.n), i(k.cout), i(oh), i(ow)),
+            dnn::cudnnSetTensor4dDescriptor(p.y, nchw, dt, i(k.s.n), i(k.s.cout), i(oh), i(ow)),
             "output shape",
         )?;
         check(
-            dnn::cudnnSetFilter4dDescriptor(p.w, dt, nchw, i(k.cout), i(k.cin), i(k.k), i(k.k)),
+            dnn::cudnnSetFilter4dDescriptor(
+                p.w,
+                dt,
+                nchw,
+                i(k.s.cout),
+                i(k.s.cin),
+                i(k.s.k),
+                i(k.s.k),
+            ),
             "filter shape",
         )?;
         check(
             dnn::cudnnSetConvolution2dDescriptor(
                 p.conv,
-                i(k.pad),
-                i(k.pad),
-                i(k.stride),
-                i(k.stride),
+                i(k.s.pad),
+                i(k.s.pad),
+                i(k.s.stride),
+                i(k.s.stride),
                 1,
                 1,
                 dnn::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
@@ -360,10 +352,10 @@ impl Dnn {
             ),
             "output size",
         )?;
-        if [cn, cc, ch, cw] != [i(k.n), i(k.cout), i(oh), i(ow)] {
+        if [cn, cc, ch, cw] != [i(k.s.n), i(k.s.cout), i(oh), i(ow)] {
             return Err(format!(
                 "cuDNN computes a {cn}x{cc}x{ch}x{cw} output for {k:?}, not {}x{}x{oh}x{ow}",
-                k.n, k.cout
+                k.s.n, k.s.cout
             ));
         }
         // float32: plain FMA arithmetic, the reference. bfloat16: tensor cores.
@@ -534,7 +526,7 @@ mod tests {
 
     #[test]
     fn memo_reads_back_what_it_wrote_and_skips_other_devices_and_damage() {
-        let k = ConvKey {
+        let s = ConvShape {
             n: 512,
             cin: 3,
             cout: 32,
@@ -543,10 +535,10 @@ mod tests {
             k: 7,
             stride: 2,
             pad: 3,
-            bf16: true,
         };
-        let k2 = ConvKey { bf16: false, ..k };
-        let k3 = ConvKey { stride: 1, ..k };
+        let k = ConvKey::new(&s, true);
+        let k2 = ConvKey::new(&s, false);
+        let k3 = ConvKey::new(&ConvShape { stride: 1, ..s }, true);
         let dev = "NVIDIA H200 / cuDNN 91000";
         let text = [
             memo_line(dev, &k, 2, 1),

@@ -16,7 +16,7 @@ mod dnn;
 mod kernels;
 pub mod staging;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
 use cudarc::cublas::sys as blas;

@@ -9,7 +9,8 @@ use crate::nn::cpu::Cpu;
 use crate::nn::model::init_values;
 use crate::nn::{out_size, Aug, Backend, ConvShape, Model, ModelConfig, PoolShape, RawBatch};
 
-fn gpu(prec: Precision, kind: Kind) -> Option<Cuda> {
+/// The backend on GPU 0, or None (saying so) where there is none and PREP_REQUIRE_CUDA is unset.
+pub(crate) fn gpu(prec: Precision, kind: Kind) -> Option<Cuda> {
     match super::probe(0) {
         Ok(_) => Some(Cuda::new(0, prec, kind).expect("CUDA backend starts")),
         Err(why) => {
