@@ -285,12 +285,24 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     dir.display()
                 )));
             }
+            let created = !dir.exists();
             std::fs::create_dir_all(&dir).at(&dir)?;
             write_atomic(
                 &dir.join("config.json"),
                 serde_json::to_string_pretty(&recipe).unwrap().as_bytes(),
             )?;
-            (dir, recipe, None)
+            let r = run(o, &dir, &recipe, None);
+            // A run that failed before its first checkpoint (a batch too large for the GPU, say)
+            // leaves nothing behind, so that the same command with the fix can run again.
+            if r.is_err() && !dir.join(checkpoint::FILE).exists() {
+                for f in ["config.json", "metrics.jsonl"] {
+                    let _ = std::fs::remove_file(dir.join(f));
+                }
+                if created {
+                    let _ = std::fs::remove_dir(&dir);
+                }
+            }
+            return r;
         }
     };
     run(o, &dir, &recipe, resume_state)

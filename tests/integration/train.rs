@@ -497,6 +497,24 @@ fn models_take_any_shape_that_fits_and_name_the_limit_otherwise() {
         "{err}"
     );
     assert!(!out.exists(), "nothing written for a model that cannot run");
+    // A run that fails before its first step leaves no run folder behind to block a rerun.
+    let big = t.path().join("big-batch");
+    let dsb = t.path().join("ds-16x17x23");
+    let args = [
+        "train",
+        dsb.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--batch",
+        "64",
+    ];
+    let o = run(&[&args[..], &["--out", big.to_str().unwrap()]].concat(), 2);
+    assert!(
+        stderr(&o).contains("fewer than one batch of 64"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!big.exists(), "a run that never started leaves no folder");
     let o = run(&["train", ds.to_str().unwrap(), "--model", "vgg"], 2);
     assert!(stderr(&o).contains("resnet18"), "{}", stderr(&o));
 }
