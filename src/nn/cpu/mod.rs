@@ -1,10 +1,12 @@
-//! The CPU backend: the numerical reference. rayon across samples and channels, matrixmultiply for
-//! the GEMMs of convolutions (im2col) and the linear layer.
+//! The CPU backend: the numerical reference. rayon across samples and channels, ndarray matrix
+//! views (matrixmultiply underneath) for the GEMMs of convolutions (im2col) and the linear layer.
 //!
 //! Results are bit-for-bit deterministic whatever the thread count: work is split into fixed
 //! chunks of samples, and every reduction adds the chunks' partial results in chunk order.
 
 use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
+use ndarray::linalg::general_mat_mul;
+use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
 /// Samples per work chunk: the unit of parallelism and of deterministic reduction.
@@ -39,40 +41,14 @@ fn with_scratch<R>(a: usize, b: usize, f: impl FnOnce(&mut [f32], &mut [f32]) ->
     })
 }
 
-/// C (m x n) = alpha * A (m x k) B (k x n) + beta * C, all row-major with the given row strides.
-#[allow(clippy::too_many_arguments)]
-fn gemm(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[f32],
-    a_rs: usize,
-    a_cs: usize,
-    b: &[f32],
-    b_rs: usize,
-    b_cs: usize,
-    c: &mut [f32],
-    beta: f32,
-) {
-    // SAFETY: callers pass slices holding the full strided extents of each matrix.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            a_rs as isize,
-            a_cs as isize,
-            b.as_ptr(),
-            b_rs as isize,
-            b_cs as isize,
-            beta,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
+/// The front of `v` as a row-major rows x cols matrix (ndarray hands products of these views,
+/// transposed or not, to matrixmultiply's sgemm with their strides).
+fn mat(v: &[f32], rows: usize, cols: usize) -> ArrayView2<'_, f32> {
+    ArrayView2::from_shape((rows, cols), &v[..rows * cols]).expect("the slice holds the matrix")
+}
+fn mat_mut(v: &mut [f32], rows: usize, cols: usize) -> ArrayViewMut2<'_, f32> {
+    ArrayViewMut2::from_shape((rows, cols), &mut v[..rows * cols])
+        .expect("the slice holds the matrix")
 }
 
 /// Most floats one im2col or GEMM scratch buffer of a work chunk may hold: `CHUNK` samples of
@@ -337,7 +313,8 @@ impl Backend for Cpu {
                     let cols = ch.cols(ow);
                     with_scratch(kk * cols, s.cout * cols, |col, out| {
                         im2col(x, s, ch, col);
-                        gemm(s.cout, kk, cols, wt, kk, 1, col, cols, 1, out, 0.0);
+                        let (w, c) = (mat(wt, s.cout, kk), mat(col, kk, cols));
+                        general_mat_mul(1.0, &w, &c, 0.0, &mut mat_mut(out, s.cout, cols));
                         cn_to_nchw(out, s.cout, ohw, ow, ch, yc);
                     });
                 }
@@ -371,7 +348,8 @@ impl Backend for Cpu {
                         im2col(x, s, ch, col);
                         nchw_to_cn(dy, s.cout, ohw, ow, ch, dyc);
                         // dW_chunk (cout x kk) = dY (cout x cols) . col^T (cols x kk)
-                        gemm(s.cout, cols, kk, dyc, cols, 1, col, 1, cols, &mut dwc, 0.0);
+                        let (d, c) = (mat(dyc, s.cout, cols), mat(col, kk, cols));
+                        general_mat_mul(1.0, &d, &c.t(), 0.0, &mut mat_mut(&mut dwc, s.cout, kk));
                     });
                     dwc
                 })
@@ -392,7 +370,8 @@ impl Backend for Cpu {
                         with_scratch(kk * cols, s.cout * cols, |dcol, dyc| {
                             nchw_to_cn(dy, s.cout, ohw, ow, ch, dyc);
                             // dcol (kk x cols) = W^T (kk x cout) . dY (cout x cols)
-                            gemm(kk, s.cout, cols, wt, 1, kk, dyc, cols, 1, dcol, 0.0);
+                            let (w, d) = (mat(wt, s.cout, kk), mat(dyc, s.cout, cols));
+                            general_mat_mul(1.0, &w.t(), &d, 0.0, &mut mat_mut(dcol, kk, cols));
                             col2im(dcol, s, ch, dxc);
                         });
                     }
@@ -682,7 +661,13 @@ impl Backend for Cpu {
         for r in 0..n {
             y[r * m..][..m].copy_from_slice(b);
         }
-        gemm(n, k, m, x, k, 1, wt, 1, k, y, 1.0);
+        general_mat_mul(
+            1.0,
+            &mat(x, n, k),
+            &mat(wt, m, k).t(),
+            1.0,
+            &mut mat_mut(y, n, m),
+        );
     }
 
     fn linear_backward(
@@ -698,9 +683,21 @@ impl Backend for Cpu {
         m: usize,
     ) {
         dx.resize(n * k, 0.0);
-        gemm(n, m, k, dy, m, 1, wt, k, 1, dx, 0.0);
+        general_mat_mul(
+            1.0,
+            &mat(dy, n, m),
+            &mat(wt, m, k),
+            0.0,
+            &mut mat_mut(dx, n, k),
+        );
         dw.resize(m * k, 0.0);
-        gemm(m, n, k, dy, 1, m, x, k, 1, dw, 0.0);
+        general_mat_mul(
+            1.0,
+            &mat(dy, n, m).t(),
+            &mat(x, n, k),
+            0.0,
+            &mut mat_mut(dw, m, k),
+        );
         db.resize(m, 0.0);
         for j in 0..m {
             db[j] = (0..n).map(|r| dy[r * m + j] as f64).sum::<f64>() as f32;
