@@ -283,24 +283,6 @@ impl ModelConfig {
             .sum();
         3 * 4 * count as u64
     }
-
-    /// Multiply-adds of one forward pass of one sample (convolutions and the linear layer).
-    pub fn macs_per_sample(&self) -> u64 {
-        let (layers, dims) = self.layers();
-        layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let cin = dims[l.inputs[0]].0 as u64;
-                let (c, h, w) = dims[i + 1];
-                match l.op {
-                    Op::Conv { k, .. } => (c * h * w) as u64 * cin * (k * k) as u64,
-                    Op::Linear { out } => cin * out as u64,
-                    _ => 0,
-                }
-            })
-            .sum()
-    }
 }
 
 fn small(b: &mut Builder) -> usize {

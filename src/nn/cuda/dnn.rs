@@ -36,10 +36,6 @@ impl ConvKey {
     pub fn new(s: &ConvShape, bf16: bool) -> Self {
         ConvKey { s: *s, bf16 }
     }
-
-    pub fn shape(&self) -> ConvShape {
-        self.s
-    }
 }
 
 pub struct Plan {
@@ -236,7 +232,7 @@ impl Dnn {
     }
 
     unsafe fn make_plan(&self, k: ConvKey, stream: CUstream) -> Result<Plan, String> {
-        let s = k.shape();
+        let s = k.s;
         if s.stride == 0 || s.oh() == 0 || s.ow() == 0 {
             return Err(format!("a convolution whose kernel does not fit: {k:?}"));
         }
@@ -264,7 +260,7 @@ impl Dnn {
             CUDNN_DATA_FLOAT
         };
         let nchw = dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
-        let s = k.shape();
+        let s = k.s;
         let (oh, ow) = (s.oh(), s.ow());
         let dims = [
             k.s.n, k.s.cin, k.s.cout, k.s.h, k.s.w, k.s.k, k.s.stride, k.s.pad, oh, ow,
@@ -592,6 +588,6 @@ mod tests {
         let k = old(3, 32, 128, true);
         let again = parse_memo(&memo_line(dev, &k, 2, 1), dev);
         assert_eq!(again[&(k, 2)], 1);
-        assert_eq!(k.shape().oh(), 128);
+        assert_eq!(k.s.oh(), 128);
     }
 }
