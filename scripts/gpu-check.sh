@@ -116,21 +116,24 @@ if has speed; then
 fi
 
 if has stream224; then
-    echo "== stream against device at 3x224x224, resnet18 batch 256: 200,000 and 50,000 samples"
-    synth s224k 200000 3x224x224 1000
-    synth s50k 50000 3x224x224 1000
-    train st224-device "$WORK/s224k" --model resnet18 --epochs 1 --batch 256 --memory device >/dev/null
-    train st224-stream "$WORK/s224k" --model resnet18 --epochs 1 --batch 256 --memory stream >/dev/null
-    train st50-stream "$WORK/s50k" --model resnet18 --epochs 1 --batch 256 --memory stream >/dev/null
-    d=$(json "$WORK/st224-device/summary.json" "['samples_per_sec']"); st=$(json "$WORK/st224-stream/summary.json" "['samples_per_sec']")
-    r=$(python3 -c "print(f'{$st / $d:.3f}')")
-    row "224 resnet18 200k: device / stream samples/s" "$(printf %.0f "$d") / $(printf %.0f "$st")" "-"
-    row "224 resnet18 200k: stream / device" "$r" "$(python3 -c "print('ok' if $r >= 0.97 else 'FAIL')")"
-    g2=$(json "$WORK/st224-stream/summary.json" "['peak_gpu_mem_bytes']"); g1=$(json "$WORK/st50-stream/summary.json" "['peak_gpu_mem_bytes']")
-    rss=$(json "$WORK/st224-stream/summary.json" "['peak_rss_bytes']")
-    row "224 stream GPU memory 50k / 200k" "$g1 / $g2" "$(python3 -c "print('ok' if abs($g2-$g1)/$g1 <= 0.02 else 'FAIL')")"
-    row "224 stream 200k: peak host RSS" "$rss" "$(python3 -c "print('ok' if $rss < 2*2**30 else 'FAIL')")"
-    rm -rf "$WORK/s224k" "$WORK/s50k"
+    for cfg in "resnet18 3x224x224 s224" "small 3x128x128 s128"; do
+        set -- $cfg
+        echo "== stream against device, $1 $2 batch 256: 200,000 and 50,000 samples"
+        synth "$3-200k" 200000 "$2" 1000
+        synth "$3-50k" 50000 "$2" 1000
+        train "$3-device" "$WORK/$3-200k" --model "$1" --epochs 1 --batch 256 --memory device >/dev/null
+        train "$3-stream" "$WORK/$3-200k" --model "$1" --epochs 1 --batch 256 --memory stream >/dev/null
+        train "$3-stream50" "$WORK/$3-50k" --model "$1" --epochs 1 --batch 256 --memory stream >/dev/null
+        d=$(json "$WORK/$3-device/summary.json" "['samples_per_sec']"); st=$(json "$WORK/$3-stream/summary.json" "['samples_per_sec']")
+        r=$(python3 -c "print(f'{$st / $d:.3f}')")
+        row "$1 $2 200k: device / stream samples/s" "$(printf %.0f "$d") / $(printf %.0f "$st")" "-"
+        row "$1 $2 200k: stream / device" "$r" "$(python3 -c "print('ok' if $r >= 0.97 else 'FAIL')")"
+        g2=$(json "$WORK/$3-stream/summary.json" "['peak_gpu_mem_bytes']"); g1=$(json "$WORK/$3-stream50/summary.json" "['peak_gpu_mem_bytes']")
+        rss=$(json "$WORK/$3-stream/summary.json" "['peak_rss_bytes']")
+        row "$1 $2 stream GPU memory 50k / 200k" "$g1 / $g2" "$(python3 -c "print('ok' if abs($g2-$g1)/$g1 <= 0.02 else 'FAIL')")"
+        row "$1 $2 stream 200k: peak host RSS" "$rss" "$(python3 -c "print('ok' if $rss < 2*2**30 else 'FAIL')")"
+        rm -rf "$WORK/$3-200k" "$WORK/$3-50k"
+    done
 fi
 
 if has modes; then
