@@ -891,20 +891,19 @@ fn training_steps_match_the_cpu_in_bfloat16() {
 #[test]
 fn whole_steps_match_the_cpu_across_shapes() {
     // (gradient, weight) tolerances per model, from an H100 run at these shapes with a batch of
-    // 4 and a learning rate of 0.5, about twice the worst figure seen.
+    // 16 and a learning rate of 0.5, about twice the worst figure seen or more.
     // - float32, the check of the arithmetic: weight gradients are sums over batch x pixels
-    //   (200,704 terms per weight at 224x224) whose terms batch norm makes cancel, so the order
-    //   of summation (cuDNN's algorithm, the CPU's GEMM) shows: `small` 7.1e-4 (conv1 at
-    //   224x224), resnet18 7.1e-3 (a layer2 batch-norm weight at 256x256); weights after the
-    //   step 2.9e-6 and 1.2e-3.
-    // - bfloat16: activations and their gradients carry 8 bits; through resnet18's 20 layers
-    //   with batch norm over 4 samples, gradients land up to 5.0e-1 off (`small` 1.8e-1) and
-    //   weights after the step 1.5e-1 (`small` 3.8e-3). This catches a wrong layout or op (an
-    //   error near 1 or more), not rounding.
+    //   whose terms batch norm makes cancel, so the order of summation (cuDNN's algorithm, the
+    //   CPU's GEMM) shows: `small` 5.3e-4 (conv1 at 256x256), resnet18 7.4e-3 (a layer1
+    //   batch-norm bias at 256x256); weights after the step 1.3e-6 and 7.3e-4.
+    // - bfloat16: activations and their gradients carry 8 bits, and batch norm's parameter
+    //   gradients are sums of nearly cancelling terms: `small` 1.5e-1, resnet18 5.1e-1 (layer1
+    //   batch-norm biases; the same with a batch of 4), weights after the step 1.9e-3 and 8.0e-2.
+    //   This catches a wrong layout or op (an error near 1 or more), not rounding.
     let mut failed = Vec::new();
     for (prec, tols) in [
         (Precision::F32, [(2e-3, 1e-5), (2e-2, 5e-3)]),
-        (Precision::Bf16, [(3e-1, 1e-2), (7e-1, 3e-1)]),
+        (Precision::Bf16, [(3e-1, 1e-2), (7e-1, 2e-1)]),
     ] {
         let Some(mut g) = gpu(prec, Kind::Pinned) else {
             return;
@@ -918,7 +917,7 @@ fn whole_steps_match_the_cpu_across_shapes() {
         ] {
             for (m, (grad_tol, weight_tol)) in ["small", "resnet18"].into_iter().zip(tols) {
                 let cfg = ModelConfig::new(m, c, h, w, 10).unwrap();
-                let f = steps_match_on(&mut g, cfg, 4, 1, grad_tol, weight_tol);
+                let f = steps_match_on(&mut g, cfg, 16, 1, grad_tol, weight_tol);
                 failed.extend(f.into_iter().map(|f| format!("{prec:?}: {f}")));
             }
         }
