@@ -67,6 +67,40 @@ fn close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
     assert!(e < tol, "{what}: relative error {e:.3e} over {tol:.0e}");
 }
 
+/// A random crop (within `pad`) and flip for each of `n` samples.
+fn random_augs(rng: &mut Rng, n: usize, pad: usize) -> Vec<Aug> {
+    let span = 2 * pad as u64 + 1;
+    (0..n)
+        .map(|_| Aug {
+            dy: (rng.next() % span) as u8,
+            dx: (rng.next() % span) as u8,
+            flip: rng.next() % 2 == 0,
+        })
+        .collect()
+}
+
+/// `load_batch` on both backends: the inputs within `tol`, the labels equal; the GPU's input.
+#[allow(clippy::too_many_arguments)]
+fn loads_match(
+    g: &mut Cuda,
+    c: &mut Cpu,
+    raw: &RawBatch,
+    (mean, std): (&[f32], &[f32]),
+    pad: usize,
+    aug: &[Aug],
+    (gi, gl): (&mut Buf, &mut Buf),
+    what: &str,
+    tol: f64,
+) -> Vec<f32> {
+    g.load_batch(raw, mean, std, pad, aug, gi, gl);
+    let (mut ci, mut cl) = (vec![], vec![]);
+    c.load_batch(raw, mean, std, pad, aug, &mut ci, &mut cl);
+    let input = g.download(gi);
+    close(what, &input, &ci, tol);
+    assert_eq!(g.download(gl), cl, "{what}: labels");
+    input
+}
+
 /// The GPU and the CPU side by side, for the checks that several tests share.
 struct Cmp<'a> {
     g: &'a mut Cuda,
@@ -596,14 +630,7 @@ fn shape_sweep(prec: Precision, tol: f64, conv_tol: f64) {
         for u16 in [true, false] {
             let pixels = rng.bytes(n * ch * h * w * if u16 { 2 } else { 1 });
             let labels: Vec<u32> = (0..n).map(|_| (rng.next() % 10) as u32).collect();
-            let span = 2 * pad as u64 + 1;
-            let aug: Vec<Aug> = (0..n)
-                .map(|_| Aug {
-                    dy: (rng.next() % span) as u8,
-                    dx: (rng.next() % span) as u8,
-                    flip: rng.next() % 2 == 0,
-                })
-                .collect();
+            let aug = random_augs(&mut rng, n, pad);
             let raw = RawBatch {
                 pixels: &pixels,
                 u16,
@@ -613,12 +640,19 @@ fn shape_sweep(prec: Precision, tol: f64, conv_tol: f64) {
                 w,
                 labels: &labels,
             };
-            g.load_batch(&raw, &mean, &std, pad, &aug, &mut gi, &mut gl);
-            let (mut ci, mut cl) = (vec![], vec![]);
-            c.load_batch(&raw, &mean, &std, pad, &aug, &mut ci, &mut cl);
-            input = g.download(&gi);
-            close(&format!("{what}: load_batch u16={u16}"), &input, &ci, tol);
-            assert_eq!(g.download(&gl), cl, "{what}: labels");
+            let what = format!("{what}: load_batch u16={u16}");
+            let ms = (&mean[..], &std[..]);
+            input = loads_match(
+                &mut g,
+                &mut c,
+                &raw,
+                ms,
+                pad,
+                &aug,
+                (&mut gi, &mut gl),
+                &what,
+                tol,
+            );
         }
         let mut t = Cmp {
             g: &mut g,
@@ -723,14 +757,8 @@ fn ring_loads_match(kind: Kind) {
         let u16 = i % 2 == 1;
         let pixels = rng.bytes(n * ch * h * w * if u16 { 2 } else { 1 });
         let labels: Vec<u32> = (0..n).map(|_| (rng.next() % 10) as u32).collect();
-        let aug: Vec<Aug> = if i % 4 < 2 {
-            (0..n)
-                .map(|_| Aug {
-                    dy: (rng.next() % 5) as u8,
-                    dx: (rng.next() % 5) as u8,
-                    flip: rng.next() % 2 == 0,
-                })
-                .collect()
+        let aug = if i % 4 < 2 {
+            random_augs(&mut rng, n, 2)
         } else {
             vec![]
         };
@@ -744,11 +772,19 @@ fn ring_loads_match(kind: Kind) {
             w,
             labels: &labels,
         };
-        g.load_batch(&raw, &mean, &std, pad, &aug, &mut gi, &mut gl);
-        let (mut ci, mut cl) = (vec![], vec![]);
-        c.load_batch(&raw, &mean, &std, pad, &aug, &mut ci, &mut cl);
-        close(&format!("{kind:?} batch {i}"), &g.download(&gi), &ci, 1e-6);
-        assert_eq!(g.download(&gl), cl, "labels of batch {i}");
+        let what = format!("{kind:?} batch {i}");
+        let ms = (&mean[..], &std[..]);
+        loads_match(
+            &mut g,
+            &mut c,
+            &raw,
+            ms,
+            pad,
+            &aug,
+            (&mut gi, &mut gl),
+            &what,
+            1e-6,
+        );
     }
     g.status().unwrap();
 }
@@ -797,13 +833,7 @@ fn steps_match_on(
     for step in 0..steps {
         let pixels = rng.bytes(n * ch * h * w);
         let labels: Vec<u32> = (0..n).map(|_| (rng.next() % 10) as u32).collect();
-        let aug: Vec<Aug> = (0..n)
-            .map(|_| Aug {
-                dy: (rng.next() % (2 * pad + 1)) as u8,
-                dx: (rng.next() % (2 * pad + 1)) as u8,
-                flip: rng.next() % 2 == 0,
-            })
-            .collect();
+        let aug = random_augs(&mut rng, n, pad as usize);
         let raw = RawBatch {
             pixels: &pixels,
             u16: false,
