@@ -108,6 +108,17 @@ fn chunks(s: &ConvShape) -> Vec<Vec<Chunk>> {
         .collect()
 }
 
+/// The output columns `lo..hi` whose input column ox*stride + kx - pad lies inside the image.
+fn inside_columns(s: &ConvShape, kx: usize) -> (usize, usize) {
+    let ow = s.ow();
+    let lo = s.pad.saturating_sub(kx).div_ceil(s.stride).min(ow);
+    let hi = (s.w + s.pad)
+        .saturating_sub(kx)
+        .div_ceil(s.stride)
+        .clamp(lo, ow);
+    (lo, hi)
+}
+
 /// col[(ci*k*k + ky*k + kx), column] = x[s, ci, oy*stride + ky - pad, ox*stride + kx - pad]
 /// (0 outside), one column per output pixel of the chunk, samples then rows then columns.
 fn im2col(x: &[f32], s: &ConvShape, ch: &Chunk, col: &mut [f32]) {
@@ -118,9 +129,7 @@ fn im2col(x: &[f32], s: &ConvShape, ch: &Chunk, col: &mut [f32]) {
         for ky in 0..k {
             for kx in 0..k {
                 let row = &mut col[((ci * k + ky) * k + kx) * cols..][..cols];
-                // Output columns whose input column ox*st + kx - pad lies inside the image.
-                let lo = s.pad.saturating_sub(kx).div_ceil(st).min(ow);
-                let hi = (w + s.pad).saturating_sub(kx).div_ceil(st).clamp(lo, ow);
+                let (lo, hi) = inside_columns(s, kx);
                 for si in 0..ch.ns {
                     let src = &x[((ch.s0 + si) * s.cin + ci) * h * w..][..h * w];
                     for oy in ch.r0..ch.r1 {
@@ -157,8 +166,7 @@ fn col2im(col: &[f32], s: &ConvShape, ch: &Chunk, dx: &mut [f32]) {
         for ky in 0..k {
             for kx in 0..k {
                 let row = &col[((ci * k + ky) * k + kx) * cols..][..cols];
-                let lo = s.pad.saturating_sub(kx).div_ceil(st).min(ow);
-                let hi = (w + s.pad).saturating_sub(kx).div_ceil(st).clamp(lo, ow);
+                let (lo, hi) = inside_columns(s, kx);
                 for si in 0..ch.ns {
                     let dst = &mut dx[(si * s.cin + ci) * h * w..][..h * w];
                     for oy in ch.r0..ch.r1 {
