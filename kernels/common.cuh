@@ -39,3 +39,63 @@ __device__ __forceinline__ float block_sum(float v, float* sh) {
 #define GRID_STRIDE(t, total) \
     for (long t = blockIdx.x * (long)blockDim.x + threadIdx.x; t < (total); \
          t += (long)gridDim.x * blockDim.x)
+
+// V consecutive values (a channel group of an NHWC row) as float32. With V = 8 the access is 16
+// bytes of bfloat16 or two of 16 bytes of float32: `i` must be a multiple of 8 (rows of C % 8 == 0
+// channels from a 256-byte aligned allocation are).
+template <int V>
+__device__ __forceinline__ void ldv(const bf16* p, long i, float* v) {
+    if constexpr (V == 8) {
+        uint4 u = *reinterpret_cast<const uint4*>(p + i);
+        u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[2 * k] = __uint_as_float(w[k] << 16);
+            v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) v[k] = ld(p, i + k);
+    }
+}
+template <int V>
+__device__ __forceinline__ void ldv(const float* p, long i, float* v) {
+    if constexpr (V == 8) {
+        float4 a = *reinterpret_cast<const float4*>(p + i);
+        float4 b = *reinterpret_cast<const float4*>(p + i + 4);
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) v[k] = p[i + k];
+    }
+}
+__device__ __forceinline__ u32 bf16_bits(float v) {
+    u32 u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+template <int V>
+__device__ __forceinline__ void stv(bf16* p, long i, const float* v) {
+    if constexpr (V == 8) {
+        uint4 u;
+        u.x = bf16_bits(v[0]) | bf16_bits(v[1]) << 16;
+        u.y = bf16_bits(v[2]) | bf16_bits(v[3]) << 16;
+        u.z = bf16_bits(v[4]) | bf16_bits(v[5]) << 16;
+        u.w = bf16_bits(v[6]) | bf16_bits(v[7]) << 16;
+        *reinterpret_cast<uint4*>(p + i) = u;
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) st(p, i + k, v[k]);
+    }
+}
+template <int V>
+__device__ __forceinline__ void stv(float* p, long i, const float* v) {
+    if constexpr (V == 8) {
+        *reinterpret_cast<float4*>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(p + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) p[i + k] = v[k];
+    }
+}

@@ -1,5 +1,7 @@
-// Elementwise and small reduction kernels of the models: ReLU, max pooling, residual sums,
-// global average pooling, the linear layer's bias, casts between float32 and bfloat16.
+// Elementwise and small reduction kernels of the models on NHWC tensors: ReLU, max pooling,
+// residual sums, global average pooling, the linear layer's bias, casts between float32 and
+// bfloat16, and the convolution weights between their float32 [K, C, R, S] master copy and the
+// [K, R, S, Cs] layout cuDNN reads beside NHWC tensors.
 
 template <typename T>
 __device__ void relu_impl(T* x, long total) {
@@ -10,22 +12,60 @@ __device__ void relu_bwd_impl(const T* y, T* dy, long total) {
     GRID_STRIDE(t, total) if (ld(y, t) <= 0.f) st(dy, t, 0.f);
 }
 
+// V winners' places (u8) at once.
+template <int V>
+__device__ __forceinline__ void ld_u8v(const u8* p, long i, u8* a) {
+    if constexpr (V == 8) {
+        uint2 u = *reinterpret_cast<const uint2*>(p + i);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            a[k] = (u.x >> (8 * k)) & 0xff;
+            a[4 + k] = (u.y >> (8 * k)) & 0xff;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) a[k] = p[i + k];
+    }
+}
+template <int V>
+__device__ __forceinline__ void st_u8v(u8* p, long i, const u8* a) {
+    if constexpr (V == 8) {
+        uint2 u = make_uint2(0, 0);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            u.x |= (u32)a[k] << (8 * k);
+            u.y |= (u32)a[4 + k] << (8 * k);
+        }
+        *reinterpret_cast<uint2*>(p + i) = u;
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) p[i + k] = a[k];
+    }
+}
+
 // k x k windows at `stride`, zero padding `pad` that never wins (floor output size). One thread
-// per output; arg = ky * k + kx of the winner, the first on ties (strict >, scanning ky then kx,
-// like the CPU). Plane offsets are long: n * c * h * w passes 2^31 on large batches.
-template <typename T>
-__device__ void maxpool_impl(const T* x, T* y, u8* arg, long planes, int h, int w, int oh, int ow,
-                             int k, int stride, int pad) {
-    long ohw = (long)oh * ow, hw = (long)h * w;
-    long total = planes * ohw;
+// per output pixel and group of V channels; arg = ky * k + kx of the winner, the first on ties
+// (strict >, scanning ky then kx, like the CPU).
+template <int V, typename T>
+__device__ void maxpool_impl(const T* x, T* y, u8* arg, long n, int C, int h, int w, int oh,
+                             int ow, int k, int stride, int pad) {
+    int G = C / V;
+    long total = n * oh * ow * G;
     GRID_STRIDE(t, total) {
-        long p = t / ohw;
-        int r = (int)(t - p * ohw);
-        int oy = r / ow, ox = r % ow;
+        int g = (int)(t % G);
+        long r = t / G;
+        int ox = (int)(r % ow);
+        r /= ow;
+        int oy = (int)(r % oh);
+        long s = r / oh;
         int y0 = oy * stride - pad, x0 = ox * stride - pad;
-        const T* xp = x + p * hw;
-        float best = __int_as_float(0xff800000);  // -inf, kept only if no window element is real
-        int a = 0;
+        float best[V];
+        u8 a[V];
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            best[j] = __int_as_float(0xff800000);  // -inf, kept only if no window element is real
+            a[j] = 0;
+        }
         bool found = false;
         for (int ky = 0; ky < k; ky++) {
             int yy = y0 + ky;
@@ -33,31 +73,39 @@ __device__ void maxpool_impl(const T* x, T* y, u8* arg, long planes, int h, int 
             for (int kx = 0; kx < k; kx++) {
                 int xx = x0 + kx;
                 if (xx < 0 || xx >= w) continue;
-                float v = ld(xp, (long)yy * w + xx);
-                if (!found || v > best) {
-                    best = v;
-                    a = ky * k + kx;
-                    found = true;
+                float v[V];
+                ldv<V>(x, ((s * h + yy) * w + xx) * C + g * V, v);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    if (!found || v[j] > best[j]) {
+                        best[j] = v[j];
+                        a[j] = (u8)(ky * k + kx);
+                    }
                 }
+                found = true;
             }
         }
-        st(y, t, best);
-        arg[t] = (u8)a;
+        long o = t * V;
+        stv<V>(y, o, best);
+        st_u8v<V>(arg, o, a);
     }
 }
 
-// One thread per input element, gathering (no atomics, so the sums are deterministic) from the
-// outputs whose window covers it, in ascending (oy, ox) order: the first contribution is taken
-// as is and the rest added in float32; 0 when it won no window.
-template <typename T>
-__device__ void maxpool_bwd_impl(const T* dy, const u8* arg, T* dx, long planes, int h, int w,
+// One thread per input pixel and group of V channels, gathering (no atomics, so the sums are
+// deterministic) from the outputs whose window covers it, in ascending (oy, ox) order: the first
+// contribution is taken as is and the rest added in float32; 0 when it won no window.
+template <int V, typename T>
+__device__ void maxpool_bwd_impl(const T* dy, const u8* arg, T* dx, long n, int C, int h, int w,
                                  int oh, int ow, int k, int stride, int pad) {
-    long ohw = (long)oh * ow, hw = (long)h * w;
-    long total = planes * hw;
+    int G = C / V;
+    long total = n * h * w * G;
     GRID_STRIDE(t, total) {
-        long p = t / hw;
-        int r = (int)(t - p * hw);
-        int yy = r / w, xx = r % w;
+        int g = (int)(t % G);
+        long r = t / G;
+        int xx = (int)(r % w);
+        r /= w;
+        int yy = (int)(r % h);
+        long s = r / h;
         // Outputs o whose window o*stride - pad .. o*stride - pad + k - 1 holds the position:
         // ceil((yy + pad - k + 1) / stride) <= o <= (yy + pad) / stride (C division truncates,
         // so the lower bound's negative numerators are clamped first).
@@ -67,55 +115,94 @@ __device__ void maxpool_bwd_impl(const T* dy, const u8* arg, T* dx, long planes,
         int oy1 = (yy + pad) / stride, ox1 = (xx + pad) / stride;
         if (oy1 > oh - 1) oy1 = oh - 1;
         if (ox1 > ow - 1) ox1 = ow - 1;
-        const T* dyp = dy + p * ohw;
-        const u8* ap = arg + p * ohw;
-        float v = 0.f;
-        bool any = false;
+        float v[V];
+        bool any[V];
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            v[j] = 0.f;
+            any[j] = false;
+        }
         for (int oy = oy0; oy <= oy1; oy++) {
             int ky = yy + pad - oy * stride;
             for (int ox = ox0; ox <= ox1; ox++) {
                 int kx = xx + pad - ox * stride;
-                long o = (long)oy * ow + ox;
-                if (ap[o] == (u8)(ky * k + kx)) {
-                    float d = ld(dyp, o);
-                    v = any ? v + d : d;
-                    any = true;
+                u8 code = (u8)(ky * k + kx);
+                long o = ((s * oh + oy) * ow + ox) * C + g * V;
+                u8 a[V];
+                ld_u8v<V>(arg, o, a);
+                bool hit = false;
+#pragma unroll
+                for (int j = 0; j < V; j++) hit |= a[j] == code;
+                if (!hit) continue;
+                float d[V];
+                ldv<V>(dy, o, d);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    if (a[j] == code) {
+                        v[j] = any[j] ? v[j] + d[j] : d[j];
+                        any[j] = true;
+                    }
                 }
             }
         }
-        st(dx, t, v);
+        stv<V>(dx, t * V, v);
     }
 }
 
-// y = a + b (then max(y, 0) when relu), in float32 whatever the storage type.
-template <typename T>
+// y = a + b (then max(y, 0) when relu), in float32 whatever the storage type; V at a time.
+template <int V, typename T>
 __device__ void add_impl(const T* a, const T* b, T* y, long total, int relu) {
-    GRID_STRIDE(t, total) {
-        float v = ld(a, t) + ld(b, t);
-        if (relu) v = fmaxf(v, 0.f);
-        st(y, t, v);
+    long vecs = total / V;
+    GRID_STRIDE(t, vecs) {
+        float p[V], q[V];
+        ldv<V>(a, t * V, p);
+        ldv<V>(b, t * V, q);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            p[j] += q[j];
+            if (relu) p[j] = fmaxf(p[j], 0.f);
+        }
+        stv<V>(y, t * V, p);
+    }
+}
+template <int V, typename T>
+__device__ void accumulate_impl(T* dst, const T* src, long total) {
+    long vecs = total / V;
+    GRID_STRIDE(t, vecs) {
+        float p[V], q[V];
+        ldv<V>(dst, t * V, p);
+        ldv<V>(src, t * V, q);
+#pragma unroll
+        for (int j = 0; j < V; j++) p[j] += q[j];
+        stv<V>(dst, t * V, p);
+    }
+}
+
+// Global average pooling of [n, hw, C]: block (s, b) takes channels b*32 .. b*32 + 31 of
+// sample s, its 8 warps the pixels p = warp, warp + 8, ..., added in that fixed order.
+template <typename T>
+__device__ void gap_impl(const T* x, float* y, int C, int hw) {
+    __shared__ float sh[8][32];
+    int s = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    int c = blockIdx.y * 32 + lane;
+    float v = 0.f;
+    if (c < C)
+        for (int p = wp; p < hw; p += 8) v += ld(x, ((long)s * hw + p) * C + c);
+    sh[wp][lane] = v;
+    __syncthreads();
+    if (wp == 0 && c < C) {
+        for (int j = 1; j < 8; j++) v += sh[j][lane];
+        y[(long)s * C + c] = v / hw;
     }
 }
 template <typename T>
-__device__ void accumulate_impl(T* dst, const T* src, long total) {
-    GRID_STRIDE(t, total) st(dst, t, ld(dst, t) + ld(src, t));
-}
-
-// One warp per (sample, channel) row.
-template <typename T>
-__device__ void gap_impl(const T* x, float* y, long rows, int hw) {
-    long row = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    float s = 0.f;
-    for (int i = lane; i < hw; i += 32) s += ld(x, row * hw + i);
-    s = warp_sum(s);
-    if (lane == 0) y[row] = s / hw;
-}
-template <typename T>
-__device__ void gap_bwd_impl(const float* dy, T* dx, long rows, int hw) {
-    long total = rows * hw;
-    GRID_STRIDE(t, total) st(dx, t, dy[t / hw] / hw);
+__device__ void gap_bwd_impl(const float* dy, T* dx, long n, int C, int hw) {
+    long total = n * hw * C;
+    GRID_STRIDE(t, total) {
+        int c = (int)(t % C);
+        long s = t / ((long)hw * C);
+        st(dx, t, dy[s * C + c] / hw);
+    }
 }
 
 template <typename S, typename D>
@@ -123,36 +210,75 @@ __device__ void cast_impl(const S* s, D* d, long total) {
     GRID_STRIDE(t, total) st(d, t, ld(s, t));
 }
 
+// out[K, RS, Cs] (channels from Cin on zero) from w[K, Cin, RS].
+template <typename T>
+__device__ void wpack_impl(const float* w, T* out, int K, int Cin, int RS, int Cs) {
+    long total = (long)K * RS * Cs;
+    GRID_STRIDE(t, total) {
+        int c = (int)(t % Cs);
+        long r = t / Cs;
+        int rs = (int)(r % RS);
+        long kk = r / RS;
+        st(out, t, c < Cin ? w[(kk * Cin + c) * RS + rs] : 0.f);
+    }
+}
+// out[K, Cin, RS] from dw[K, RS, Cs].
+template <typename T>
+__device__ void wunpack_impl(const T* dw, float* out, int K, int Cin, int RS, int Cs) {
+    long total = (long)K * Cin * RS;
+    GRID_STRIDE(t, total) {
+        int rs = (int)(t % RS);
+        long r = t / RS;
+        int c = (int)(r % Cin);
+        long kk = r / Cin;
+        out[t] = ld(dw, (kk * RS + rs) * Cs + c);
+    }
+}
+
 #define OPS(TN, T)                                                                           \
     extern "C" __global__ void relu_##TN(T* x, long total) { relu_impl<T>(x, total); }       \
     extern "C" __global__ void relu_bwd_##TN(const T* y, T* dy, long total) {                \
         relu_bwd_impl<T>(y, dy, total);                                                      \
     }                                                                                        \
-    extern "C" __global__ void maxpool_##TN(const T* x, T* y, u8* arg, long planes, int h,   \
-                                            int w, int oh, int ow, int k, int stride,        \
-                                            int pad) {                                       \
-        maxpool_impl<T>(x, y, arg, planes, h, w, oh, ow, k, stride, pad);                    \
+    extern "C" __global__ void gap_##TN(const T* x, float* y, int C, int hw) {               \
+        gap_impl<T>(x, y, C, hw);                                                            \
     }                                                                                        \
-    extern "C" __global__ void maxpool_bwd_##TN(const T* dy, const u8* arg, T* dx,           \
-                                                long planes, int h, int w, int oh, int ow,   \
-                                                int k, int stride, int pad) {                \
-        maxpool_bwd_impl<T>(dy, arg, dx, planes, h, w, oh, ow, k, stride, pad);              \
+    extern "C" __global__ void gap_bwd_##TN(const float* dy, T* dx, long n, int C, int hw) { \
+        gap_bwd_impl<T>(dy, dx, n, C, hw);                                                   \
     }                                                                                        \
-    extern "C" __global__ void add_##TN(const T* a, const T* b, T* y, long total,            \
-                                        int relu) {                                          \
-        add_impl<T>(a, b, y, total, relu);                                                   \
+    extern "C" __global__ void wpack_##TN(const float* w, T* out, int K, int Cin, int RS,    \
+                                          int Cs) {                                          \
+        wpack_impl<T>(w, out, K, Cin, RS, Cs);                                               \
     }                                                                                        \
-    extern "C" __global__ void accumulate_##TN(T* dst, const T* src, long total) {           \
-        accumulate_impl<T>(dst, src, total);                                                 \
-    }                                                                                        \
-    extern "C" __global__ void gap_##TN(const T* x, float* y, long rows, int hw) {           \
-        gap_impl<T>(x, y, rows, hw);                                                         \
-    }                                                                                        \
-    extern "C" __global__ void gap_bwd_##TN(const float* dy, T* dx, long rows, int hw) {     \
-        gap_bwd_impl<T>(dy, dx, rows, hw);                                                   \
+    extern "C" __global__ void wunpack_##TN(const T* dw, float* out, int K, int Cin, int RS, \
+                                            int Cs) {                                        \
+        wunpack_impl<T>(dw, out, K, Cin, RS, Cs);                                            \
     }
 OPS(f32, float)
 OPS(bf16, bf16)
+
+#define OPSV(TN, T, V)                                                                       \
+    extern "C" __global__ void maxpool_##TN##_v##V(const T* x, T* y, u8* arg, long n, int C, \
+                                                   int h, int w, int oh, int ow, int k,      \
+                                                   int stride, int pad) {                    \
+        maxpool_impl<V, T>(x, y, arg, n, C, h, w, oh, ow, k, stride, pad);                   \
+    }                                                                                        \
+    extern "C" __global__ void maxpool_bwd_##TN##_v##V(const T* dy, const u8* arg, T* dx,    \
+                                                       long n, int C, int h, int w, int oh,  \
+                                                       int ow, int k, int stride, int pad) { \
+        maxpool_bwd_impl<V, T>(dy, arg, dx, n, C, h, w, oh, ow, k, stride, pad);             \
+    }                                                                                        \
+    extern "C" __global__ void add_##TN##_v##V(const T* a, const T* b, T* y, long total,     \
+                                               int relu) {                                   \
+        add_impl<V, T>(a, b, y, total, relu);                                                \
+    }                                                                                        \
+    extern "C" __global__ void accumulate_##TN##_v##V(T* dst, const T* src, long total) {    \
+        accumulate_impl<V, T>(dst, src, total);                                              \
+    }
+OPSV(f32, float, 1)
+OPSV(f32, float, 8)
+OPSV(bf16, bf16, 1)
+OPSV(bf16, bf16, 8)
 
 extern "C" __global__ void cast_f32_bf16(const float* s, bf16* d, long total) {
     cast_impl<float, bf16>(s, d, total);

@@ -180,6 +180,35 @@ if has profile; then
     done
 fi
 
+if has speedprofile; then
+    echo "== where a step's time goes at the speed shapes (PREP_PROFILE=1, one epoch of 2048)"
+    synth pr224 2048 3x224x224 256
+    synth pr128 4096 3x128x128 256
+    for cfg in "resnet18 pr224" "small pr128"; do
+        set -- $cfg
+        echo "-- $1 $2"
+        rm -rf "$WORK/prof"
+        PREP_PROFILE=1 "$PREP" train "$WORK/$2" --model "$1" --epochs 2 --batch 256 --memory device \
+            --device cuda --out "$WORK/prof" 2>&1 | grep -E "GPU time|^  " | head -${TOPK:-30}
+    done
+fi
+
+if has padding; then
+    echo "== the input's channel padding (PREP_PAD_INPUT) at the speed shapes"
+    synth sp224 8192 3x224x224 256
+    synth sp128 16384 3x128x128 256
+    for cfg in "resnet18 sp224" "small sp128"; do
+        set -- $cfg
+        for p in 0 4 8; do
+            export PREP_PAD_INPUT=$p
+            train "pad-$1-$p" "$WORK/$2" --model "$1" --epochs 3 --batch 256 --memory device >/dev/null
+            unset PREP_PAD_INPUT
+            v=$(python3 -c "import json; print(max(json.loads(l)['samples_per_sec'] for l in open('$WORK/pad-$1-$p/metrics.jsonl')))" 2>/dev/null || echo nan)
+            row "$1 $2 PREP_PAD_INPUT=$p: samples/s" "$(printf %.0f "$v")" "-"
+        done
+    done
+fi
+
 if has sanitizer; then
     echo "== compute-sanitizer memcheck over short training runs"
     synth s4k 4096

@@ -83,12 +83,13 @@ pub fn check_ops<B: Backend>(be: &mut B) {
         let x = rng.vec(n * cin * s.h * s.w);
         let wt = rng.vec(cout * cin * k * k);
         let r = rng.vec(n * cout * s.oh() * s.ow());
-        let (xb, wb, rb) = (be.upload(&x), be.upload(&wt), be.upload(&r));
+        let (xd, yd) = ([n, cin, s.h, s.w], [n, cout, s.oh(), s.ow()]);
+        let (xb, wb, rb) = (be.upload_act(&x, xd), be.upload(&wt), be.upload_act(&r, yd));
         let (mut dx, mut dw) = (be.zeros(0), be.zeros(0));
         be.conv_backward(&xb, &wb, &rb, Some(&mut dx), &mut dw, &s);
         let (dx, dw) = (be.download(&dx), be.download(&dw));
         let conv = |be: &mut B, x: &[f32], wt: &[f32]| {
-            let (xb, wb) = (be.upload(x), be.upload(wt));
+            let (xb, wb) = (be.upload_act(x, xd), be.upload(wt));
             let mut y = be.zeros(0);
             be.conv(&xb, &wb, &mut y, &s);
             dot(&be.download(&y), &r)
@@ -119,7 +120,9 @@ pub fn check_ops<B: Backend>(be: &mut B) {
     let beta = rng.vec(c);
     let r = rng.vec(n * c * hw);
     let bn = |be: &mut B, x: &[f32], g: &[f32], b: &[f32], grads: bool| -> (f64, Vec<Vec<f32>>) {
-        let (xb, gb, bb, rb) = (be.upload(x), be.upload(g), be.upload(b), be.upload(&r));
+        let d = [n, c, hw, 1];
+        let (xb, gb, bb) = (be.upload_act(x, d), be.upload(g), be.upload(b));
+        let rb = be.upload_act(&r, d);
         let (mut y, mut m, mut is) = (be.zeros(0), be.zeros(0), be.zeros(0));
         let (mut rm, mut rv) = (be.zeros(c), be.upload(&vec![1.0; c]));
         be.bn_train(
@@ -131,7 +134,7 @@ pub fn check_ops<B: Backend>(be: &mut B) {
         }
         let (mut dx, mut dg, mut db) = (be.zeros(0), be.zeros(0), be.zeros(0));
         be.bn_backward(
-            &xb, &rb, &gb, &m, &is, &mut dx, &mut dg, &mut db, n, c, hw, None,
+            &xb, &rb, &gb, &bb, &m, &is, &mut dx, &mut dg, &mut db, n, c, hw, None,
         );
         (
             l,
@@ -202,9 +205,10 @@ pub fn check_ops<B: Backend>(be: &mut B) {
             .collect();
         let r = rng.vec(n * s.c * s.oh() * s.ow());
         let (mut y, mut arg, mut dx) = (be.zeros(0), be.zeros(0), be.zeros(0));
-        let xb = be.upload(&x);
+        let (xd, yd) = ([n, s.c, s.h, s.w], [n, s.c, s.oh(), s.ow()]);
+        let xb = be.upload_act(&x, xd);
         be.maxpool(&xb, &mut y, &mut arg, &s);
-        let rb = be.upload(&r);
+        let rb = be.upload_act(&r, yd);
         be.maxpool_backward(&rb, &arg, &mut dx, &s);
         let dx = be.download(&dx);
         compare(
@@ -213,7 +217,7 @@ pub fn check_ops<B: Backend>(be: &mut B) {
             &dx,
             |v| {
                 let (mut y, mut a) = (be.zeros(0), be.zeros(0));
-                let vb = be.upload(v);
+                let vb = be.upload_act(v, xd);
                 be.maxpool(&vb, &mut y, &mut a, &s);
                 dot(&be.download(&y), &r)
             },
@@ -269,7 +273,7 @@ pub fn check_ops<B: Backend>(be: &mut B) {
         &dx,
         |v| {
             let mut y = be.zeros(0);
-            let vb = be.upload(v);
+            let vb = be.upload_act(v, [n, c, 3, 3]);
             be.gap(&vb, &mut y, n, c, 9);
             dot(&be.download(&y), &r)
         },

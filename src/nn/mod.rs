@@ -89,14 +89,21 @@ pub fn out_size(n: usize, k: usize, stride: usize, pad: usize) -> usize {
 }
 
 /// The operations models are made of, on buffers of f32 that live wherever the backend computes.
-/// Shapes are NCHW. Every backward op *writes* its input gradient and *writes* (not accumulates)
-/// parameter gradients.
+/// Shapes are NCHW as the host sees them (`upload_act`, `download`); a backend may store
+/// activations in another layout and precision (the CUDA backend: NHWC). Every backward op
+/// *writes* its input gradient and *writes* (not accumulates) parameter gradients.
 pub trait Backend {
     type Buf;
 
     fn zeros(&mut self, len: usize) -> Self::Buf;
     fn upload(&mut self, data: &[f32]) -> Self::Buf;
+    /// Values of a buffer; an activation comes back NCHW.
     fn download(&mut self, b: &Self::Buf) -> Vec<f32>;
+    /// An activation [n, c, h, w] from NCHW values, stored as the backend's ops read it.
+    fn upload_act(&mut self, data: &[f32], dims: [usize; 4]) -> Self::Buf {
+        let _ = dims;
+        self.upload(data)
+    }
 
     /// Normalise `(pixel/max - mean[c]) / std[c]`, pad by `pad` with zeros (after normalisation:
     /// the padded border is the mean), crop back to h x w at each sample's offset, flip. The
@@ -161,12 +168,14 @@ pub trait Backend {
     );
     #[allow(clippy::too_many_arguments)]
     /// Backward of `bn_train`; with `relu_out` (its output y when it applied the ReLU) the
-    /// gradient is first masked by y > 0.
+    /// gradient is first masked by y > 0 (which a backend may recompute from x, gamma, beta and
+    /// the saved statistics instead).
     fn bn_backward(
         &mut self,
         x: &Self::Buf,
         dy: &Self::Buf,
         gamma: &Self::Buf,
+        beta: &Self::Buf,
         saved_mean: &Self::Buf,
         saved_invstd: &Self::Buf,
         dx: &mut Self::Buf,

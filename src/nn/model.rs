@@ -247,12 +247,13 @@ impl ModelConfig {
         v
     }
 
-    /// Every convolution of a batch of `n`, in the order the walker runs them.
-    pub fn convs(&self, n: usize) -> Vec<ConvShape> {
+    /// Every convolution of a batch of `n`, in the order the walker runs them, and whether it
+    /// reads the input batch.
+    pub fn convs(&self, n: usize) -> Vec<(ConvShape, bool)> {
         let (layers, dims) = self.layers();
         layers
             .iter()
-            .filter_map(|l| conv_shape(&l.op, dims[l.inputs[0]], n))
+            .filter_map(|l| Some((conv_shape(&l.op, dims[l.inputs[0]], n)?, l.inputs[0] == 0)))
             .collect()
     }
 
@@ -726,6 +727,7 @@ impl<B: Backend> Model<B> {
                             x,
                             dy,
                             &p.w[j],
+                            &p.w[j + 1],
                             &node.aux[0],
                             &node.aux[1],
                             dx,

@@ -92,8 +92,8 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         )));
     }
     // cuDNN lists its candidate algorithms per convolution now (the first real batch times them).
-    for s in r.model.convs(r.batch) {
-        be.prepare_conv(&s);
+    for (s, input) in r.model.convs(r.batch) {
+        be.prepare_conv(&s, input);
     }
     be.status().map_err(dev_err)?;
     let what = match mode.as_str() {

@@ -478,6 +478,7 @@ impl Backend for Cpu {
         x: &Vec<f32>,
         dy: &Vec<f32>,
         gamma: &Vec<f32>,
+        _beta: &Vec<f32>,
         saved_mean: &Vec<f32>,
         saved_invstd: &Vec<f32>,
         dx: &mut Vec<f32>,

@@ -33,38 +33,55 @@ pub fn cache_dir() -> Option<PathBuf> {
 
 fn kernel_names(src: &str) -> Vec<String> {
     // Names from `extern "C" __global__ void NAME(` lines, and from the instantiating macros'
-    // expansions, which the source spells as `name_##TN` with the type lists below them.
+    // expansions: a macro `#define OPS(TN, T)` whose body names `relu_##TN`, invoked as
+    // `OPS(bf16, bf16)`, makes `relu_bf16`.
     let mut out = Vec::new();
-    let mut templates = Vec::new();
+    // (macro name, its parameters, the templated names in its body)
+    let mut macros: Vec<(String, Vec<String>, Vec<String>)> = Vec::new();
     for line in src.lines() {
+        if let Some(def) = line.trim().strip_prefix("#define ") {
+            if let (Some(open), Some(close)) = (def.find('('), def.find(')')) {
+                let params = def[open + 1..close]
+                    .split(',')
+                    .map(|p| p.trim().to_string());
+                macros.push((def[..open].to_string(), params.collect(), Vec::new()));
+            }
+        }
         if let Some(rest) = line.split("__global__ void ").nth(1) {
             let name: String = rest
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '#')
                 .collect();
-            if name.contains("##") {
-                templates.push(name);
-            } else {
-                out.push(name);
+            match macros.last_mut() {
+                Some(m) if name.contains("##") => m.2.push(name),
+                _ => out.push(name),
             }
         }
     }
-    // Macro invocations: `LOAD(u8, u8, f32, float)`, `BN(bf16, bf16)`, `OPS(f32, float)`.
     for line in src.lines() {
         let l = line.trim();
         let Some(open) = l.find('(') else { continue };
-        let mac = &l[..open];
-        if mac.is_empty() || !mac.chars().all(|c| c.is_ascii_uppercase()) || !l.ends_with(')') {
+        let Some((_, params, names)) = macros.iter().find(|m| m.0 == l[..open]) else {
+            continue;
+        };
+        if !l.ends_with(')') {
             continue;
         }
         let args: Vec<&str> = l[open + 1..l.len() - 1].split(',').map(str::trim).collect();
-        for t in &templates {
-            let name = match args.len() {
-                4 => t.replace("##PN##", args[0]).replace("##TN", args[2]),
-                2 => t.replace("##TN", args[0]),
-                _ => continue,
-            };
-            if !name.contains('#') && !out.contains(&name) {
+        if args.len() != params.len() {
+            continue;
+        }
+        for t in names {
+            let name: String = t
+                .split("##")
+                .map(|seg| {
+                    params
+                        .iter()
+                        .position(|p| p == seg)
+                        .map_or(seg, |i| args[i])
+                })
+                .collect();
+            if !out.contains(&name) {
                 out.push(name);
             }
         }
@@ -143,21 +160,28 @@ mod tests {
         for n in [
             "load_u8_f32",
             "load_u16_bf16",
-            "bn_stats_bf16",
+            "bn_stats_bf16_v8",
+            "bn_stats_f32_v1",
             "bn_finalize",
-            "bn_bwd_apply_f32",
-            "maxpool_f32",
-            "maxpool_bwd_bf16",
-            "add_f32",
-            "add_bf16",
-            "accumulate_f32",
-            "accumulate_bf16",
+            "bn_bwd_apply_f32_v8",
+            "maxpool_f32_v1",
+            "maxpool_bwd_bf16_v8",
+            "add_f32_v8",
+            "add_bf16_v1",
+            "accumulate_f32_v1",
+            "accumulate_bf16_v8",
             "gap_f32",
+            "wpack_bf16",
+            "wunpack_f32",
             "cast_f32_bf16",
             "softmax_xent",
             "sgd",
         ] {
             assert!(names.contains(&n.to_string()), "{n} missing from {names:?}");
         }
+        assert!(
+            names.iter().all(|n| !n.contains('#')),
+            "a macro's name was not expanded: {names:?}"
+        );
     }
 }

@@ -65,7 +65,25 @@ pub struct Buf {
     len: usize,
     cap: usize,
     dt: Dt,
+    /// For an activation: its shape, stored NHWC. `download` gives it back NCHW.
+    act: Option<Nhwc>,
     stream: sys::CUstream,
+}
+
+/// An activation [n, c, h, w] stored as [n, h, w, cs]: channels last, with `cs - c` zero
+/// channels after the real ones (the input's padding to an aligned channel count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nhwc {
+    pub n: usize,
+    pub c: usize,
+    pub hw: usize,
+    pub cs: usize,
+}
+
+impl Nhwc {
+    fn of(n: usize, c: usize, hw: usize) -> Self {
+        Nhwc { n, c, hw, cs: c }
+    }
 }
 
 /// Buffers are plain cuMemAlloc allocations (not the stream-ordered pool, whose cached chunks
@@ -84,6 +102,7 @@ impl Buf {
             len: 0,
             cap: 0,
             dt,
+            act: None,
             stream,
         }
     }
@@ -169,8 +188,9 @@ struct Scratch {
     scale: Buf,
     shift: Buf,
     coef: Buf,
-    wbf: Buf,
-    dwbf: Buf,
+    /// A convolution's weights and their gradient as cuDNN reads and writes them.
+    wpk: Buf,
+    dwpk: Buf,
     workspace: Buf,
     idx: Buf,
 }
@@ -183,8 +203,8 @@ impl Scratch {
             scale: e(Dt::F32),
             shift: e(Dt::F32),
             coef: e(Dt::F32),
-            wbf: e(Dt::Bf16),
-            dwbf: e(Dt::Bf16),
+            wpk: e(Dt::Bf16),
+            dwpk: e(Dt::Bf16),
             workspace: e(Dt::U8),
             idx: e(Dt::U32),
         }
@@ -203,6 +223,8 @@ pub struct Cuda {
     prec: Precision,
     err: Option<String>,
     sms: u32,
+    /// How the input's channels are padded (`input_channels`).
+    pad_input: usize,
     /// prep's own GPU allocations (bytes), beside what the driver and libraries hold.
     pub allocated: usize,
     /// The learning rate the SGD kernel reads (set before each step or replay).
@@ -288,6 +310,55 @@ impl Drop for Cuda {
 }
 
 const THREADS: u32 = 256;
+/// Threads of a block of the batch-norm kernels (BN_THREADS in kernels/bn.cu).
+const BN_THREADS: u32 = 256;
+
+/// How the batch-norm kernels split `m` rows of `c` channels: `v` channels per thread, `gb`
+/// channel groups per block, `cb` blocks across the channels, and the row splits of the
+/// reductions (`stats`, whose partial sums are then added in order) and of the elementwise
+/// passes (`apply`).
+struct BnGrid {
+    v: usize,
+    gb: usize,
+    cb: usize,
+    stats: usize,
+    apply: usize,
+}
+
+/// Channels a thread of the NHWC kernels handles at once: 8 (16-byte accesses) where rows allow.
+fn vec_width(c: usize) -> usize {
+    if c % 8 == 0 {
+        8
+    } else {
+        1
+    }
+}
+
+/// NCHW values of an activation stored NHWC (dropping padded channels).
+fn nhwc_to_nchw(v: &[f32], a: Nhwc) -> Vec<f32> {
+    let mut out = vec![0.0; a.n * a.c * a.hw];
+    for s in 0..a.n {
+        for p in 0..a.hw {
+            for ch in 0..a.c {
+                out[(s * a.c + ch) * a.hw + p] = v[(s * a.hw + p) * a.cs + ch];
+            }
+        }
+    }
+    out
+}
+
+/// NHWC values (no padding) of an NCHW activation.
+fn nchw_to_nhwc(v: &[f32], a: Nhwc) -> Vec<f32> {
+    let mut out = vec![0.0; a.n * a.c * a.hw];
+    for s in 0..a.n {
+        for p in 0..a.hw {
+            for ch in 0..a.c {
+                out[(s * a.hw + p) * a.c + ch] = v[(s * a.c + ch) * a.hw + p];
+            }
+        }
+    }
+    out
+}
 
 /// Blocks of `per` threads for one thread per item, for kernels without a grid-stride loop: at
 /// least 1 (an empty grid is a launch error), and no more than CUDA's x limit.
@@ -343,6 +414,11 @@ impl Cuda {
             s: Scratch::empty(cs),
             ring,
             sms,
+            pad_input: match std::env::var("PREP_PAD_INPUT").as_deref() {
+                Ok("0") => 0,
+                Ok("4") => 4,
+                _ => 8,
+            },
             allocated: 0,
             stream,
         };
@@ -426,6 +502,7 @@ impl Cuda {
         }
         b.len = len;
         b.dt = dt;
+        b.act = None;
         b.stream = self.stream.cu_stream();
         true
     }
@@ -524,15 +601,16 @@ impl Cuda {
         out
     }
 
-    /// Upload float32 values as an activation tensor of this backend's precision.
-    pub fn upload_act(&mut self, data: &[f32]) -> Buf {
-        let f = self.upload(data);
-        if self.act_dt() == Dt::F32 {
-            return f;
+    /// Channels the input batch is stored with. Convolutions run on tensor cores with a channel
+    /// count that is a multiple of 8 (4 is enough for a stride-2 first layer, NVIDIA's guide
+    /// says), so the input gets zero channels up to that: PREP_PAD_INPUT=8 (the default), 4
+    /// (four for inputs of up to four channels) or 0 (none).
+    pub fn input_channels(&self, c: usize) -> usize {
+        match self.pad_input {
+            0 => c,
+            4 if c <= 4 => 4,
+            _ => c.next_multiple_of(8),
         }
-        let mut b = self.empty(Dt::Bf16);
-        self.cast(&f, &mut b, Dt::Bf16);
-        b
     }
 
     fn cast(&mut self, src: &Buf, dst: &mut Buf, dt: Dt) {
@@ -540,6 +618,7 @@ impl Cuda {
         if !self.ensure(dst, n, dt) {
             return;
         }
+        dst.act = src.act;
         let name = match (src.dt, dt) {
             (Dt::F32, Dt::Bf16) => "cast_f32_bf16",
             (Dt::Bf16, Dt::F32) => "cast_bf16_f32",
@@ -579,22 +658,42 @@ impl Cuda {
         labels: &mut Buf,
     ) {
         let dt = self.act_dt();
-        if !self.ensure(out, n * c * h * w, dt) || !self.ensure(labels, n, Dt::F32) {
+        let cs = self.input_channels(c);
+        if !self.ensure(out, n * cs * h * w, dt) || !self.ensure(labels, n, Dt::F32) {
             return;
         }
+        out.act = Some(Nhwc {
+            n,
+            c,
+            hw: h * w,
+            cs,
+        });
         let name = format!("load_{}_{}", if u16 { "u16" } else { "u8" }, dt.suffix());
         let maxv: f32 = if u16 { 65535.0 } else { 255.0 };
-        let g = self.grid(n * c * h * w);
+        let g = self.grid(n * h * w);
         let std_ptr = mean_std + 4 * c as u64;
         launch!(self, &name, (g, 1), THREADS;
             pix, idx, lab, aug, mean_std, std_ptr, out.ptr, labels.ptr,
-            n as i32, c as i32, h as i32, w as i32, pad as i32, maxv);
+            n as i32, c as i32, h as i32, w as i32, pad as i32, maxv, cs as i32);
     }
 
-    /// Blocks per channel for the batch-norm reductions: enough blocks to fill the GPU.
-    fn bn_splits(&self, n: usize, c: usize, hw: usize) -> usize {
-        let want = (4 * self.sms as usize).div_ceil(c);
-        want.clamp(1, (n * hw).div_ceil(1024).max(1))
+    /// The grid of the batch-norm kernels (kernels/bn.cu) over `m` rows of `c` channels.
+    fn bn_grid(&self, m: usize, c: usize) -> BnGrid {
+        let v = vec_width(c);
+        let groups = c / v;
+        let gb = groups.min(BN_THREADS as usize);
+        let cb = groups.div_ceil(gb);
+        let lanes = BN_THREADS as usize / gb;
+        // Row splits for `per` rows per thread.
+        let rows = |per: usize| m.div_ceil(lanes * per).max(1);
+        BnGrid {
+            v,
+            gb,
+            cb,
+            // One wave of blocks (8 resident per multiprocessor), each at least 4 rows a thread.
+            stats: (8 * self.sms as usize).div_ceil(cb).clamp(1, rows(4)),
+            apply: rows(8),
+        }
     }
 
     fn conv_plan(&mut self, key: dnn::ConvKey) -> Option<(*const dnn::Plan, usize)> {
@@ -613,18 +712,22 @@ impl Cuda {
         fits.then_some((p, ws))
     }
 
-    /// The conv weights as the convolution reads them: float32, or a bfloat16 copy.
-    fn conv_weights(&mut self, w: &Buf) -> u64 {
-        if self.prec == Precision::F32 {
-            return w.ptr;
-        }
-        let mut wb = {
-            let e = self.empty(Dt::Bf16);
-            std::mem::replace(&mut self.s.wbf, e)
+    /// The conv weights as the convolution reads them: [cout, k, k, cs] in the activations'
+    /// type, from the float32 master copy [cout, cin, k, k] (the `cs - cin` padded input
+    /// channels get zeros).
+    fn conv_weights(&mut self, w: &Buf, s: &ConvShape, cs: usize) -> u64 {
+        let dt = self.act_dt();
+        let mut wp = {
+            let e = self.empty(dt);
+            std::mem::replace(&mut self.s.wpk, e)
         };
-        self.cast(w, &mut wb, Dt::Bf16);
-        let p = wb.ptr;
-        self.s.wbf = wb;
+        if self.ensure(&mut wp, s.cout * s.k * s.k * cs, dt) {
+            let g = self.grid(wp.len);
+            launch!(self, &format!("wpack_{}", dt.suffix()), (g, 1), THREADS;
+                w.ptr, wp.ptr, s.cout as i32, s.cin as i32, (s.k * s.k) as i32, cs as i32);
+        }
+        let p = wp.ptr;
+        self.s.wpk = wp;
         p
     }
 
@@ -731,9 +834,15 @@ impl Cuda {
             .map(|i| (cands[i], best_ms[i] * 1000.0 / TUNE_RUNS as f32))
     }
 
-    /// Find the convolution algorithms for a batch size ahead of timing anything.
-    pub fn prepare_conv(&mut self, s: &ConvShape) {
-        let key = dnn::ConvKey::new(s, self.prec == Precision::Bf16);
+    /// Find the convolution algorithms for a batch size ahead of timing anything; `input` when
+    /// the convolution reads the input batch (stored with `input_channels`).
+    pub fn prepare_conv(&mut self, s: &ConvShape, input: bool) {
+        let cin = if input {
+            self.input_channels(s.cin)
+        } else {
+            s.cin
+        };
+        let key = dnn::ConvKey::new(&ConvShape { cin, ..*s }, self.prec == Precision::Bf16);
         let _ = self.conv_plan(key);
     }
 }
@@ -746,10 +855,26 @@ fn conv_label(s: &ConvShape) -> String {
     )
 }
 
+/// The channels a convolution's input is stored with (its padding), checking that a shaped
+/// input has the convolution's shape.
+fn conv_channels(x: &Buf, s: &ConvShape) -> usize {
+    match x.act {
+        Some(a) => {
+            assert_eq!(
+                (a.n, a.c, a.hw),
+                (s.n, s.cin, s.h * s.w),
+                "conv: an input of {a:?} for {s:?}"
+            );
+            a.cs
+        }
+        None => s.cin,
+    }
+}
+
 /// A convolution's tensors hold at least what its shape says (cuDNN would read past them).
-fn check_conv_lens(x: &Buf, w: &Buf, dy: Option<&Buf>, s: &ConvShape) {
+fn check_conv_lens(x: &Buf, w: &Buf, dy: Option<&Buf>, s: &ConvShape, cs: usize) {
     assert!(
-        x.len >= s.n * s.cin * s.h * s.w && w.len >= s.cout * s.cin * s.k * s.k,
+        x.len >= s.n * cs * s.h * s.w && w.len >= s.cout * s.cin * s.k * s.k,
         "conv: {} inputs and {} weights for {s:?}",
         x.len,
         w.len
@@ -763,16 +888,33 @@ fn check_conv_lens(x: &Buf, w: &Buf, dy: Option<&Buf>, s: &ConvShape) {
     }
 }
 
-/// Planes (n * c) and the pooling kernels' int arguments [h, w, oh, ow, k, stride, pad]; `arg`
-/// is a u8 per output, so k * k <= 256.
-fn pool_args(s: &PoolShape) -> (usize, [i32; 7]) {
+/// The pooling kernels' int arguments [h, w, oh, ow, k, stride, pad]; `arg` is a u8 per output,
+/// so k * k <= 256.
+fn pool_args(s: &PoolShape) -> [i32; 7] {
     assert!(
         (1..=16).contains(&s.k) && s.stride >= 1,
         "max pooling needs 1 <= k <= 16 and stride >= 1: {s:?}"
     );
     let d = [s.h, s.w, s.oh(), s.ow(), s.k, s.stride, s.pad];
-    let d = d.map(|v| i32::try_from(v).expect("a max pooling size over 2^31"));
-    (s.n * s.c, d)
+    d.map(|v| i32::try_from(v).expect("a max pooling size over 2^31"))
+}
+
+/// Rows (n * hw) of an activation of `c` channels that an op reads, checking its length and,
+/// where it has one, its shape (no padded channels).
+fn check_act(x: &Buf, n: usize, c: usize, hw: usize, what: &str) -> usize {
+    assert!(
+        x.len >= n * c * hw,
+        "{what}: {} values for {n}x{c}x{hw}",
+        x.len
+    );
+    if let Some(a) = x.act {
+        assert_eq!(
+            a,
+            Nhwc::of(n, c, hw),
+            "{what}: a tensor of {a:?} for {n}x{c}x{hw}"
+        );
+    }
+    n * hw
 }
 
 fn cudnn_ok(r: cudnn::cudnnStatus_t, what: &str) -> Result<(), String> {
@@ -797,7 +939,7 @@ impl Backend for Cuda {
     }
 
     fn download(&mut self, b: &Buf) -> Vec<f32> {
-        match b.dt {
+        let flat = match b.dt {
             Dt::F32 => self.read_back::<f32>(b.ptr, b.len),
             Dt::Bf16 | Dt::U8 => {
                 let mut f = self.empty(Dt::F32);
@@ -814,7 +956,30 @@ impl Backend for Cuda {
                 .into_iter()
                 .map(|v| v as f32)
                 .collect(),
+        };
+        match b.act {
+            Some(a) if flat.len() >= a.n * a.hw * a.cs => nhwc_to_nchw(&flat, a),
+            _ => flat,
         }
+    }
+
+    fn upload_act(&mut self, data: &[f32], [n, c, h, w]: [usize; 4]) -> Buf {
+        assert_eq!(
+            data.len(),
+            n * c * h * w,
+            "upload_act: values for {n}x{c}x{h}x{w}"
+        );
+        let a = Nhwc::of(n, c, h * w);
+        let f = self.upload(&nchw_to_nhwc(data, a));
+        let mut b = if self.act_dt() == Dt::F32 {
+            f
+        } else {
+            let mut b = self.empty(Dt::Bf16);
+            self.cast(&f, &mut b, Dt::Bf16);
+            b
+        };
+        b.act = Some(a);
+        b
     }
 
     fn load_batch(
@@ -861,16 +1026,18 @@ impl Backend for Cuda {
 
     fn conv(&mut self, x: &Buf, w: &Buf, y: &mut Buf, s: &ConvShape) {
         self.expect_act(x, "conv input");
-        check_conv_lens(x, w, None, s);
+        let cs = conv_channels(x, s);
+        check_conv_lens(x, w, None, s, cs);
         let dt = self.act_dt();
         if !self.ensure(y, s.n * s.cout * s.oh() * s.ow(), dt) {
             return;
         }
-        let key = dnn::ConvKey::new(s, dt == Dt::Bf16);
+        y.act = Some(Nhwc::of(s.n, s.cout, s.oh() * s.ow()));
+        let key = dnn::ConvKey::new(&ConvShape { cin: cs, ..*s }, dt == Dt::Bf16);
         let Some((plan, ws)) = self.conv_plan(key) else {
             return;
         };
-        let wp = self.conv_weights(w);
+        let wp = self.conv_weights(w, s, cs);
         if self.err.is_some() {
             return;
         }
@@ -918,31 +1085,27 @@ impl Backend for Cuda {
     ) {
         self.expect_act(x, "conv_backward input");
         self.expect_act(dy, "conv_backward gradient");
-        check_conv_lens(x, w, Some(dy), s);
+        let cs = conv_channels(x, s);
+        check_conv_lens(x, w, Some(dy), s, cs);
         let dt = self.act_dt();
-        let bf = dt == Dt::Bf16;
-        let key = dnn::ConvKey::new(s, bf);
+        let key = dnn::ConvKey::new(&ConvShape { cin: cs, ..*s }, dt == Dt::Bf16);
         let Some((plan, ws)) = self.conv_plan(key) else {
             return;
         };
-        let wlen = s.cout * s.cin * s.k * s.k;
-        if !self.ensure(dw, wlen, Dt::F32) {
+        if !self.ensure(dw, s.cout * s.cin * s.k * s.k, Dt::F32) {
             return;
         }
-        let wp = self.conv_weights(w);
+        let wp = self.conv_weights(w, s, cs);
+        // cuDNN writes the weight gradient as it reads the weights; unpacked into `dw` below.
         let mut dwb = {
-            let e = self.empty(Dt::Bf16);
-            std::mem::replace(&mut self.s.dwbf, e)
+            let e = self.empty(dt);
+            std::mem::replace(&mut self.s.dwpk, e)
         };
-        let dw_target = if bf {
-            if !self.ensure(&mut dwb, wlen, Dt::Bf16) {
-                self.s.dwbf = dwb;
-                return;
-            }
-            dwb.ptr
-        } else {
-            dw.ptr
-        };
+        if !self.ensure(&mut dwb, s.cout * s.k * s.k * cs, dt) {
+            self.s.dwpk = dwb;
+            return;
+        }
+        let dw_target = dwb.ptr;
         let (one, zero) = (1.0f32, 0.0f32);
         let (hd, xd, wdsc, cd, yd, wsp) = unsafe {
             let p = &*plan;
@@ -976,14 +1139,20 @@ impl Backend for Cuda {
         if let (Some(p), Some(t0)) = (self.prof.as_mut(), t0) {
             p.end(&format!("cudnn bwd filter {}", conv_label(s)), t0, st);
         }
-        if bf {
-            self.cast(&dwb, dw, Dt::F32);
-        }
-        self.s.dwbf = dwb;
+        let g = self.grid(dw.len);
+        launch!(self, &format!("wunpack_{}", dt.suffix()), (g, 1), THREADS;
+            dwb.ptr, dw.ptr, s.cout as i32, s.cin as i32, (s.k * s.k) as i32, cs as i32);
+        self.s.dwpk = dwb;
         if let Some(dx) = dx {
-            if !self.ensure(dx, s.n * s.cin * s.h * s.w, dt) || self.err.is_some() {
+            if !self.ensure(dx, s.n * cs * s.h * s.w, dt) || self.err.is_some() {
                 return;
             }
+            dx.act = Some(Nhwc {
+                n: s.n,
+                c: s.cin,
+                hw: s.h * s.w,
+                cs,
+            });
             let dxp = dx.ptr;
             let run_data = |a: i32| unsafe {
                 cudnn::cudnnConvolutionBackwardData(
@@ -1029,27 +1198,29 @@ impl Backend for Cuda {
     ) {
         self.expect_act(x, "bn_train input");
         let dt = x.dt;
-        let sp = self.bn_splits(n, c, hw);
+        let m = check_act(x, n, c, hw, "bn_train");
+        let gd = self.bn_grid(m, c);
         let mut s = std::mem::replace(&mut self.s, Scratch::empty(self.stream.cu_stream()));
-        let ok = self.grid_y_fits(c, "bn_train channels")
+        let ok = self.grid_y_fits(gd.cb, "bn_train channel blocks")
             && self.ensure(y, x.len, dt)
             && self.ensure(saved_mean, c, Dt::F32)
             && self.ensure(saved_invstd, c, Dt::F32)
-            && self.ensure(&mut s.part, c * sp * 2 + c, Dt::F32)
+            && self.ensure(&mut s.part, c * gd.stats * 2 + c, Dt::F32)
             && self.ensure(&mut s.scale, c, Dt::F32)
             && self.ensure(&mut s.shift, c, Dt::F32);
         if ok {
-            let sfx = dt.suffix();
-            launch!(self, &format!("bn_stats_{sfx}"), (sp as u32, c as u32), THREADS;
-                x.ptr, s.part.ptr, n as i32, c as i32, hw as i32, sp as i32);
+            y.act = Some(Nhwc::of(n, c, hw));
+            let sfx = format!("{}_v{}", dt.suffix(), gd.v);
+            let (sp, gb) = (gd.stats as i32, gd.gb as i32);
+            launch!(self, &format!("bn_stats_{sfx}"), (gd.stats as u32, gd.cb as u32), BN_THREADS;
+                x.ptr, s.part.ptr, m as i64, c as i32, sp, gb);
             launch!(self, "bn_finalize", (blocks(c, 128), 1), 128;
-                s.part.ptr, sp as i32, c as i32, (n * hw) as i64, gamma.ptr, beta.ptr,
+                s.part.ptr, sp, c as i32, m as i64, gamma.ptr, beta.ptr,
                 saved_mean.ptr, saved_invstd.ptr, running_mean.ptr, running_var.ptr,
                 0.1f32, 1e-5f32, s.scale.ptr, s.shift.ptr);
-            let g = self.grid(x.len);
-            launch!(self, &format!("bn_apply_{sfx}"), (g, 1), THREADS;
-                x.ptr, s.scale.ptr, s.shift.ptr, y.ptr, x.len as i64, c as i32, hw as i32,
-                relu as i32);
+            launch!(self, &format!("bn_apply_{sfx}"), (gd.apply as u32, gd.cb as u32), BN_THREADS;
+                x.ptr, s.scale.ptr, s.shift.ptr, 0u64, y.ptr, m as i64, c as i32,
+                gd.apply as i32, gb, relu as i32);
         }
         self.s = s;
     }
@@ -1062,25 +1233,29 @@ impl Backend for Cuda {
         running_mean: &Buf,
         running_var: &Buf,
         y: &mut Buf,
-        _n: usize,
+        n: usize,
         c: usize,
         hw: usize,
         relu: bool,
     ) {
         self.expect_act(x, "bn_eval input");
         let dt = x.dt;
+        let m = check_act(x, n, c, hw, "bn_eval");
+        let gd = self.bn_grid(m, c);
         let mut s = std::mem::replace(&mut self.s, Scratch::empty(self.stream.cu_stream()));
-        let ok = self.ensure(y, x.len, dt)
+        let ok = self.grid_y_fits(gd.cb, "bn_eval channel blocks")
+            && self.ensure(y, x.len, dt)
             && self.ensure(&mut s.scale, c, Dt::F32)
             && self.ensure(&mut s.shift, c, Dt::F32);
         if ok {
+            y.act = Some(Nhwc::of(n, c, hw));
             launch!(self, "bn_eval_prep", (blocks(c, 128), 1), 128;
                 gamma.ptr, beta.ptr, running_mean.ptr, running_var.ptr, 1e-5f32,
                 s.scale.ptr, s.shift.ptr, c as i32);
-            let g = self.grid(x.len);
-            launch!(self, &format!("bn_apply_{}", dt.suffix()), (g, 1), THREADS;
-                x.ptr, s.scale.ptr, s.shift.ptr, y.ptr, x.len as i64, c as i32, hw as i32,
-                relu as i32);
+            let name = format!("bn_apply_{}_v{}", dt.suffix(), gd.v);
+            launch!(self, &name, (gd.apply as u32, gd.cb as u32), BN_THREADS;
+                x.ptr, s.scale.ptr, s.shift.ptr, 0u64, y.ptr, m as i64, c as i32,
+                gd.apply as i32, gd.gb as i32, relu as i32);
         }
         self.s = s;
     }
@@ -1090,6 +1265,7 @@ impl Backend for Cuda {
         x: &Buf,
         dy: &Buf,
         gamma: &Buf,
+        beta: &Buf,
         saved_mean: &Buf,
         saved_invstd: &Buf,
         dx: &mut Buf,
@@ -1102,29 +1278,33 @@ impl Backend for Cuda {
     ) {
         self.expect_act(x, "bn_backward input");
         self.expect_act(dy, "bn_backward gradient");
-        // The kernels mask the gradient with the ReLU's output themselves (null: no ReLU).
-        let mask = relu_out.map_or(0u64, |y| y.ptr);
+        let m = check_act(x, n, c, hw, "bn_backward");
+        check_act(dy, n, c, hw, "bn_backward gradient");
+        // The ReLU's mask is recomputed from x, gamma, beta and the saved statistics (what
+        // bn_finalize made of them), not read from its output.
+        let relu = relu_out.is_some() as i32;
         let dt = x.dt;
-        let sp = self.bn_splits(n, c, hw);
+        let gd = self.bn_grid(m, c);
         let mut s = std::mem::replace(&mut self.s, Scratch::empty(self.stream.cu_stream()));
-        let ok = self.grid_y_fits(c, "bn_backward channels")
+        let ok = self.grid_y_fits(gd.cb, "bn_backward channel blocks")
             && self.ensure(dx, x.len, dt)
             && self.ensure(dgamma, c, Dt::F32)
             && self.ensure(dbeta, c, Dt::F32)
-            && self.ensure(&mut s.part, c * sp * 2 + c, Dt::F32)
+            && self.ensure(&mut s.part, c * gd.stats * 2 + c, Dt::F32)
             && self.ensure(&mut s.coef, 3 * c, Dt::F32);
         if ok {
-            let sfx = dt.suffix();
-            launch!(self, &format!("bn_bwd_stats_{sfx}"), (sp as u32, c as u32), THREADS;
-                x.ptr, dy.ptr, mask, saved_mean.ptr, s.part.ptr, n as i32, c as i32, hw as i32,
-                sp as i32);
+            dx.act = Some(Nhwc::of(n, c, hw));
+            let sfx = format!("{}_v{}", dt.suffix(), gd.v);
+            let (sp, gb) = (gd.stats as i32, gd.gb as i32);
+            let (gp, bp, mp, ip) = (gamma.ptr, beta.ptr, saved_mean.ptr, saved_invstd.ptr);
+            launch!(self, &format!("bn_bwd_stats_{sfx}"), (gd.stats as u32, gd.cb as u32),
+                BN_THREADS; x.ptr, dy.ptr, 0u64, gp, bp, mp, ip, relu, s.part.ptr, m as i64,
+                c as i32, sp, gb);
             launch!(self, "bn_bwd_finalize", (blocks(c, 128), 1), 128;
-                s.part.ptr, sp as i32, c as i32, (n * hw) as i64, gamma.ptr, saved_invstd.ptr,
-                dgamma.ptr, dbeta.ptr, s.coef.ptr);
-            let g = self.grid(x.len);
-            launch!(self, &format!("bn_bwd_apply_{sfx}"), (g, 1), THREADS;
-                x.ptr, dy.ptr, mask, saved_mean.ptr, s.coef.ptr, dx.ptr, x.len as i64,
-                c as i32, hw as i32);
+                s.part.ptr, sp, c as i32, m as i64, gp, ip, dgamma.ptr, dbeta.ptr, s.coef.ptr);
+            launch!(self, &format!("bn_bwd_apply_{sfx}"), (gd.apply as u32, gd.cb as u32),
+                BN_THREADS; x.ptr, dy.ptr, 0u64, gp, bp, mp, ip, relu, s.coef.ptr, dx.ptr, 0u64,
+                m as i64, c as i32, gd.apply as i32, gb);
         }
         self.s = s;
     }
@@ -1145,20 +1325,19 @@ impl Backend for Cuda {
 
     fn maxpool(&mut self, x: &Buf, y: &mut Buf, arg: &mut Buf, s: &PoolShape) {
         self.expect_act(x, "maxpool input");
-        let (planes, dims) = pool_args(s);
-        assert!(
-            x.len >= planes * s.h * s.w,
-            "maxpool input: {} values for {s:?}",
-            x.len
-        );
-        let out = planes * s.oh() * s.ow();
+        let dims = pool_args(s);
+        check_act(x, s.n, s.c, s.h * s.w, "maxpool");
+        let out = s.n * s.c * s.oh() * s.ow();
         if !self.ensure(y, out, x.dt) || !self.ensure(arg, out, Dt::U8) {
             return;
         }
-        let g = self.grid(out);
+        y.act = Some(Nhwc::of(s.n, s.c, s.oh() * s.ow()));
+        arg.act = y.act;
+        let v = vec_width(s.c);
+        let g = self.grid(out / v);
         let [h, w, oh, ow, k, stride, pad] = dims;
-        launch!(self, &format!("maxpool_{}", x.dt.suffix()), (g, 1), THREADS;
-            x.ptr, y.ptr, arg.ptr, planes as i64, h, w, oh, ow, k, stride, pad);
+        launch!(self, &format!("maxpool_{}_v{v}", x.dt.suffix()), (g, 1), THREADS;
+            x.ptr, y.ptr, arg.ptr, s.n as i64, s.c as i32, h, w, oh, ow, k, stride, pad);
     }
 
     fn maxpool_backward(&mut self, dy: &Buf, arg: &Buf, dx: &mut Buf, s: &PoolShape) {
@@ -1168,33 +1347,38 @@ impl Backend for Cuda {
             Dt::U8,
             "maxpool_backward: the argmax of `maxpool` is u8"
         );
-        let (planes, dims) = pool_args(s);
-        let out = planes * s.oh() * s.ow();
-        assert!(
-            dy.len >= out && arg.len >= out,
-            "maxpool_backward: {} gradients and {} winners for {s:?}",
-            dy.len,
-            arg.len
-        );
-        let total = planes * s.h * s.w;
+        let dims = pool_args(s);
+        check_act(dy, s.n, s.c, s.oh() * s.ow(), "maxpool_backward gradient");
+        check_act(arg, s.n, s.c, s.oh() * s.ow(), "maxpool_backward winners");
+        let total = s.n * s.c * s.h * s.w;
         if !self.ensure(dx, total, dy.dt) {
             return;
         }
-        let g = self.grid(total);
+        dx.act = Some(Nhwc::of(s.n, s.c, s.h * s.w));
+        let v = vec_width(s.c);
+        let g = self.grid(total / v);
         let [h, w, oh, ow, k, stride, pad] = dims;
-        launch!(self, &format!("maxpool_bwd_{}", dy.dt.suffix()), (g, 1), THREADS;
-            dy.ptr, arg.ptr, dx.ptr, planes as i64, h, w, oh, ow, k, stride, pad);
+        launch!(self, &format!("maxpool_bwd_{}_v{v}", dy.dt.suffix()), (g, 1), THREADS;
+            dy.ptr, arg.ptr, dx.ptr, s.n as i64, s.c as i32, h, w, oh, ow, k, stride, pad);
     }
 
     fn add(&mut self, a: &Buf, b: &Buf, y: &mut Buf, relu: bool) {
         self.expect_act(a, "add input");
         self.expect_act(b, "add input");
         assert_eq!(a.len, b.len, "add: operands of different lengths");
+        assert!(
+            a.act.is_none() || b.act.is_none() || a.act == b.act,
+            "add: operands of shapes {:?} and {:?}",
+            a.act,
+            b.act
+        );
         if !self.ensure(y, a.len, a.dt) {
             return;
         }
-        let g = self.grid(a.len);
-        launch!(self, &format!("add_{}", a.dt.suffix()), (g, 1), THREADS;
+        y.act = a.act.or(b.act);
+        let v = vec_width(a.len);
+        let g = self.grid(a.len / v);
+        launch!(self, &format!("add_{}_v{v}", a.dt.suffix()), (g, 1), THREADS;
             a.ptr, b.ptr, y.ptr, a.len as i64, relu as i32);
     }
 
@@ -1202,8 +1386,15 @@ impl Backend for Cuda {
         self.expect_act(dst, "accumulate target");
         self.expect_act(src, "accumulate source");
         assert_eq!(dst.len, src.len, "accumulate: tensors of different lengths");
-        let g = self.grid(dst.len);
-        launch!(self, &format!("accumulate_{}", dst.dt.suffix()), (g, 1), THREADS;
+        assert!(
+            dst.act.is_none() || src.act.is_none() || dst.act == src.act,
+            "accumulate: tensors of shapes {:?} and {:?}",
+            dst.act,
+            src.act
+        );
+        let v = vec_width(dst.len);
+        let g = self.grid(dst.len / v);
+        launch!(self, &format!("accumulate_{}_v{v}", dst.dt.suffix()), (g, 1), THREADS;
             dst.ptr, src.ptr, dst.len as i64);
     }
 
@@ -1211,6 +1402,7 @@ impl Backend for Cuda {
         if !self.ensure(dst, src.len, src.dt) || src.len == 0 || self.err.is_some() {
             return;
         }
+        dst.act = src.act;
         // On the compute stream, so it is ordered with the kernels and a graph records it.
         let st = self.stream.cu_stream();
         let t0 = self.prof.as_mut().map(|p| p.begin(st));
@@ -1223,12 +1415,15 @@ impl Backend for Cuda {
 
     fn gap(&mut self, x: &Buf, y: &mut Buf, n: usize, c: usize, hw: usize) {
         self.expect_act(x, "gap input");
-        if !self.ensure(y, n * c, Dt::F32) {
+        check_act(x, n, c, hw, "gap");
+        if !self.grid_y_fits(c.div_ceil(32), "gap channel blocks")
+            || !self.ensure(y, n * c, Dt::F32)
+        {
             return;
         }
-        let g = blocks(n * c * 32, THREADS);
-        launch!(self, &format!("gap_{}", x.dt.suffix()), (g, 1), THREADS;
-            x.ptr, y.ptr, (n * c) as i64, hw as i32);
+        let g = (n.clamp(1, i32::MAX as usize) as u32, c.div_ceil(32) as u32);
+        launch!(self, &format!("gap_{}", x.dt.suffix()), g, THREADS;
+            x.ptr, y.ptr, c as i32, hw as i32);
     }
 
     fn gap_backward(&mut self, dy: &Buf, dx: &mut Buf, n: usize, c: usize, hw: usize) {
@@ -1236,9 +1431,10 @@ impl Backend for Cuda {
         if !self.ensure(dx, n * c * hw, dt) {
             return;
         }
+        dx.act = Some(Nhwc::of(n, c, hw));
         let g = self.grid(n * c * hw);
         launch!(self, &format!("gap_bwd_{}", dt.suffix()), (g, 1), THREADS;
-            dy.ptr, dx.ptr, (n * c) as i64, hw as i32);
+            dy.ptr, dx.ptr, n as i64, c as i32, hw as i32);
     }
 
     fn linear(&mut self, x: &Buf, w: &Buf, b: &Buf, y: &mut Buf, n: usize, k: usize, m: usize) {

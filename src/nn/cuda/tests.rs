@@ -159,13 +159,14 @@ impl Cmp<'_> {
                 (1, Some((b, v))) => (b, v.to_vec()),
                 _ => {
                     let v = self.act(s.n * s.cin * s.h * s.w);
-                    own = self.g.upload_act(&v);
+                    own = self.g.upload_act(&v, [s.n, s.cin, s.h, s.w]);
                     (&own, v)
                 }
             };
             let wt = self.rng.vec(s.cout * s.cin * s.k * s.k);
             let dy = self.act(s.n * s.cout * s.oh() * s.ow());
-            let (wb, dyb) = (self.g.upload(&wt), self.g.upload_act(&dy));
+            let yd = [s.n, s.cout, s.oh(), s.ow()];
+            let (wb, dyb) = (self.g.upload(&wt), self.g.upload_act(&dy, yd));
             self.g.conv(xb, &wb, &mut gy, s);
             self.g
                 .conv_backward(xb, &wb, &dyb, Some(&mut gdx), &mut gdw, s);
@@ -202,14 +203,14 @@ impl Cmp<'_> {
                 (x, xv.to_vec())
             } else {
                 let v = self.act(s.n * s.c * s.h * s.w);
-                own = self.g.upload_act(&v);
+                own = self.g.upload_act(&v, [s.n, s.c, s.h, s.w]);
                 (&own, v)
             };
             self.g.maxpool(xb, &mut gp, &mut ga, s);
             let (mut p, mut a, mut d) = (vec![], vec![], vec![]);
             self.c.maxpool(&x, &mut p, &mut a, s);
             let dp = self.act(out);
-            let dpb = self.g.upload_act(&dp);
+            let dpb = self.g.upload_act(&dp, [s.n, s.c, s.oh(), s.ow()]);
             self.g.maxpool_backward(&dpb, &ga, &mut gd, s);
             self.c.maxpool_backward(&dp, &a, &mut d, s);
             if pass == 1 {
@@ -243,7 +244,7 @@ impl Cmp<'_> {
         let (gb, bb, dyb) = (
             self.g.upload(&gamma),
             self.g.upload(&beta),
-            self.g.upload_act(&dy),
+            self.g.upload_act(&dy, [n, c, hw, 1]),
         );
         let (mut grm, mut grv) = (self.g.upload(&rm0), self.g.upload(&rv0));
         let (mut gy, mut gm, mut gi, mut gdx) = (
@@ -261,6 +262,7 @@ impl Cmp<'_> {
             x,
             &dyb,
             &gb,
+            &bb,
             &gm,
             &gi,
             &mut gdx,
@@ -286,6 +288,7 @@ impl Cmp<'_> {
             &xv,
             &dy,
             &gamma,
+            &beta,
             &m,
             &is,
             &mut dx,
@@ -412,10 +415,10 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
         let rm0 = rng.vec(c2);
         let rv0: Vec<f32> = rng.vec(c2).iter().map(|v| v.abs() + 0.5).collect();
         let (xb, gb, bb, dyb) = (
-            g.upload_act(&x),
+            g.upload_act(&x, [n, c2, hw, 1]),
             g.upload(&gamma),
             g.upload(&beta),
-            g.upload_act(&dy),
+            g.upload_act(&dy, [n, c2, hw, 1]),
         );
         let (mut grm, mut grv) = (g.upload(&rm0), g.upload(&rv0));
         let [gy, gm, gi, gdx] = &mut gbn;
@@ -425,7 +428,7 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
         let (mut gdg, mut gdb) = (g.zeros(0), g.zeros(0));
         let mask = relu.then_some(&*gy);
         g.bn_backward(
-            &xb, &dyb, &gb, gm, gi, gdx, &mut gdg, &mut gdb, n, c2, hw, mask,
+            &xb, &dyb, &gb, &bb, gm, gi, gdx, &mut gdg, &mut gdb, n, c2, hw, mask,
         );
         let mut gye = g.empty(g.act_dt());
         g.bn_eval(&xb, &gb, &bb, &grm, &grv, &mut gye, n, c2, hw, relu);
@@ -440,7 +443,7 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
         let (mut dx, mut dg, mut db) = (vec![], vec![], vec![]);
         let mask = relu.then_some(&gpu_y);
         c.bn_backward(
-            &x, &dy, &gamma, &m, &is, &mut dx, &mut dg, &mut db, n, c2, hw, mask,
+            &x, &dy, &gamma, &beta, &m, &is, &mut dx, &mut dg, &mut db, n, c2, hw, mask,
         );
         let mut ye = vec![];
         c.bn_eval(&x, &gamma, &beta, &rm, &rv, &mut ye, n, c2, hw, relu);
@@ -472,14 +475,15 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
     // pooling, residual sums, copies
     let (pc, ph, pw) = (16, 13, 11);
     let x = round(rng.vec(n * pc * ph * pw));
-    let xb = g.upload_act(&x);
-    let mut gr = g.upload_act(&x);
+    let xd = [n, pc, ph, pw];
+    let xb = g.upload_act(&x, xd);
+    let mut gr = g.upload_act(&x, xd);
     g.relu(&mut gr);
     let mut r = x.clone();
     c.relu(&mut r);
     close("relu", &g.download(&gr), &r, 1e-7);
     let d = round(rng.vec(x.len()));
-    let mut gd = g.upload_act(&d);
+    let mut gd = g.upload_act(&d, xd);
     g.relu_backward(&gr, &mut gd);
     let mut cd = d.clone();
     c.relu_backward(&r, &mut cd);
@@ -507,16 +511,18 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
     t.gap("ops", &xb, &x, n, pc, ph * pw);
     let et = t.exact_tol();
 
-    // y = a + b, with and without the ReLU, written over a stale output; dst += src
+    // y = a + b, with and without the ReLU, written over a stale output; dst += src; lengths
+    // of whole groups of 8 and not
     let mut gsum = g.empty(g.act_dt());
-    for relu in [false, true, false] {
-        let (a, b) = (round(rng.vec(1000)), round(rng.vec(1000)));
-        let (ab, bb) = (g.upload_act(&a), g.upload_act(&b));
+    for (relu, len) in [(false, 1000), (true, 1000), (false, 1003), (true, 1003)] {
+        let (a, b) = (round(rng.vec(len)), round(rng.vec(len)));
+        let d = [len, 1, 1, 1];
+        let (ab, bb) = (g.upload_act(&a, d), g.upload_act(&b, d));
         g.add(&ab, &bb, &mut gsum, relu);
         let mut y = vec![];
         c.add(&a, &b, &mut y, relu);
         close(&format!("add relu={relu}"), &g.download(&gsum), &y, et);
-        let mut gacc = g.upload_act(&a);
+        let mut gacc = g.upload_act(&a, d);
         g.accumulate(&mut gacc, &bb);
         let mut acc = a.clone();
         c.accumulate(&mut acc, &b);
@@ -524,7 +530,7 @@ fn ops_match(prec: Precision, tol: f64, conv_tol: f64) {
     }
     // copy: any type, into a buffer that held something else (longer, another type)
     let v = round(rng.vec(1234));
-    let src = g.upload_act(&v);
+    let src = g.upload_act(&v, [2, 617, 1, 1]);
     let mut dst = g.upload(&rng.vec(3000));
     g.copy(&src, &mut dst);
     assert_eq!(
@@ -1021,9 +1027,12 @@ fn timed_algorithms_are_remembered_for_the_next_process() {
     let mut rng = Rng(7);
     {
         let (x, wt, dy) = (
-            g.upload_act(&rng.vec(s.n * s.cin * s.h * s.w)),
+            g.upload_act(&rng.vec(s.n * s.cin * s.h * s.w), [s.n, s.cin, s.h, s.w]),
             g.upload(&rng.vec(s.cout * s.cin * s.k * s.k)),
-            g.upload_act(&rng.vec(s.n * s.cout * s.oh() * s.ow())),
+            g.upload_act(
+                &rng.vec(s.n * s.cout * s.oh() * s.ow()),
+                [s.n, s.cout, s.oh(), s.ow()],
+            ),
         );
         let (mut y, mut dx, mut dw) = (g.empty(g.act_dt()), g.empty(g.act_dt()), g.zeros(0));
         g.conv(&x, &wt, &mut y, &s);
