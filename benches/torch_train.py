@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="print GPU time per kernel of 5 steps")
     a = ap.parse_args()
     c, h, w = (int(v) for v in a.shape.split("x"))
     torch.backends.cudnn.benchmark = True
@@ -88,6 +89,15 @@ def main():
     for i in range(a.warmup):
         step(*batch(i))
     torch.cuda.synchronize()
+    if a.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(5):
+                step(*batch(i))
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90))
+        return
     t0 = time.perf_counter()
     for i in range(a.steps):
         loss = step(*batch(i))

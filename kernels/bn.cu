@@ -6,7 +6,8 @@
 //
 // Statistics are reduced in two deterministic passes: each block sums its rows per channel (shifted
 // by the channel's first value, which keeps E[x^2] - E[x]^2 accurate when the mean is large), in
-// a fixed order, then one thread per channel adds the S partial sums in order, in double precision.
+// a fixed order, then one warp per channel adds the S partial sums in a fixed order, in double
+// precision.
 // The ReLU fused into batch norm masks the backward gradient by recomputing its input
 // x*scale + shift from x (no read of the output).
 
@@ -64,6 +65,7 @@ __device__ void stats_impl(const T* x, float* part, long M, int C, int S, int GB
     for (int k = 0; k < V; k++) s1[k] = s2[k] = 0.f;
     if (r.on) {
         ldv<V>(x, r.c0, K);
+#pragma unroll 4
         for (long i = r.lo + r.lane; i < r.hi; i += r.lanes) {
             float v[V];
             ldv<V>(x, i * C + r.c0, v);
@@ -88,17 +90,34 @@ __device__ void stats_impl(const T* x, float* part, long M, int C, int S, int GB
     }
 }
 
+// The S partial pairs of channel ci in double precision: one warp per channel, lane l adding
+// partials l, l + 32, ... in order, then the lanes in a fixed butterfly; valid in every lane.
+__device__ __forceinline__ void part_sums(const float* part, int S, long ci, double* s1,
+                                          double* s2) {
+    int lane = threadIdx.x & 31;
+    double a = 0, b = 0;
+    for (int j = lane; j < S; j += 32) {
+        a += part[(ci * S + j) * 2];
+        b += part[(ci * S + j) * 2 + 1];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+    *s1 = a;
+    *s2 = b;
+}
+
+// One warp per channel (blocks of 256 threads).
 extern "C" __global__ void bn_finalize(const float* part, int S, int c, long M,
                                        const float* gamma, const float* beta, float* mean_out,
                                        float* invstd_out, float* rmean, float* rvar,
                                        float momentum, float eps, float* scale, float* shift) {
-    int ci = blockIdx.x * blockDim.x + threadIdx.x;
+    int ci = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (ci >= c) return;
-    double s1 = 0, s2 = 0;
-    for (int j = 0; j < S; j++) {
-        s1 += part[((long)ci * S + j) * 2];
-        s2 += part[((long)ci * S + j) * 2 + 1];
-    }
+    double s1, s2;
+    part_sums(part, S, ci, &s1, &s2);
+    if ((threadIdx.x & 31) != 0) return;
     double m1 = s1 / M;
     double var = s2 / M - m1 * m1;
     if (var < 0) var = 0;
@@ -137,6 +156,7 @@ __device__ void apply_impl(const T* x, const float* scale, const float* shift, c
         sc[k] = scale[r.c0 + k];
         sh[k] = shift[r.c0 + k];
     }
+#pragma unroll 4
     for (long i = r.lo + r.lane; i < r.hi; i += r.lanes) {
         long o = i * C + r.c0;
         float v[V], q[V];
@@ -197,6 +217,7 @@ __device__ void bwd_stats_impl(const T* x, const T* dy, const T* out, const floa
     for (int k = 0; k < V; k++) s1[k] = s2[k] = 0.f;
     if (r.on) {
         bwd_consts<V>(r.c0, gamma, beta, mean, invstd, m, sc, sh);
+#pragma unroll 4
         for (long i = r.lo + r.lane; i < r.hi; i += r.lanes) {
             long o = i * C + r.c0;
             float v[V], d[V];
@@ -220,17 +241,15 @@ __device__ void bwd_stats_impl(const T* x, const T* dy, const T* out, const floa
     }
 }
 
-// dgamma, dbeta and the coefficients of dx = a (d - b - (x - mean) cc).
+// dgamma, dbeta and the coefficients of dx = a (d - b - (x - mean) cc); one warp per channel.
 extern "C" __global__ void bn_bwd_finalize(const float* part, int S, int c, long M,
                                            const float* gamma, const float* invstd,
                                            float* dgamma, float* dbeta, float* coef) {
-    int ci = blockIdx.x * blockDim.x + threadIdx.x;
+    int ci = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (ci >= c) return;
-    double s1 = 0, s2 = 0;
-    for (int j = 0; j < S; j++) {
-        s1 += part[((long)ci * S + j) * 2];
-        s2 += part[((long)ci * S + j) * 2 + 1];
-    }
+    double s1, s2;
+    part_sums(part, S, ci, &s1, &s2);
+    if ((threadIdx.x & 31) != 0) return;
     float is = invstd[ci];
     dbeta[ci] = (float)s1;
     dgamma[ci] = (float)(s2 * is);
@@ -255,6 +274,7 @@ __device__ void bwd_apply_impl(const T* x, const T* dy, const T* out, const floa
         b[k] = coef[(r.c0 + k) * 3 + 1];
         cc[k] = coef[(r.c0 + k) * 3 + 2];
     }
+#pragma unroll 4
     for (long i = r.lo + r.lane; i < r.hi; i += r.lanes) {
         long o = i * C + r.c0;
         float v[V], d[V];

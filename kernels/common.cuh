@@ -99,3 +99,10 @@ __device__ __forceinline__ void stv(float* p, long i, const float* v) {
         for (int k = 0; k < V; k++) p[i + k] = v[k];
     }
 }
+
+// Per-sample loops of the NHWC kernels: blockIdx.y strides over the n samples and x over the
+// `per` items of one sample, so index arithmetic within a sample is 32-bit (a sample has fewer
+// than 2^31 values).
+#define SAMPLE_STRIDE(s, n) for (long s = blockIdx.y; s < (n); s += gridDim.y)
+#define ITEM_STRIDE(i, per) \
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (per); i += gridDim.x * blockDim.x)

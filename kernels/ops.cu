@@ -49,15 +49,10 @@ __device__ __forceinline__ void st_u8v(u8* p, long i, const u8* a) {
 template <int V, typename T>
 __device__ void maxpool_impl(const T* x, T* y, u8* arg, long n, int C, int h, int w, int oh,
                              int ow, int k, int stride, int pad) {
-    int G = C / V;
-    long total = n * oh * ow * G;
-    GRID_STRIDE(t, total) {
-        int g = (int)(t % G);
-        long r = t / G;
-        int ox = (int)(r % ow);
-        r /= ow;
-        int oy = (int)(r % oh);
-        long s = r / oh;
+    int G = C / V, per = oh * ow * G;
+    SAMPLE_STRIDE(s, n) ITEM_STRIDE(i, per) {
+        int g = i % G, r = i / G;
+        int ox = r % ow, oy = r / ow;
         int y0 = oy * stride - pad, x0 = ox * stride - pad;
         float best[V];
         u8 a[V];
@@ -85,7 +80,7 @@ __device__ void maxpool_impl(const T* x, T* y, u8* arg, long n, int C, int h, in
                 found = true;
             }
         }
-        long o = t * V;
+        long o = (s * per + i) * V;
         stv<V>(y, o, best);
         st_u8v<V>(arg, o, a);
     }
@@ -97,15 +92,10 @@ __device__ void maxpool_impl(const T* x, T* y, u8* arg, long n, int C, int h, in
 template <int V, typename T>
 __device__ void maxpool_bwd_impl(const T* dy, const u8* arg, T* dx, long n, int C, int h, int w,
                                  int oh, int ow, int k, int stride, int pad) {
-    int G = C / V;
-    long total = n * h * w * G;
-    GRID_STRIDE(t, total) {
-        int g = (int)(t % G);
-        long r = t / G;
-        int xx = (int)(r % w);
-        r /= w;
-        int yy = (int)(r % h);
-        long s = r / h;
+    int G = C / V, per = h * w * G;
+    SAMPLE_STRIDE(s, n) ITEM_STRIDE(i, per) {
+        int g = i % G, r = i / G;
+        int xx = r % w, yy = r / w;
         // Outputs o whose window o*stride - pad .. o*stride - pad + k - 1 holds the position:
         // ceil((yy + pad - k + 1) / stride) <= o <= (yy + pad) / stride (C division truncates,
         // so the lower bound's negative numerators are clamped first).
@@ -145,7 +135,7 @@ __device__ void maxpool_bwd_impl(const T* dy, const u8* arg, T* dx, long n, int 
                 }
             }
         }
-        stv<V>(dx, t * V, v);
+        stv<V>(dx, (s * per + i) * V, v);
     }
 }
 
@@ -197,12 +187,8 @@ __device__ void gap_impl(const T* x, float* y, int C, int hw) {
 }
 template <typename T>
 __device__ void gap_bwd_impl(const float* dy, T* dx, long n, int C, int hw) {
-    long total = n * hw * C;
-    GRID_STRIDE(t, total) {
-        int c = (int)(t % C);
-        long s = t / ((long)hw * C);
-        st(dx, t, dy[s * C + c] / hw);
-    }
+    int per = hw * C;
+    SAMPLE_STRIDE(s, n) ITEM_STRIDE(i, per) st(dx, s * per + i, dy[s * C + i % C] / hw);
 }
 
 template <typename S, typename D>

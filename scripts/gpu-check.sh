@@ -189,8 +189,17 @@ if has speedprofile; then
         echo "-- $1 $2"
         rm -rf "$WORK/prof"
         PREP_PROFILE=1 "$PREP" train "$WORK/$2" --model "$1" --epochs 2 --batch 256 --memory device \
-            --device cuda --out "$WORK/prof" 2>&1 | grep -E "GPU time|^  " | head -${TOPK:-30}
+            --device cuda --out "$WORK/prof" >"$LOGS/profile-$1.log" 2>&1
+        grep -E "GPU time|^  " "$LOGS/profile-$1.log" | head -${TOPK:-30}
+        grep -E "^cuDNN .*cout: 64, h: 224" "$LOGS/profile-$1.log" | cut -c1-230 | head -6
     done
+    if has torchprofile; then
+        for cfg in "resnet18 3x224x224" "small 3x128x128"; do
+            set -- $cfg
+            echo "-- PyTorch eager, $1 $2 batch 256, 5 steps"
+            python3 benches/torch_train.py --model "$1" --shape "$2" --batch 256 --profile 2>&1 | head -${TOPK:-30}
+        done
+    fi
 fi
 
 if has padding; then

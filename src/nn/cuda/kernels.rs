@@ -158,8 +158,8 @@ mod tests {
             .flat_map(|(_, s)| super::kernel_names(s))
             .collect();
         for n in [
-            "load_u8_f32",
-            "load_u16_bf16",
+            "load_u8_f32_v1",
+            "load_u16_bf16_v8",
             "bn_stats_bf16_v8",
             "bn_stats_f32_v1",
             "bn_finalize",

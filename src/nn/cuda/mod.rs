@@ -516,6 +516,22 @@ impl Cuda {
         let _ = self.ok(r.map_err(|e| format!("cuMemsetD8Async: {e:?}")));
     }
 
+    /// The grid of the per-sample kernels (SAMPLE_STRIDE / ITEM_STRIDE in kernels/common.cuh):
+    /// y over the `n` samples, x over the `per` items of one sample, about 32 blocks of
+    /// THREADS per multiprocessor in all.
+    fn sample_grid(&self, n: usize, per: usize) -> (u32, u32) {
+        assert!(
+            per <= i32::MAX as usize,
+            "{per} values in one sample: more than 2^31"
+        );
+        let y = n.clamp(1, 65535);
+        let most = (32 * self.sms as usize / y).max(1);
+        (
+            per.div_ceil(THREADS as usize).clamp(1, most) as u32,
+            y as u32,
+        )
+    }
+
     fn grid(&self, total: usize) -> u32 {
         (total.div_ceil(THREADS as usize) as u64).clamp(1, self.sms as u64 * 16) as u32
     }
@@ -668,11 +684,16 @@ impl Cuda {
             hw: h * w,
             cs,
         });
-        let name = format!("load_{}_{}", if u16 { "u16" } else { "u8" }, dt.suffix());
+        let v = vec_width(cs);
+        let name = format!(
+            "load_{}_{}_v{v}",
+            if u16 { "u16" } else { "u8" },
+            dt.suffix()
+        );
         let maxv: f32 = if u16 { 65535.0 } else { 255.0 };
-        let g = self.grid(n * h * w);
+        let g = self.sample_grid(n, h * w * cs / v);
         let std_ptr = mean_std + 4 * c as u64;
-        launch!(self, &name, (g, 1), THREADS;
+        launch!(self, &name, g, THREADS;
             pix, idx, lab, aug, mean_std, std_ptr, out.ptr, labels.ptr,
             n as i32, c as i32, h as i32, w as i32, pad as i32, maxv, cs as i32);
     }
@@ -690,8 +711,9 @@ impl Cuda {
             v,
             gb,
             cb,
-            // One wave of blocks (8 resident per multiprocessor), each at least 4 rows a thread.
-            stats: (8 * self.sms as usize).div_ceil(cb).clamp(1, rows(4)),
+            // Four blocks per multiprocessor (half of what fits), each at least 4 rows a thread:
+            // enough reads in flight, and few partial sums for the finalising warps to add.
+            stats: (4 * self.sms as usize).div_ceil(cb).clamp(1, rows(4)),
             apply: rows(8),
         }
     }
@@ -1214,7 +1236,7 @@ impl Backend for Cuda {
             let (sp, gb) = (gd.stats as i32, gd.gb as i32);
             launch!(self, &format!("bn_stats_{sfx}"), (gd.stats as u32, gd.cb as u32), BN_THREADS;
                 x.ptr, s.part.ptr, m as i64, c as i32, sp, gb);
-            launch!(self, "bn_finalize", (blocks(c, 128), 1), 128;
+            launch!(self, "bn_finalize", (blocks(c * 32, THREADS), 1), THREADS;
                 s.part.ptr, sp, c as i32, m as i64, gamma.ptr, beta.ptr,
                 saved_mean.ptr, saved_invstd.ptr, running_mean.ptr, running_var.ptr,
                 0.1f32, 1e-5f32, s.scale.ptr, s.shift.ptr);
@@ -1300,7 +1322,7 @@ impl Backend for Cuda {
             launch!(self, &format!("bn_bwd_stats_{sfx}"), (gd.stats as u32, gd.cb as u32),
                 BN_THREADS; x.ptr, dy.ptr, 0u64, gp, bp, mp, ip, relu, s.part.ptr, m as i64,
                 c as i32, sp, gb);
-            launch!(self, "bn_bwd_finalize", (blocks(c, 128), 1), 128;
+            launch!(self, "bn_bwd_finalize", (blocks(c * 32, THREADS), 1), THREADS;
                 s.part.ptr, sp, c as i32, m as i64, gp, ip, dgamma.ptr, dbeta.ptr, s.coef.ptr);
             launch!(self, &format!("bn_bwd_apply_{sfx}"), (gd.apply as u32, gd.cb as u32),
                 BN_THREADS; x.ptr, dy.ptr, 0u64, gp, bp, mp, ip, relu, s.coef.ptr, dx.ptr, 0u64,
@@ -1334,9 +1356,9 @@ impl Backend for Cuda {
         y.act = Some(Nhwc::of(s.n, s.c, s.oh() * s.ow()));
         arg.act = y.act;
         let v = vec_width(s.c);
-        let g = self.grid(out / v);
+        let g = self.sample_grid(s.n, out / s.n.max(1) / v);
         let [h, w, oh, ow, k, stride, pad] = dims;
-        launch!(self, &format!("maxpool_{}_v{v}", x.dt.suffix()), (g, 1), THREADS;
+        launch!(self, &format!("maxpool_{}_v{v}", x.dt.suffix()), g, THREADS;
             x.ptr, y.ptr, arg.ptr, s.n as i64, s.c as i32, h, w, oh, ow, k, stride, pad);
     }
 
@@ -1356,9 +1378,9 @@ impl Backend for Cuda {
         }
         dx.act = Some(Nhwc::of(s.n, s.c, s.h * s.w));
         let v = vec_width(s.c);
-        let g = self.grid(total / v);
+        let g = self.sample_grid(s.n, total / s.n.max(1) / v);
         let [h, w, oh, ow, k, stride, pad] = dims;
-        launch!(self, &format!("maxpool_bwd_{}_v{v}", dy.dt.suffix()), (g, 1), THREADS;
+        launch!(self, &format!("maxpool_bwd_{}_v{v}", dy.dt.suffix()), g, THREADS;
             dy.ptr, arg.ptr, dx.ptr, s.n as i64, s.c as i32, h, w, oh, ow, k, stride, pad);
     }
 
@@ -1432,8 +1454,8 @@ impl Backend for Cuda {
             return;
         }
         dx.act = Some(Nhwc::of(n, c, hw));
-        let g = self.grid(n * c * hw);
-        launch!(self, &format!("gap_bwd_{}", dt.suffix()), (g, 1), THREADS;
+        let g = self.sample_grid(n, c * hw);
+        launch!(self, &format!("gap_bwd_{}", dt.suffix()), g, THREADS;
             dy.ptr, dx.ptr, n as i64, c as i32, hw as i32);
     }
 
