@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build what scripts/gpu-check.sh runs, on a machine with Rust (the GPU machine has none):
-# stripped prep and library-test executables in .dev/, and Fashion-MNIST's IDX files beside them.
+# stripped prep, library-test and input-benchmark executables in .dev/, and Fashion-MNIST's IDX
+# files beside them.
 set -euo pipefail
 cargo build --release
 t=$(cargo test --release --lib --no-run --message-format=json 2>/dev/null |
@@ -9,8 +10,15 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get('reason')=='compiler-artifact' and m['target']['kind']==['lib'] and m['profile']['test']:
         print(m['executable'])")
+b=$(cargo bench --bench input --no-run --message-format=json 2>/dev/null |
+    python3 -c "import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get('reason')=='compiler-artifact' and m['target']['name']=='input' and m.get('executable'):
+        print(m['executable'])")
 mkdir -p .dev/fm
 strip -o .dev/prep target/release/prep
 strip -o .dev/prep-lib-tests "$t"
+strip -o .dev/prep-bench-input "$b"
 cp -u /usr/share/datasets/fashion-mnist/*.gz .dev/fm/ 2>/dev/null || echo "note: Fashion-MNIST not installed here (apt-get install dataset-fashion-mnist)"
 du -sh .dev

@@ -41,7 +41,7 @@ if has tests; then
     row "GPU tests (nn::)" "$passed passed, $failed failed" "$([ $rc = 0 ] && echo ok || echo FAIL)"
 fi
 
-if has fmnist || has fmnist128; then
+if has fmnist || has fmnist128 || has fmnistseeds; then
     [ -f "$WORK/fm/manifest.json" ] || "$PREP" convert "$FM_RAW" --out "$WORK/fm" >"$WORK/convert.log" 2>&1
 fi
 if has fmnist; then
@@ -57,6 +57,18 @@ if has fmnist; then
         # On the GPU, with the run's precision and remembered algorithms, eval repeats the run's
         # own evaluation exactly; the CPU computes in float32.
         row "FMNIST b512: prep eval --device $d accuracy" "$ev" "$([ $d = cpu ] && echo - || python3 -c "print('ok' if $ev == $acc else 'FAIL')")"
+    done
+fi
+if has fmnistseeds; then
+    # Final accuracy of Fashion-MNIST runs moves with the seed; compare two builds over seeds
+    # (OLD: another prep executable, e.g. the commit before a change).
+    for seed in 1 2 3 4; do
+        for b in "$PREP" ${OLD:+"$OLD"}; do
+            tag=$([ "$b" = "$PREP" ] && echo new || echo old)
+            rm -rf "$WORK/fms"
+            "$b" train "$WORK/fm" --epochs 15 --batch 512 --seed $seed --device cuda --out "$WORK/fms" >/dev/null 2>&1
+            row "FMNIST b512 seed $seed ($tag): accuracy / samples/s" "$(json "$WORK/fms/summary.json" "['test_accuracy']") / $(printf %.0f "$(json "$WORK/fms/summary.json" "['samples_per_sec']")")" "-"
+        done
     done
 fi
 if has fmnist128; then
@@ -112,6 +124,15 @@ if has speed; then
         row "$1 $3 b256: PyTorch eager / compile" "$t / $c" "-"
         r=$(python3 -c "print(f'{$p / $t:.3f}')")
         row "$1 $3 b256: prep / PyTorch eager" "$r" "$(python3 -c "print('ok' if $r >= 1.25 else 'FAIL')")"
+    done
+fi
+
+if has inputbench; then
+    echo "== the host input pipeline alone (benches/input.rs), 3x224x224 and 3x128x128"
+    synth ib224 8192 3x224x224 256
+    synth ib128 16384 3x128x128 256
+    for d in ib224 ib128; do
+        DATA="$WORK/$d" "$BIN/prep-bench-input" 2>&1 | tail -4
     done
 fi
 

@@ -107,7 +107,14 @@ impl Block {
         })
     }
 
-    /// Check and decode one stored block. Every rule a reader enforces on block bytes is here.
+    /// The block's bytes (samples then labels), for reuse as the buffer of another `decode`.
+    pub fn into_data(self) -> Vec<u8> {
+        self.data
+    }
+
+    /// Check and decode one stored block into `buf` (its allocation is reused, its contents
+    /// replaced). Every rule a reader enforces on block bytes is here.
+    #[allow(clippy::too_many_arguments)]
     pub fn decode(
         path: &Path,
         index: u32,
@@ -116,6 +123,7 @@ impl Block {
         spec: &SampleSpec,
         codec: u8,
         num_classes: u32,
+        mut buf: Vec<u8>,
     ) -> Result<Block> {
         let bad = |what: String| Error::corrupt(path, Region::Block(index), what);
         let computed = xxh3_64(stored);
@@ -155,17 +163,21 @@ impl Block {
                     ))
                 }
             }
-            let d = zstd::bulk::decompress(stored, raw_len)
+            buf.clear();
+            buf.reserve(raw_len);
+            decompress(stored, &mut buf)
                 .map_err(|e| bad(format!("zstd frame does not decode: {e}")))?;
-            if d.len() != raw_len {
+            if buf.len() != raw_len {
                 return Err(bad(format!(
                     "decodes to {} bytes, expected {raw_len}",
-                    d.len()
+                    buf.len()
                 )));
             }
-            d
+            buf
         } else {
-            stored.to_vec()
+            buf.clear();
+            buf.extend_from_slice(stored);
+            buf
         };
         if xxh3_64(&data) != entry.raw_xxh3 {
             return Err(bad("decoded bytes do not match their checksum".into()));
@@ -183,6 +195,22 @@ impl Block {
         }
         Ok(block)
     }
+}
+
+/// zstd decoding into the spare capacity of `out` (at most its capacity), with one reused
+/// decompression context per thread.
+fn decompress(stored: &[u8], out: &mut Vec<u8>) -> std::io::Result<usize> {
+    use std::cell::RefCell;
+    thread_local! {
+        static DCTX: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    }
+    DCTX.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new()?);
+        }
+        d.as_mut().unwrap().decompress_to_buffer(stored, out)
+    })
 }
 
 /// zstd with one reused compression context per thread and level.

@@ -94,16 +94,36 @@ impl ShardReader {
 
     /// Read, check and decode block `i`.
     pub fn read_block(&self, i: usize) -> Result<Block> {
-        let stored = self.read_stored(i)?;
-        Block::decode(
-            &self.path,
-            i as u32,
-            &self.footer.blocks[i],
-            &stored,
-            &self.header.spec,
-            self.header.codec,
-            self.header.num_classes,
-        )
+        self.read_block_into(i, Vec::new())
+    }
+
+    /// Read, check and decode block `i` into `buf`, whose allocation is reused (a streaming
+    /// reader hands back the buffers of blocks it is done with: fresh multi-MiB buffers cost page
+    /// faults on every block). The stored bytes go through a buffer kept per thread.
+    pub fn read_block_into(&self, i: usize, buf: Vec<u8>) -> Result<Block> {
+        use std::cell::RefCell;
+        thread_local! {
+            static STORED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        let e = &self.footer.blocks[i];
+        STORED.with(|st| {
+            let mut stored = st.borrow_mut();
+            // The footer parser checked that the block lies inside the file.
+            stored.resize(e.stored_len as usize, 0);
+            self.file
+                .read_exact_at(&mut stored, e.offset)
+                .at(&self.path)?;
+            Block::decode(
+                &self.path,
+                i as u32,
+                e,
+                &stored,
+                &self.header.spec,
+                self.header.codec,
+                self.header.num_classes,
+                buf,
+            )
+        })
     }
 
     /// Decode the given blocks in parallel, keeping their order; each result stands alone so that one

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::ordered_map;
 use crate::shard::{Block, Dataset, SampleSpec, ShardReader};
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Blocks shuffled together: samples of this many blocks are mixed before batching.
 pub const WINDOW_BLOCKS: usize = 8;
@@ -65,8 +65,13 @@ impl Source {
     }
 
     pub fn read(&self, i: usize) -> Result<Block> {
+        self.read_into(i, Vec::new())
+    }
+
+    /// `read` into a reused buffer (`ShardReader::read_block_into`).
+    pub fn read_into(&self, i: usize, buf: Vec<u8>) -> Result<Block> {
         let (r, b, _) = self.blocks[i];
-        self.readers[r].read_block(b)
+        self.readers[r].read_block_into(b, buf)
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -231,6 +236,9 @@ pub fn epoch(
             *index += 1;
             tx.send(Ok(b)).is_ok()
         };
+        // The buffers of blocks already batched, decoded into again: no more of them than blocks
+        // alive at once (the lookahead and one window).
+        let spare = Mutex::new(Vec::<Vec<u8>>::new());
         let flush_window = |window: &mut Vec<Block>,
                             wi: usize,
                             skip: &mut usize,
@@ -257,7 +265,10 @@ pub fn epoch(
                     return false;
                 }
             }
-            window.clear();
+            spare
+                .lock()
+                .unwrap()
+                .extend(window.drain(..).map(Block::into_data));
             true
         };
         let biggest = src.blocks.iter().map(|b| b.2).max().unwrap_or(1) * sb;
@@ -266,7 +277,10 @@ pub fn epoch(
             todo.len(),
             workers.min(ahead),
             ahead,
-            |i| Ok::<_, Error>(src.read(todo[i])),
+            |i| {
+                let buf = spare.lock().unwrap().pop().unwrap_or_default();
+                Ok::<_, Error>(src.read_into(todo[i], buf))
+            },
             |i, block| {
                 match block {
                     Ok(b) => window.push(b),
