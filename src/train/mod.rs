@@ -460,7 +460,13 @@ fn run(
             train_src.samples, r.batch
         )));
     }
-    let workers = rayon::current_num_threads();
+    // Threads decoding blocks ahead: on the CPU two outpace any training step, and more would
+    // only hold more blocks (the lookahead grows with them) as the thread count grows.
+    let workers = if r.device == "cpu" {
+        rayon::current_num_threads().min(2)
+    } else {
+        rayon::current_num_threads()
+    };
     let ctx = RunCtx {
         opts: o,
         dir,

@@ -345,24 +345,24 @@ impl Backend for Cpu {
         dw.resize(s.cout * kk, 0.0);
         dw.fill(0.0);
         // Each chunk's dW, added in chunk order (deterministic whatever the thread count); a
-        // few chunks at a time, so that their partial sums stay few.
+        // few chunks at a time, so that their partial sums stay few. The partial buffers are
+        // this thread's, made once per call: buffers a worker allocated and this thread freed
+        // stayed with the worker's heap, about 16 MB more peak RSS per thread (BENCHMARKS.md).
+        let mut partial = vec![vec![0.0f32; s.cout * kk]; all.len().min(8)];
         for part in all.chunks(8) {
-            let partial: Vec<Vec<f32>> = part
-                .par_iter()
-                .map(|ch| {
+            part.par_iter()
+                .zip(partial.par_iter_mut())
+                .for_each(|(ch, dwc)| {
                     let cols = ch.cols(ow);
-                    let mut dwc = vec![0.0f32; s.cout * kk];
                     with_scratch(kk * cols, s.cout * cols, |col, dyc| {
                         im2col(x, s, ch, col);
                         nchw_to_cn(dy, s.cout, ohw, ow, ch, dyc);
                         // dW_chunk (cout x kk) = dY (cout x cols) . col^T (cols x kk)
                         let (d, c) = (mat(dyc, s.cout, cols), mat(col, kk, cols));
-                        general_mat_mul(1.0, &d, &c.t(), 0.0, &mut mat_mut(&mut dwc, s.cout, kk));
+                        general_mat_mul(1.0, &d, &c.t(), 0.0, &mut mat_mut(dwc, s.cout, kk));
                     });
-                    dwc
-                })
-                .collect();
-            for p in partial {
+                });
+            for p in &partial[..part.len()] {
                 dw.iter_mut().zip(p).for_each(|(a, b)| *a += b);
             }
         }
