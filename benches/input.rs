@@ -1,8 +1,8 @@
 //! How fast the host input pipeline of `prep train --memory stream` delivers batches, without a
 //! GPU: `DATA=shards/ cargo bench --bench input` (or SHAPE=3x224x224 N=4096 to make a dataset
 //! first). Prints samples/s and GB/s of three stages on all cores: decoding every block (the
-//! ceiling), the loader's batches, and the batches copied once more into a reused buffer (what
-//! the pinned ring costs the training thread). Figures go to BENCHMARKS.md.
+//! ceiling), the loader's batches, and the batches copied once more into a reused buffer, as the
+//! pinned ring copies them. Figures go to BENCHMARKS.md.
 
 use prep::shard::Dataset;
 use prep::train::input::{epoch, OnDamage, Source};
@@ -89,7 +89,7 @@ fn main() {
             for b in l.rx.iter() {
                 let b = b.unwrap();
                 if copy {
-                    ring[..b.pixels.len()].copy_from_slice(&b.pixels);
+                    prep::pipeline::copy_parallel(&mut ring[..b.pixels.len()], &b.pixels);
                     std::hint::black_box(&ring);
                 }
                 n += b.labels.len();

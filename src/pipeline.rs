@@ -144,3 +144,12 @@ mod tests {
         assert_eq!(r, Err("consumer".to_string()));
     }
 }
+
+/// `dst.copy_from_slice(src)` on every core, in 1 MiB pieces: a batch of large images is tens of
+/// MB, more than one thread copies in the time of a GPU step.
+pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
+    use rayon::prelude::*;
+    dst.par_chunks_mut(1 << 20)
+        .zip(src.par_chunks(1 << 20))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
