@@ -131,7 +131,8 @@ pub enum FitArg {
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
-    /// A folder (one sub-folder per class, or a dataset's own files) or a single file.
+    /// A folder (one sub-folder per class, files directly inside it as one class, or a dataset's
+    /// own files) or a single file.
     pub input: PathBuf,
     /// Output directory.
     #[arg(long, short, value_name = "DIR", default_value = "shards")]
@@ -155,6 +156,11 @@ pub struct ConvertArgs {
     /// CSV of `path,label` rows (paths relative to INPUT) instead of class sub-folders.
     #[arg(long, value_name = "FILE.csv")]
     pub labels: Option<PathBuf>,
+    /// Class of each file from its path relative to INPUT ('/' separators): the regex's first
+    /// capture group, e.g. '^(\w+)_\d+\.png$' or '^[^/]+/([^/]+)/'. Files that do not match are
+    /// rejected.
+    #[arg(long, value_name = "REGEX", conflicts_with = "labels")]
+    pub label_from: Option<String>,
     /// Fraction of inputs put in the test split, by a hash of their path (sources with their own
     /// split keep it).
     #[arg(long, value_name = "F", default_value_t = 0.1)]

@@ -27,7 +27,7 @@
 //! under `catch_unwind` so that a panic on hostile bytes becomes a `Reject`.
 
 use super::nifti::emit_slices;
-use super::{window_to_u16, DecodeOptions, Emit, Reject};
+use super::{window_to_u16, DecodeOptions, Emit, Probe, Reject};
 use dicom_core::header::HasLength;
 use dicom_dictionary_std::tags;
 use dicom_object::file::ReadPreamble;
@@ -71,6 +71,54 @@ pub fn decode_bytes(bytes: &[u8], opts: &DecodeOptions, emit: &mut Emit) -> Resu
     })?
     .map_err(|e| read_reject(&e, &scan.transfer_syntax))?;
     decode_object(&obj, opts, emit)
+}
+
+/// At most this much of a file is read to probe its header (pixel data comes last, so this is
+/// the whole header of any ordinary file).
+const PROBE_BYTES: u64 = 1 << 20;
+
+/// Colour and first image size from the data set up to the pixel data. A file too large to be
+/// read whole here is parsed from its first `PROBE_BYTES` only, where dicom-rs allocates what an
+/// element declares with `try_reserve` and fails at the end of the bytes.
+pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    let mut head = Vec::new();
+    f.take(PROBE_BYTES)
+        .read_to_end(&mut head)
+        .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
+    let start = if len <= PROBE_BYTES {
+        prescan(&head)?.start
+    } else if head.len() >= 132 && &head[128..132] == b"DICM" {
+        128
+    } else if head.starts_with(b"DICM") {
+        0
+    } else {
+        return Err(Reject::new("not a DICOM Part 10 file"));
+    };
+    let obj = guard("reading DICOM", || {
+        OpenFileOptions::new()
+            .read_preamble(ReadPreamble::Never)
+            .read_until(tags::PIXEL_DATA)
+            .from_reader(&head[start..])
+    })?
+    .map_err(|e| Reject::new(format!("cannot read the header: {}", chain(&e))))?;
+    let int = |tag| -> Option<u32> { obj.get(tag)?.to_int::<u32>().ok() };
+    let (rows, cols) = (int(tags::ROWS), int(tags::COLUMNS));
+    let frames = int(tags::NUMBER_OF_FRAMES).unwrap_or(1);
+    let spp = int(tags::SAMPLES_PER_PIXEL).unwrap_or(1);
+    // As `decode_object` emits them: frames, or cuts across the frames of a grey volume.
+    let size = match (rows, cols) {
+        (Some(r), Some(_)) if frames > 1 && spp == 1 && opts.axis == 0 => Some((frames, r)),
+        (Some(_), Some(c)) if frames > 1 && spp == 1 && opts.axis == 1 => Some((frames, c)),
+        (Some(r), Some(c)) => Some((r, c)),
+        _ => None,
+    };
+    Ok(Probe {
+        colour: spp >= 3,
+        size,
+    })
 }
 
 fn decode_object(
@@ -872,6 +920,47 @@ pub(crate) mod tests {
             Ok(())
         })?;
         Ok(out)
+    }
+
+    #[test]
+    fn probe_reads_colour_and_size_from_the_header() {
+        let t = tempfile::tempdir().unwrap();
+        let rgb = Spec {
+            bits: 8,
+            pi: "RGB",
+            spp: 3,
+            ..Spec::default()
+        };
+        let multi = Spec {
+            frames: 5,
+            ..Spec::default()
+        };
+        for (name, spec, n) in [
+            ("grey.dcm", Spec::default(), 12),
+            ("rgb.dcm", rgb, 36),
+            ("multi.dcm", multi, 60),
+        ] {
+            let bytes = dicom_bytes(&spec, &(0..n).collect::<Vec<_>>());
+            let p = t.path().join(name);
+            std::fs::write(&p, &bytes).unwrap();
+            for axis in 0..3 {
+                let o = DecodeOptions {
+                    axis,
+                    ..DecodeOptions::default()
+                };
+                let first = decode_all(&bytes, &o).unwrap().remove(0);
+                let got = probe(&p, &o).unwrap();
+                assert_eq!(got.colour, first.color().has_color(), "{name}");
+                assert_eq!(
+                    got.size,
+                    Some((first.height(), first.width())),
+                    "{name} axis {axis}"
+                );
+            }
+        }
+        let p = t.path().join("junk.dcm");
+        std::fs::write(&p, b"not a DICOM file").unwrap();
+        assert!(probe(&p, &DecodeOptions::default()).is_err());
     }
 
     fn luma(img: &DynamicImage) -> &ImageBuffer<Luma<u16>, Vec<u16>> {

@@ -1,8 +1,8 @@
 //! Still images through the `image` crate (PNG, JPEG, BMP, GIF, WebP, single-page TIFF), and TIFF
 //! stacks page by page through the `tiff` crate. Sizes are capped before any pixel is allocated.
 
-use super::{Emit, Reject};
-use image::{DynamicImage, ImageBuffer, ImageReader, Limits};
+use super::{Emit, Probe, Reject};
+use image::{DynamicImage, ImageBuffer, ImageDecoder, ImageReader, Limits};
 use std::io::BufReader;
 use std::path::Path;
 
@@ -36,6 +36,41 @@ pub fn decode(path: &Path, emit: &mut Emit) -> Result<(), Reject> {
         .decode()
         .map_err(|e| Reject::new(format!("cannot decode: {e}")))?;
     emit(img)
+}
+
+/// Colour type and size from the image's header (the decoder is made, no pixel is decoded).
+pub fn probe(path: &Path) -> Result<Probe, Reject> {
+    let mut r = ImageReader::open(path)
+        .map_err(|e| Reject::new(e.to_string()))?
+        .with_guessed_format()
+        .map_err(|e| Reject::new(e.to_string()))?;
+    if r.format().is_none() {
+        return Err(Reject::new("not an image (unrecognised contents)"));
+    }
+    r.limits(limits());
+    let d = r
+        .into_decoder()
+        .map_err(|e| Reject::new(format!("cannot read the header: {e}")))?;
+    let (w, h) = d.dimensions();
+    Ok(Probe {
+        colour: d.color_type().has_color(),
+        size: Some((h, w)),
+    })
+}
+
+/// The first page's colour type and size.
+pub fn probe_tiff(path: &Path) -> Result<Probe, Reject> {
+    use tiff::decoder::Decoder;
+    use tiff::ColorType;
+    let f = std::fs::File::open(path).map_err(|e| Reject::new(e.to_string()))?;
+    let mut d =
+        Decoder::new(BufReader::new(f)).map_err(|e| Reject::new(format!("not a TIFF: {e}")))?;
+    let (w, h) = d.dimensions().map_err(|e| Reject::new(e.to_string()))?;
+    let color = d.colortype().map_err(|e| Reject::new(e.to_string()))?;
+    Ok(Probe {
+        colour: !matches!(color, ColorType::Gray(_) | ColorType::GrayA(_)),
+        size: Some((h, w)),
+    })
 }
 
 /// Every page of a TIFF file, in order.
