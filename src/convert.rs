@@ -571,12 +571,12 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
                 let folders: std::collections::BTreeSet<_> =
                     nested.iter().filter_map(|f| f.top_folder()).collect();
                 return Err(Error::Invalid(format!(
-                    "{}: {} file(s) stand directly in the folder (e.g. {}) and {} are in {} sub-folder(s) (e.g. {}/), so which class each belongs to is unclear; move the loose files into class sub-folders, convert one sub-folder on its own, or label every file with --labels FILE.csv or --label-from REGEX",
+                    "{}: {} directly in the folder (e.g. {}) and {} in {} (e.g. {}/), so the classes are unclear; move the loose files into class sub-folders, convert one sub-folder on its own, or label every file with --labels FILE.csv or --label-from REGEX",
                     o.input.display(),
-                    loose.len(),
+                    count(loose.len(), "file"),
                     a.rel,
                     nested.len(),
-                    folders.len(),
+                    count(folders.len(), "sub-folder"),
                     b.top_folder().unwrap_or_default()
                 )));
             }
@@ -587,8 +587,8 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
                     format!("one class \"{class}\": a single file")
                 } else {
                     format!(
-                        "one class \"{class}\": the {} file(s) stand directly in {} (class sub-folders, --labels or --label-from give more classes)",
-                        loose.len(),
+                        "one class \"{class}\": {} directly in {} (class sub-folders, --labels or --label-from give more classes)",
+                        count(loose.len(), "file"),
                         o.input.display()
                     )
                 });
@@ -648,6 +648,11 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         root: tree.root.clone(),
         notes,
     })
+}
+
+/// "1 file", "3 files".
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// The units of a labelled tree, by split: one per file, in walk order, split by a hash of the

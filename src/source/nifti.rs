@@ -568,7 +568,11 @@ pub(crate) mod tests {
                 let first = &run(&p, &o).unwrap()[0];
                 let got = probe(&p, &o).unwrap();
                 assert!(!got.colour);
-                assert_eq!(got.size, Some((first.height(), first.width())), "{name} axis {axis}");
+                assert_eq!(
+                    got.size,
+                    Some((first.height(), first.width())),
+                    "{name} axis {axis}"
+                );
             }
         }
         let p = write(t.path(), "short.nii", &bytes[..100]);

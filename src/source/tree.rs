@@ -220,15 +220,23 @@ mod tests {
     fn label_regex_groups_and_misses() {
         let re = LabelRegex::new(r"^(\w+)_\d+\.png$").unwrap();
         assert_eq!(re.class_of("cat_01.png").unwrap(), "cat");
-        assert!(re.class_of("cat.png").unwrap_err().contains("does not match"));
+        assert!(re
+            .class_of("cat.png")
+            .unwrap_err()
+            .contains("does not match"));
         let dir = LabelRegex::new(r"^[^/]+/([^/]+)/").unwrap();
         assert_eq!(dir.class_of("p1/tumour/a.dcm").unwrap(), "tumour");
         let opt = LabelRegex::new(r"^(x)?.*$").unwrap();
-        assert!(opt.class_of("a.png").unwrap_err().contains("captures nothing"));
+        assert!(opt
+            .class_of("a.png")
+            .unwrap_err()
+            .contains("captures nothing"));
         assert!(LabelRegex::new(r"^\w+\.png$")
             .unwrap_err()
             .contains("no capture group"));
-        assert!(LabelRegex::new(r"^(\w+").unwrap_err().contains("--label-from"));
+        assert!(LabelRegex::new(r"^(\w+")
+            .unwrap_err()
+            .contains("--label-from"));
     }
 
     #[test]

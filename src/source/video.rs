@@ -297,7 +297,11 @@ pub fn probe(path: &Path) -> Result<Probe, Reject> {
     if let Some(ffprobe) = ffprobe_next_to(&ffmpeg) {
         let out = Command::new(&ffprobe)
             .args(["-v", "error", "-select_streams", "v:0", "-show_entries"])
-            .args(["stream=width,height,pix_fmt", "-of", "default=noprint_wrappers=1"])
+            .args([
+                "stream=width,height,pix_fmt",
+                "-of",
+                "default=noprint_wrappers=1",
+            ])
             .arg(path)
             .stdin(Stdio::null())
             .output();
@@ -1064,7 +1068,10 @@ mod tests {
             parse_probe_keys("width=64\nheight=48\npix_fmt=gray16le\n"),
             Some((64, 48, Some("gray16le".into())))
         );
-        assert_eq!(parse_probe_keys("width=64\nheight=48\n"), Some((64, 48, None)));
+        assert_eq!(
+            parse_probe_keys("width=64\nheight=48\n"),
+            Some((64, 48, None))
+        );
         assert_eq!(parse_probe_keys(""), None);
         assert!(is_grey_pix_fmt("gray") && is_grey_pix_fmt("ya8") && is_grey_pix_fmt("monob"));
         assert!(!is_grey_pix_fmt("yuv420p") && !is_grey_pix_fmt("rgb24"));

@@ -53,7 +53,7 @@ fn tiff_stack(path: &Path, pages: u8) {
     let f = std::fs::File::create(path).unwrap();
     let mut enc = tiff::encoder::TiffEncoder::new(f).unwrap();
     for p in 0..pages {
-        enc.write_image::<tiff::encoder::colortype::Gray8>(12, 10, &vec![p * 40; 120])
+        enc.write_image::<tiff::encoder::colortype::Gray8>(12, 10, &[p * 40; 120])
             .unwrap();
     }
 }
@@ -132,6 +132,13 @@ fn flat_folder_of_videos_is_one_class() {
     let clips = t.path().join("clips");
     clip(&ff, &clips.join("a.mp4"), "1", &[]);
     clip(&ff, &clips.join("b.avi"), "1", &["-c:v", "mpeg4"]);
+    // A grey stream (its pixel format says so), decoded to RGB like any other.
+    clip(
+        &ff,
+        &clips.join("g.mkv"),
+        "1",
+        &["-pix_fmt", "gray", "-c:v", "ffv1"],
+    );
     let out = t.path().join("out");
     let o = run(
         &[
@@ -144,11 +151,13 @@ fn flat_folder_of_videos_is_one_class() {
         ],
         0,
     );
-    assert!(stderr(&o).contains("one class \"clips\""), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("one class \"clips\""), "{e}");
+    assert!(e.contains("channels: 3 (2 colour inputs, 1 grey)"), "{e}");
     let v = inspect(&out);
     assert_eq!(v["classes"], serde_json::json!(["clips"]));
     assert_eq!(v["shape"], serde_json::json!([3, 24, 32]));
-    assert_eq!(totals(&v), (20, vec![20]));
+    assert_eq!(totals(&v), (30, vec![30]));
 
     // A labels CSV labels videos too.
     let csv = t.path().join("labels.csv");
