@@ -719,8 +719,6 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<(Vec<u8>, Vec<
 struct Survey {
     colour: u64,
     grey: u64,
-    /// Files whose header could not be read (they are rejected, with a reason, when decoded).
-    unknown: u64,
     smallest: Option<(u32, u32)>,
     largest: Option<(u32, u32)>,
 }
@@ -730,7 +728,6 @@ impl Survey {
         Survey {
             colour: u64::from(p.colour),
             grey: u64::from(!p.colour),
-            unknown: 0,
             smallest: p.size,
             largest: p.size,
         }
@@ -746,7 +743,6 @@ impl Survey {
         Survey {
             colour: a.colour + b.colour,
             grey: a.grey + b.grey,
-            unknown: a.unknown + b.unknown,
             smallest: pick(a.smallest, b.smallest, true),
             largest: pick(a.largest, b.largest, false),
         }
@@ -761,13 +757,11 @@ fn survey(o: &ConvertOptions, p: &Plan) -> Survey {
     let s = units
         .par_iter()
         .map(|u| {
+            // A file whose header cannot be read counts for nothing here; decoding rejects it
+            // with the reason.
             let s = match u.probe(&o.decode) {
                 Some(Ok(probe)) => Survey::of(&probe),
-                Some(Err(_)) => Survey {
-                    unknown: 1,
-                    ..Survey::default()
-                },
-                None => Survey::default(),
+                _ => Survey::default(),
             };
             pb.inc(1);
             s

@@ -73,23 +73,42 @@ pub fn decode_bytes(bytes: &[u8], opts: &DecodeOptions, emit: &mut Emit) -> Resu
     decode_object(&obj, opts, emit)
 }
 
-/// At most this much of a file is read to probe its header (pixel data comes last, so this is
-/// the whole header of any ordinary file).
-const PROBE_BYTES: u64 = 1 << 20;
+/// How much of a file is read to probe its header: first a little (headers are usually a few
+/// KiB and pixel data comes last), then more where the header did not fit.
+const PROBE_BYTES: [u64; 2] = [64 << 10, 4 << 20];
 
-/// Colour and first image size from the data set up to the pixel data. A file too large to be
-/// read whole here is parsed from its first `PROBE_BYTES` only, where dicom-rs allocates what an
-/// element declares with `try_reserve` and fails at the end of the bytes.
+/// Colour and first image size from the data set up to the pixel data. A file larger than what is
+/// read is parsed from its first bytes only; dicom-rs allocates what an element declares with
+/// `try_reserve` and fails at the end of the bytes, so a lying length costs no memory.
 pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
     use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
-    let len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-    let mut head = Vec::new();
-    f.take(PROBE_BYTES)
-        .read_to_end(&mut head)
-        .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
-    let start = if len <= PROBE_BYTES {
-        prescan(&head)?.start
+    let len = std::fs::metadata(path)
+        .map_err(|e| Reject::new(format!("cannot open: {e}")))?
+        .len();
+    let mut last = None;
+    for limit in PROBE_BYTES {
+        let f = std::fs::File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+        let mut head = Vec::new();
+        f.take(limit)
+            .read_to_end(&mut head)
+            .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
+        let whole = len <= limit;
+        match probe_head(&head, whole, opts) {
+            Ok(Some(p)) => return Ok(p),
+            Ok(None) if whole => return Err(Reject::new("no image attributes (Rows, Columns)")),
+            Err(r) if whole => return Err(r),
+            Ok(None) => {}
+            Err(r) => last = Some(r),
+        }
+    }
+    Err(last.unwrap_or_else(|| Reject::new("the header is too large to probe")))
+}
+
+/// Probe the first bytes of a file (all of it when `whole`); None when they end before Rows and
+/// Columns.
+fn probe_head(head: &[u8], whole: bool, opts: &DecodeOptions) -> Result<Option<Probe>, Reject> {
+    let start = if whole {
+        prescan(head)?.start
     } else if head.len() >= 132 && &head[128..132] == b"DICM" {
         128
     } else if head.starts_with(b"DICM") {
@@ -105,20 +124,21 @@ pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
     })?
     .map_err(|e| Reject::new(format!("cannot read the header: {}", chain(&e))))?;
     let int = |tag| -> Option<u32> { obj.get(tag)?.to_int::<u32>().ok() };
-    let (rows, cols) = (int(tags::ROWS), int(tags::COLUMNS));
+    let (Some(rows), Some(cols)) = (int(tags::ROWS), int(tags::COLUMNS)) else {
+        return Ok(None);
+    };
     let frames = int(tags::NUMBER_OF_FRAMES).unwrap_or(1);
     let spp = int(tags::SAMPLES_PER_PIXEL).unwrap_or(1);
     // As `decode_object` emits them: frames, or cuts across the frames of a grey volume.
-    let size = match (rows, cols) {
-        (Some(r), Some(_)) if frames > 1 && spp == 1 && opts.axis == 0 => Some((frames, r)),
-        (Some(_), Some(c)) if frames > 1 && spp == 1 && opts.axis == 1 => Some((frames, c)),
-        (Some(r), Some(c)) => Some((r, c)),
-        _ => None,
+    let size = match opts.axis {
+        0 if frames > 1 && spp == 1 => (frames, rows),
+        1 if frames > 1 && spp == 1 => (frames, cols),
+        _ => (rows, cols),
     };
-    Ok(Probe {
+    Ok(Some(Probe {
         colour: spp >= 3,
-        size,
-    })
+        size: Some(size),
+    }))
 }
 
 fn decode_object(
@@ -935,10 +955,17 @@ pub(crate) mod tests {
             frames: 5,
             ..Spec::default()
         };
+        // big.dcm is larger than the first read: probed from its first bytes.
+        let big = Spec {
+            rows: 200,
+            cols: 300,
+            ..Spec::default()
+        };
         for (name, spec, n) in [
             ("grey.dcm", Spec::default(), 12),
             ("rgb.dcm", rgb, 36),
             ("multi.dcm", multi, 60),
+            ("big.dcm", big, 60_000),
         ] {
             let bytes = dicom_bytes(&spec, &(0..n).collect::<Vec<_>>());
             let p = t.path().join(name);
