@@ -144,7 +144,8 @@ pub struct ConvertArgs {
     /// Sample size (default: the source's own).
     #[arg(long, value_name = "HxW")]
     pub size: Option<String>,
-    /// Channels of every sample: 1 (grey) or 3 (RGB). Default: the source's own.
+    /// Channels of every sample: 1 (grey) or 3 (RGB). Default: 3 if any input is colour (read
+    /// from every file's header), else 1.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     pub channels: Option<u8>,
     /// Pixel type on disk; u16 keeps 16-bit data (scans, 16-bit PNG/TIFF) at full precision.

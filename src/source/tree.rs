@@ -176,10 +176,10 @@ impl LabelRegex {
     /// Compile `pattern`; one without a capture group cannot name a class, so it is refused
     /// here rather than rejecting every file.
     pub fn new(pattern: &str) -> Result<Self, String> {
-        let re = Regex::new(pattern).map_err(|e| format!("--label-from {pattern:?}: {e}"))?;
+        let re = Regex::new(pattern).map_err(|e| format!("--label-from '{pattern}': {e}"))?;
         if re.captures_len() < 2 {
             return Err(format!(
-                "--label-from {pattern:?} has no capture group; put the part of the path that names the class in parentheses, e.g. '^([^/]+)/' or '^(\\w+)_\\d+\\.png$'"
+                "--label-from '{pattern}' has no capture group; put the part of the path that names the class in parentheses, e.g. '^([^/]+)/' or '^(\\w+)_\\d+\\.png$'"
             ));
         }
         Ok(LabelRegex(re))
@@ -194,11 +194,11 @@ impl LabelRegex {
         let caps = self
             .0
             .captures(rel)
-            .ok_or_else(|| format!("path does not match --label-from {:?}", self.as_str()))?;
+            .ok_or_else(|| format!("path does not match --label-from '{}'", self.as_str()))?;
         match caps.get(1).map(|m| m.as_str()) {
             Some(c) if !c.is_empty() => Ok(c.to_string()),
             _ => Err(format!(
-                "--label-from {:?} matches but its first group captures nothing",
+                "--label-from '{}' matches but its first group captures nothing",
                 self.as_str()
             )),
         }
