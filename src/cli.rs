@@ -131,7 +131,8 @@ pub enum FitArg {
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
-    /// A folder (one sub-folder per class, or a dataset's own files) or a single file.
+    /// A folder (one sub-folder per class, files directly inside it as one class, or a dataset's
+    /// own files) or a single file.
     pub input: PathBuf,
     /// Output directory.
     #[arg(long, short, value_name = "DIR", default_value = "shards")]
@@ -143,7 +144,8 @@ pub struct ConvertArgs {
     /// Sample size (default: the source's own).
     #[arg(long, value_name = "HxW")]
     pub size: Option<String>,
-    /// Channels of every sample: 1 (grey) or 3 (RGB). Default: the source's own.
+    /// Channels of every sample: 1 (grey) or 3 (RGB). Default: 3 if any input is colour (read
+    /// from every file's header), else 1.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     pub channels: Option<u8>,
     /// Pixel type on disk; u16 keeps 16-bit data (scans, 16-bit PNG/TIFF) at full precision.
@@ -155,6 +157,11 @@ pub struct ConvertArgs {
     /// CSV of `path,label` rows (paths relative to INPUT) instead of class sub-folders.
     #[arg(long, value_name = "FILE.csv")]
     pub labels: Option<PathBuf>,
+    /// Class of each file from its path relative to INPUT ('/' separators): the regex's first
+    /// capture group, e.g. '^(\w+)_\d+\.png$' or '^[^/]+/([^/]+)/'. Files that do not match are
+    /// rejected.
+    #[arg(long, value_name = "REGEX", conflicts_with = "labels")]
+    pub label_from: Option<String>,
     /// Fraction of inputs put in the test split, by a hash of their path (sources with their own
     /// split keep it).
     #[arg(long, value_name = "F", default_value_t = 0.1)]

@@ -14,7 +14,7 @@ use crate::shard::{
     SplitWriter,
 };
 use crate::source::transform::{native, to_sample, Fit, Target};
-use crate::source::{cifar, idx, npy, tree, DecodeOptions, FileKind, Reject};
+use crate::source::{cifar, idx, npy, tree, DecodeOptions, FileKind, Probe, Reject};
 use crate::OutputFormat;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -56,7 +56,11 @@ pub struct ConvertOptions {
     pub channels: Option<u8>,
     pub dtype: Option<Dtype>,
     pub fit: Fit,
+    /// A CSV of `path,label` rows labelling the files of a tree.
     pub labels: Option<PathBuf>,
+    /// A regex whose first capture group, matched against a file's path relative to the input,
+    /// is its class (see `tree::LabelRegex`).
+    pub label_from: Option<String>,
     pub test_fraction: f64,
     pub on_error: OnError,
     pub decode: DecodeOptions,
@@ -84,6 +88,9 @@ pub struct ConvertReport {
     pub splits: BTreeMap<String, u64>,
     pub inputs: usize,
     pub rejects: Vec<RejectEntry>,
+    /// What the conversion decided on its own (one class for a flat folder, channels from mixed
+    /// inputs, ...), also printed on stderr unless quiet.
+    pub notes: Vec<String>,
     pub seconds: f64,
     pub samples_per_sec: f64,
     pub bytes_on_disk: u64,
@@ -112,6 +119,18 @@ impl Unit {
         match self {
             Unit::File { rel, .. } => rel,
             Unit::Array { name, .. } => name,
+        }
+    }
+
+    /// Look at a file unit's header (None for array units, whose shape is known).
+    fn probe(&self, d: &DecodeOptions) -> Option<Result<Probe, Reject>> {
+        match self {
+            Unit::File {
+                path,
+                kind: Some(k),
+                ..
+            } => Some(k.probe(path, d)),
+            _ => None,
         }
     }
 }
@@ -211,6 +230,10 @@ struct Plan {
     native: Option<(u8, (u32, u32), Dtype)>,
     rejects: Vec<RejectEntry>,
     inputs: usize,
+    /// The folder that unit names are relative to.
+    root: PathBuf,
+    /// Decisions to tell the user about.
+    notes: Vec<String>,
 }
 
 const ARRAY_CHUNK: usize = 2048;
@@ -242,8 +265,8 @@ fn detect(input: &Path) -> Kind {
     Kind::Auto
 }
 
-fn reject_to_error(input: &Path, name: &str, r: Reject) -> Error {
-    Error::Source(format!("{}: {r}", input.join(name).display()))
+fn reject_to_error(root: &Path, name: &str, r: Reject) -> Error {
+    Error::Source(format!("{}: {r}", root.join(name).display()))
 }
 
 fn plan(o: &ConvertOptions) -> Result<Plan> {
@@ -262,6 +285,19 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
     let fail =
         |name: &str, r: Reject| Error::Source(format!("{}: {r}", input.join(name).display()));
+    if matches!(kind, Kind::Idx | Kind::Cifar | Kind::Npy) {
+        for (flag, given) in [
+            ("--labels", o.labels.is_some()),
+            ("--label-from", o.label_from.is_some()),
+        ] {
+            if given {
+                return Err(Error::Invalid(format!(
+                    "{}: {flag} labels the files of a folder, but this is a {kind:?} dataset with labels of its own",
+                    input.display()
+                )));
+            }
+        }
+    }
     match kind {
         Kind::Idx => {
             let mut classes = 0;
@@ -310,6 +346,8 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 native,
                 rejects: vec![],
                 inputs: 4,
+                root: input.clone(),
+                notes: vec![],
             })
         }
         Kind::Cifar => {
@@ -369,6 +407,8 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 native: Some((3, (32, 32), Dtype::U8)),
                 rejects: vec![],
                 inputs,
+                root: input.clone(),
+                notes: vec![],
             })
         }
         Kind::Npy => {
@@ -432,6 +472,8 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 native,
                 rejects: vec![],
                 inputs: pairs.len() * 2,
+                root: input.clone(),
+                notes: vec![],
             })
         }
         Kind::Auto | Kind::Images | Kind::Tiff | Kind::Video | Kind::Dicom | Kind::Nifti => {
@@ -440,12 +482,30 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
     }
 }
 
+/// How the files of a tree get their classes.
+enum Labelling {
+    /// From the layout: class sub-folders, or one class for a flat folder or a single file.
+    Layout,
+    Csv(BTreeMap<String, String>),
+    Regex(tree::LabelRegex),
+}
+
+fn labelling(o: &ConvertOptions) -> Result<Labelling> {
+    Ok(match (&o.labels, &o.label_from) {
+        (Some(_), Some(_)) => {
+            return Err(Error::Invalid(
+                "--labels and --label-from both say how files are labelled; give one".into(),
+            ))
+        }
+        (Some(p), None) => Labelling::Csv(tree::read_labels_csv(p).map_err(Error::Invalid)?),
+        (None, Some(re)) => Labelling::Regex(tree::LabelRegex::new(re).map_err(Error::Invalid)?),
+        (None, None) => Labelling::Layout,
+    })
+}
+
 fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
-    let files = tree::walk(&o.input).at(&o.input)?;
-    let csv = match &o.labels {
-        Some(p) => Some(tree::read_labels_csv(p).map_err(Error::Invalid)?),
-        None => None,
-    };
+    let tree = tree::walk(&o.input).at(&o.input)?;
+    let labelling = labelling(o)?;
     let accepts = |k: FileKind| match kind {
         Kind::Images => matches!(k, FileKind::Image | FileKind::Tiff),
         Kind::Tiff => k == FileKind::Tiff,
@@ -455,39 +515,93 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         _ => true,
     };
     let mut rejects = Vec::new();
-    let mut chosen = Vec::new();
-    for f in files {
-        let class = match &csv {
-            Some(m) => m.get(&f.rel).cloned(),
-            None => f.class.clone(),
-        };
-        match (f.kind, class) {
-            (_, None) if csv.is_some() => continue, // not listed: not part of the dataset
-            (_, None) => rejects.push(RejectEntry {
-                path: f.rel.clone(),
-                reason: "not in a class sub-folder (or give --labels)".into(),
-            }),
-            (None, _) => rejects.push(RejectEntry {
-                path: f.rel.clone(),
-                reason: "not an image, video or scan file (unknown extension)".into(),
-            }),
-            (Some(k), Some(_)) if !accepts(k) => rejects.push(RejectEntry {
-                path: f.rel.clone(),
-                reason: format!("is a {} file, not {kind:?}", k.name()).to_lowercase(),
-            }),
-            (Some(_), Some(c)) => chosen.push((f, c)),
+    let mut reject = |path: &str, reason: String| {
+        rejects.push(RejectEntry {
+            path: path.to_string(),
+            reason,
+        })
+    };
+    let mut notes = Vec::new();
+
+    // Files of a kind this run decodes; with a CSV, only the files it lists are part of the
+    // dataset (anything else in the folder is left alone, not reported).
+    let mut usable = Vec::new();
+    for f in &tree.files {
+        if let Labelling::Csv(m) = &labelling {
+            if !m.contains_key(&f.rel) {
+                continue;
+            }
+        }
+        match f.kind {
+            None => reject(
+                &f.rel,
+                "not an image, video or scan file (unknown extension)".into(),
+            ),
+            Some(k) if !accepts(k) => reject(
+                &f.rel,
+                format!("is a {} file, not {kind:?}", k.name()).to_lowercase(),
+            ),
+            Some(_) => usable.push(f),
         }
     }
-    if let Some(m) = &csv {
-        for rel in m.keys() {
-            if !o.input.join(rel).is_file() {
-                rejects.push(RejectEntry {
-                    path: rel.clone(),
-                    reason: "listed in the labels CSV but missing".into(),
+
+    // Each usable file with its class.
+    let mut chosen: Vec<(&tree::TreeFile, String)> = Vec::new();
+    match &labelling {
+        Labelling::Csv(m) => {
+            chosen.extend(usable.into_iter().map(|f| (f, m[&f.rel].clone())));
+            for rel in m.keys() {
+                if !tree.root.join(rel).is_file() {
+                    reject(rel, "listed in the labels CSV but missing".into());
+                }
+            }
+        }
+        Labelling::Regex(re) => {
+            for f in usable {
+                match re.class_of(&f.rel) {
+                    Ok(c) => chosen.push((f, c)),
+                    Err(why) => reject(&f.rel, why),
+                }
+            }
+        }
+        Labelling::Layout => {
+            let (loose, nested): (Vec<_>, Vec<_>) =
+                usable.into_iter().partition(|f| f.top_folder().is_none());
+            if let (Some(a), Some(b)) = (loose.first(), nested.first()) {
+                let folders: std::collections::BTreeSet<_> =
+                    nested.iter().filter_map(|f| f.top_folder()).collect();
+                return Err(Error::Invalid(format!(
+                    "{}: {} directly in the folder (e.g. {}) and {} in {} (e.g. {}/), so the classes are unclear; move the loose files into class sub-folders, convert one sub-folder on its own, or label every file with --labels FILE.csv or --label-from REGEX",
+                    o.input.display(),
+                    count(loose.len(), "file"),
+                    a.rel,
+                    nested.len(),
+                    count(folders.len(), "sub-folder"),
+                    b.top_folder().unwrap_or_default()
+                )));
+            }
+            if !loose.is_empty() {
+                // A flat folder (or one file): everything is one class, named after it.
+                let class = tree.own_name(&o.input);
+                notes.push(if tree.single {
+                    format!("one class \"{class}\": a single file")
+                } else {
+                    format!(
+                        "one class \"{class}\": {} directly in {} (class sub-folders, --labels or --label-from give more classes)",
+                        count(loose.len(), "file"),
+                        o.input.display()
+                    )
                 });
+                chosen.extend(loose.into_iter().map(|f| (f, class.clone())));
+            } else {
+                chosen.extend(nested.into_iter().filter_map(|f| {
+                    let c = f.top_folder()?.to_string();
+                    Some((f, c))
+                }));
             }
         }
     }
+
     let classes: Vec<String> = {
         let mut c: Vec<String> = chosen.iter().map(|(_, c)| c.clone()).collect();
         c.sort();
@@ -495,33 +609,35 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         c
     };
     if classes.is_empty() {
+        let example = rejects
+            .first()
+            .map(|r| format!(", e.g. {}: {}", r.path, r.reason))
+            .unwrap_or_default();
         return Err(Error::Invalid(format!(
-            "{}: found no usable input files ({} rejected); images go in one sub-folder per class",
+            "{}: found no usable input files ({} rejected{example})",
             o.input.display(),
-            rejects.len()
+            rejects.len(),
         )));
     }
-    let inputs = chosen.len() + rejects.len();
-    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
-    for (f, c) in chosen {
-        let label = classes.binary_search(&c).expect("class listed") as u32;
-        let split = if tree::is_test(&f.rel, o.test_fraction) {
-            "test"
-        } else {
-            "train"
-        };
-        splits.entry(split.into()).or_default().push(Unit::File {
-            rel: f.rel,
-            path: f.path,
-            kind: f.kind,
-            label: Some(label),
-        });
-    }
-    let kind = if kind == Kind::Auto {
-        Kind::Images
-    } else {
-        kind
+    // The kind it turned out to be, for the report: one kind of file, or a folder of images.
+    let kind = match kind {
+        Kind::Auto => {
+            let mut kinds = chosen.iter().filter_map(|(f, _)| f.kind);
+            match kinds.next() {
+                Some(first) if kinds.all(|k| k == first) => match first {
+                    FileKind::Image => Kind::Images,
+                    FileKind::Tiff => Kind::Tiff,
+                    FileKind::Video => Kind::Video,
+                    FileKind::Dicom => Kind::Dicom,
+                    FileKind::Nifti => Kind::Nifti,
+                },
+                _ => Kind::Images,
+            }
+        }
+        k => k,
     };
+    let inputs = chosen.len() + rejects.len();
+    let splits = tree_units(chosen, &classes, o.test_fraction);
     Ok(Plan {
         kind,
         classes,
@@ -529,7 +645,39 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         native: None,
         rejects,
         inputs,
+        root: tree.root.clone(),
+        notes,
     })
+}
+
+/// "1 file", "3 files".
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The units of a labelled tree, by split: one per file, in walk order, split by a hash of the
+/// file's relative path.
+fn tree_units(
+    chosen: Vec<(&tree::TreeFile, String)>,
+    classes: &[String],
+    test_fraction: f64,
+) -> BTreeMap<String, Vec<Unit>> {
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    for (f, c) in chosen {
+        let label = classes.binary_search(&c).expect("class listed") as u32;
+        let split = if tree::is_test(&f.rel, test_fraction) {
+            "test"
+        } else {
+            "train"
+        };
+        splits.entry(split.into()).or_default().push(Unit::File {
+            rel: f.rel.clone(),
+            path: f.path.clone(),
+            kind: f.kind,
+            label: Some(label),
+        });
+    }
+    splits
 }
 
 /// Decode one unit into target samples.
@@ -565,8 +713,68 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<(Vec<u8>, Vec<
     Ok((px, labels))
 }
 
-/// The target shape: options first, else the source's own, probing tree files in order.
-fn target(o: &ConvertOptions, p: &Plan) -> Result<Target> {
+/// What the headers of every file of a tree say: how many give colour and grey images, and the
+/// smallest and largest first image (by area).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Survey {
+    colour: u64,
+    grey: u64,
+    smallest: Option<(u32, u32)>,
+    largest: Option<(u32, u32)>,
+}
+
+impl Survey {
+    fn of(p: &Probe) -> Survey {
+        Survey {
+            colour: u64::from(p.colour),
+            grey: u64::from(!p.colour),
+            smallest: p.size,
+            largest: p.size,
+        }
+    }
+
+    /// Order-independent, so a parallel reduction gives the same answer every time.
+    fn merge(a: Survey, b: Survey) -> Survey {
+        let key = |s: &(u32, u32)| (s.0 as u64 * s.1 as u64, *s);
+        let pick = |x: Option<(u32, u32)>, y: Option<(u32, u32)>, min: bool| match (x, y) {
+            (Some(x), Some(y)) => Some(if (key(&x) <= key(&y)) == min { x } else { y }),
+            (x, y) => x.or(y),
+        };
+        Survey {
+            colour: a.colour + b.colour,
+            grey: a.grey + b.grey,
+            smallest: pick(a.smallest, b.smallest, true),
+            largest: pick(a.largest, b.largest, false),
+        }
+    }
+}
+
+/// Probe the header of every file unit, on every core. Memory stays bounded: each probe reads one
+/// header and only the counts are kept.
+fn survey(o: &ConvertOptions, p: &Plan) -> Survey {
+    let units: Vec<&Unit> = p.splits.values().flatten().collect();
+    let pb = crate::progress::bar(units.len() as u64, "probe", "inputs", o.quiet);
+    let s = units
+        .par_iter()
+        .map(|u| {
+            // A file whose header cannot be read counts for nothing here; decoding rejects it
+            // with the reason.
+            let s = match u.probe(&o.decode) {
+                Some(Ok(probe)) => Survey::of(&probe),
+                _ => Survey::default(),
+            };
+            pb.inc(1);
+            s
+        })
+        .reduce(Survey::default, Survey::merge);
+    pb.finish_and_clear();
+    s
+}
+
+/// The target shape: options first, else the source's own. Size: the first tree file that
+/// decodes (train files first). Channels: 3 when any file of a tree is colour, from every file's
+/// header. What was decided from inputs that disagree goes into `notes`.
+fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> Result<Target> {
     let native = match p.native {
         Some(n) => Some(n),
         // Probe train files first: the default shape must not depend on how the split fell.
@@ -601,7 +809,31 @@ fn target(o: &ConvertOptions, p: &Plan) -> Result<Target> {
                 _ => None,
             }),
     };
-    let (c, (h, w), _) = native.unwrap_or((3, (32, 32), Dtype::U8));
+    let (mut c, (h, w), _) = native.unwrap_or((3, (32, 32), Dtype::U8));
+    // A tree's files need not agree: one colour photo among grey ones must not lose its colour
+    // because a grey one came first.
+    if o.channels.is_none() && p.native.is_none() {
+        let s = survey(o, p);
+        if s.colour > 0 {
+            c = 3;
+        } else if s.grey > 0 {
+            c = 1;
+        }
+        if s.colour > 0 && s.grey > 0 {
+            notes.push(format!(
+                "channels: 3 ({} colour inputs, {} grey); --channels 1 to keep grey",
+                s.colour, s.grey
+            ));
+        }
+        if let (None, Some(small), Some(large)) = (o.size, s.smallest, s.largest) {
+            if small != large {
+                notes.push(format!(
+                    "size: {h}x{w}, the first input's (inputs range from {}x{} to {}x{}); --size HxW to choose",
+                    small.0, small.1, large.0, large.1
+                ));
+            }
+        }
+    }
     let (h, w) = o.size.unwrap_or((h, w));
     let t = Target {
         channels: o.channels.unwrap_or(c),
@@ -622,11 +854,19 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
             o.test_fraction
         )));
     }
+    // A bad --labels/--label-from is refused before anything is created.
+    labelling(o)?;
     let out = &o.out;
     std::fs::create_dir_all(out).at(out)?;
     check_out(out, o.force)?;
     let plan = plan(o)?;
-    let t = target(o, &plan)?;
+    let mut notes = plan.notes.clone();
+    let t = target(o, &plan, &mut notes)?;
+    if !o.quiet {
+        for n in &notes {
+            eprintln!("{n}");
+        }
+    }
     let spec = SampleSpec {
         shape: Shape::new(vec![t.channels as u32, t.height, t.width])?,
         dtype: t.dtype,
@@ -658,7 +898,7 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
         if o.on_error == OnError::Fail {
             if let Some(r) = rejects.first() {
                 return Err(reject_to_error(
-                    &o.input,
+                    &plan.root,
                     &r.path,
                     Reject::new(r.reason.clone()),
                 ));
@@ -689,7 +929,7 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
                     match r {
                         Err(reason) => {
                             if o.on_error == OnError::Fail {
-                                return Err(reject_to_error(&o.input, units[i].name(), reason));
+                                return Err(reject_to_error(&plan.root, units[i].name(), reason));
                             }
                             rejects.push(RejectEntry {
                                 path: units[i].name().to_string(),
@@ -860,6 +1100,7 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
         splits,
         inputs: plan.inputs,
         rejects,
+        notes,
         seconds: secs,
         samples_per_sec: samples as f64 / secs.max(1e-9),
         bytes_on_disk: crate::synth::dir_bytes(out),

@@ -45,6 +45,10 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             return Err(UsageError(format!("--fps {f}: must be a positive number")).into());
         }
     }
+    if let Some(re) = &a.label_from {
+        // Refused before any work, as a usage error.
+        prep::source::tree::LabelRegex::new(re).map_err(UsageError)?;
+    }
     let opts = ConvertOptions {
         input: a.input.clone(),
         out: a.out.clone(),
@@ -71,6 +75,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             FitArg::Pad => Fit::Pad,
         },
         labels: a.labels.clone(),
+        label_from: a.label_from.clone(),
         test_fraction: a.test_fraction,
         on_error: match a.on_error {
             OnErrorArg::Skip => OnError::Skip,

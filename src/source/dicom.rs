@@ -27,7 +27,7 @@
 //! under `catch_unwind` so that a panic on hostile bytes becomes a `Reject`.
 
 use super::nifti::emit_slices;
-use super::{window_to_u16, DecodeOptions, Emit, Reject};
+use super::{window_to_u16, DecodeOptions, Emit, Probe, Reject};
 use dicom_core::header::HasLength;
 use dicom_dictionary_std::tags;
 use dicom_object::file::ReadPreamble;
@@ -71,6 +71,74 @@ pub fn decode_bytes(bytes: &[u8], opts: &DecodeOptions, emit: &mut Emit) -> Resu
     })?
     .map_err(|e| read_reject(&e, &scan.transfer_syntax))?;
     decode_object(&obj, opts, emit)
+}
+
+/// How much of a file is read to probe its header: first a little (headers are usually a few
+/// KiB and pixel data comes last), then more where the header did not fit.
+const PROBE_BYTES: [u64; 2] = [64 << 10, 4 << 20];
+
+/// Colour and first image size from the data set up to the pixel data. A file larger than what is
+/// read is parsed from its first bytes only; dicom-rs allocates what an element declares with
+/// `try_reserve` and fails at the end of the bytes, so a lying length costs no memory.
+pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
+    use std::io::Read;
+    let len = std::fs::metadata(path)
+        .map_err(|e| Reject::new(format!("cannot open: {e}")))?
+        .len();
+    let mut last = None;
+    for limit in PROBE_BYTES {
+        let f = std::fs::File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+        let mut head = Vec::new();
+        f.take(limit)
+            .read_to_end(&mut head)
+            .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
+        let whole = len <= limit;
+        match probe_head(&head, whole, opts) {
+            Ok(Some(p)) => return Ok(p),
+            Ok(None) if whole => return Err(Reject::new("no image attributes (Rows, Columns)")),
+            Err(r) if whole => return Err(r),
+            Ok(None) => {}
+            Err(r) => last = Some(r),
+        }
+    }
+    Err(last.unwrap_or_else(|| Reject::new("the header is too large to probe")))
+}
+
+/// Probe the first bytes of a file (all of it when `whole`); None when they end before Rows and
+/// Columns.
+fn probe_head(head: &[u8], whole: bool, opts: &DecodeOptions) -> Result<Option<Probe>, Reject> {
+    let start = if whole {
+        prescan(head)?.start
+    } else if head.len() >= 132 && &head[128..132] == b"DICM" {
+        128
+    } else if head.starts_with(b"DICM") {
+        0
+    } else {
+        return Err(Reject::new("not a DICOM Part 10 file"));
+    };
+    let obj = guard("reading DICOM", || {
+        OpenFileOptions::new()
+            .read_preamble(ReadPreamble::Never)
+            .read_until(tags::PIXEL_DATA)
+            .from_reader(&head[start..])
+    })?
+    .map_err(|e| Reject::new(format!("cannot read the header: {}", chain(&e))))?;
+    let int = |tag| -> Option<u32> { obj.get(tag)?.to_int::<u32>().ok() };
+    let (Some(rows), Some(cols)) = (int(tags::ROWS), int(tags::COLUMNS)) else {
+        return Ok(None);
+    };
+    let frames = int(tags::NUMBER_OF_FRAMES).unwrap_or(1);
+    let spp = int(tags::SAMPLES_PER_PIXEL).unwrap_or(1);
+    // As `decode_object` emits them: frames, or cuts across the frames of a grey volume.
+    let size = match opts.axis {
+        0 if frames > 1 && spp == 1 => (frames, rows),
+        1 if frames > 1 && spp == 1 => (frames, cols),
+        _ => (rows, cols),
+    };
+    Ok(Some(Probe {
+        colour: spp >= 3,
+        size: Some(size),
+    }))
 }
 
 fn decode_object(
@@ -872,6 +940,54 @@ pub(crate) mod tests {
             Ok(())
         })?;
         Ok(out)
+    }
+
+    #[test]
+    fn probe_reads_colour_and_size_from_the_header() {
+        let t = tempfile::tempdir().unwrap();
+        let rgb = Spec {
+            bits: 8,
+            pi: "RGB",
+            spp: 3,
+            ..Spec::default()
+        };
+        let multi = Spec {
+            frames: 5,
+            ..Spec::default()
+        };
+        // big.dcm is larger than the first read: probed from its first bytes.
+        let big = Spec {
+            rows: 200,
+            cols: 300,
+            ..Spec::default()
+        };
+        for (name, spec, n) in [
+            ("grey.dcm", Spec::default(), 12),
+            ("rgb.dcm", rgb, 36),
+            ("multi.dcm", multi, 60),
+            ("big.dcm", big, 60_000),
+        ] {
+            let bytes = dicom_bytes(&spec, &(0..n).collect::<Vec<_>>());
+            let p = t.path().join(name);
+            std::fs::write(&p, &bytes).unwrap();
+            for axis in 0..3 {
+                let o = DecodeOptions {
+                    axis,
+                    ..DecodeOptions::default()
+                };
+                let first = decode_all(&bytes, &o).unwrap().remove(0);
+                let got = probe(&p, &o).unwrap();
+                assert_eq!(got.colour, first.color().has_color(), "{name}");
+                assert_eq!(
+                    got.size,
+                    Some((first.height(), first.width())),
+                    "{name} axis {axis}"
+                );
+            }
+        }
+        let p = t.path().join("junk.dcm");
+        std::fs::write(&p, b"not a DICOM file").unwrap();
+        assert!(probe(&p, &DecodeOptions::default()).is_err());
     }
 
     fn luma(img: &DynamicImage) -> &ImageBuffer<Luma<u16>, Vec<u16>> {

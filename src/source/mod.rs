@@ -5,7 +5,7 @@
 //!   own train/test split where they have one;
 //! - *file trees* (image folders, videos, DICOM, NIfTI) where every file is decoded on its own into
 //!   one or more 2-D images (a TIFF stack's pages, a video's frames, a volume's slices), labelled by
-//!   its class sub-folder or a labels CSV.
+//!   its class sub-folder, a labels CSV or a regex over its path (`tree`).
 //!
 //! Every decoder hands out `image::DynamicImage`s through an `Emit` callback, one at a time, so a
 //! long video or a large volume never sits in memory whole; `transform` then turns each image into
@@ -81,6 +81,16 @@ pub fn window_to_u16(v: f64, low: f64, high: f64) -> u16 {
     (t * 65535.0).round() as u16
 }
 
+/// What a file's header says about the images it will give, read without decoding pixels, so
+/// that every input of a large tree can be looked at before the conversion picks its shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// The decoded images will be colour (RGB) rather than grey.
+    pub colour: bool,
+    /// (height, width) of its first image, where the header tells it cheaply.
+    pub size: Option<(u32, u32)>,
+}
+
 /// Kinds of single files a tree may hold, by extension (and content, for DICOM files without one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FileKind {
@@ -127,6 +137,18 @@ impl FileKind {
             FileKind::Video => video::decode(path, opts, emit),
             FileKind::Dicom => dicom::decode(path, opts, emit),
             FileKind::Nifti => nifti::decode(path, opts, emit),
+        }
+    }
+
+    /// Look at one file of this kind from its header (videos: through ffprobe), without
+    /// decoding its pixels.
+    pub fn probe(self, path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
+        match self {
+            FileKind::Image => images::probe(path),
+            FileKind::Tiff => images::probe_tiff(path),
+            FileKind::Video => video::probe(path),
+            FileKind::Dicom => dicom::probe(path, opts),
+            FileKind::Nifti => nifti::probe(path, opts),
         }
     }
 }

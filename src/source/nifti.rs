@@ -16,7 +16,7 @@
 //! `dim y` wide and `dim z` high, for axis 1 `dim x` wide and `dim z` high, the top row being the
 //! highest z.
 
-use super::{window_to_u16, DecodeOptions, Emit, Reject};
+use super::{window_to_u16, DecodeOptions, Emit, Probe, Reject};
 use image::{DynamicImage, ImageBuffer, Luma};
 use nifti::{Endianness, NiftiHeader, NiftiType};
 use std::fs::File;
@@ -51,6 +51,35 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
     } else {
         decode_stream(buffered, file_len, opts, emit)
     }
+}
+
+/// A volume is grey; the slice size comes from the header alone (only its 348 bytes are read,
+/// un-gzipped where needed).
+pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
+    let file = File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+    let mut buffered = BufReader::with_capacity(1 << 12, file);
+    let head = buffered
+        .fill_buf()
+        .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
+    let gz = head.len() >= 2 && head[0] == 0x1f && head[1] == 0x8b;
+    let mut hdr = [0u8; 348];
+    let read = if gz {
+        read_full(&mut flate2::read::MultiGzDecoder::new(buffered), &mut hdr)
+    } else {
+        read_full(&mut buffered, &mut hdr)
+    };
+    read.map_err(|_| Reject::new("cannot read a NIfTI-1 header"))?;
+    let [x, y, z] = parse_header(&hdr)?.dims.map(|d| d as u32);
+    // As `emit_slices` cuts them: (height, width) per axis.
+    let size = match opts.axis {
+        0 => (z, y),
+        1 => (z, x),
+        _ => (y, x),
+    };
+    Ok(Probe {
+        colour: false,
+        size: Some(size),
+    })
 }
 
 /// What the header says about the voxel data, checked.
@@ -525,6 +554,29 @@ pub(crate) mod tests {
             Ok(())
         })?;
         Ok(out)
+    }
+
+    #[test]
+    fn probe_gives_the_decoded_slice_size() {
+        let t = tempfile::tempdir().unwrap();
+        let data = i16_data((0..4 * 5 * 6).map(|i| i as i16), false);
+        let bytes = nifti_bytes(&[4, 5, 6], 4, 16, 1.0, 0.0, &data, false);
+        for (name, b) in [("a.nii", bytes.clone()), ("b.nii.gz", gz(&bytes))] {
+            let p = write(t.path(), name, &b);
+            for axis in 0..3 {
+                let o = opts(axis, None);
+                let first = &run(&p, &o).unwrap()[0];
+                let got = probe(&p, &o).unwrap();
+                assert!(!got.colour);
+                assert_eq!(
+                    got.size,
+                    Some((first.height(), first.width())),
+                    "{name} axis {axis}"
+                );
+            }
+        }
+        let p = write(t.path(), "short.nii", &bytes[..100]);
+        assert!(probe(&p, &opts(2, None)).is_err());
     }
 
     fn opts(axis: usize, window: Option<(f64, f64)>) -> DecodeOptions {

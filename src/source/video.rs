@@ -17,7 +17,7 @@
 //! 4. wait for ffmpeg on every path (after killing it when `emit` stops the decode), and turn a
 //!    failure, no frames at all, or a cut-off last frame into a `Reject` quoting ffmpeg's message.
 
-use super::{DecodeOptions, Emit, Reject};
+use super::{DecodeOptions, Emit, Probe, Reject};
 use image::{DynamicImage, RgbImage};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -280,6 +280,94 @@ fn probe_size(ffmpeg: &Path, path: &Path) -> Result<(u32, u32), Reject> {
             clean_stderr(&text, path)
         ))),
     }
+}
+
+/// Size and colour of the first video stream from ffprobe's (or `ffmpeg -i`'s) description of it,
+/// without decoding a frame: a grey pixel format (gray*, ya*, mono*) gives grey frames, any other
+/// colour ones, and so does a format that cannot be read (the decoder always outputs RGB).
+pub fn probe(path: &Path) -> Result<Probe, Reject> {
+    let ffmpeg = ffmpeg()?;
+    let probe = |w: u32, h: u32, fmt: Option<&str>| {
+        check_size(w, h)?;
+        Ok(Probe {
+            colour: !fmt.is_some_and(is_grey_pix_fmt),
+            size: Some((h, w)),
+        })
+    };
+    if let Some(ffprobe) = ffprobe_next_to(&ffmpeg) {
+        let out = Command::new(&ffprobe)
+            .args(["-v", "error", "-select_streams", "v:0", "-show_entries"])
+            .args([
+                "stream=width,height,pix_fmt",
+                "-of",
+                "default=noprint_wrappers=1",
+            ])
+            .arg(path)
+            .stdin(Stdio::null())
+            .output();
+        if let Ok(out) = out {
+            let text = String::from_utf8_lossy(&out.stdout);
+            return match parse_probe_keys(&text) {
+                Some((w, h, fmt)) if out.status.success() => probe(w, h, fmt.as_deref()),
+                _ => Err(Reject::new("ffprobe found no video stream it can read")),
+            };
+        }
+    }
+    let out = Command::new(&ffmpeg)
+        .args(["-nostdin", "-hide_banner", "-i"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Reject::new(format!("could not run {}: {e}", ffmpeg.display())))?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    let (w, h) =
+        parse_ffmpeg_info(&text).ok_or_else(|| Reject::new("ffmpeg found no video stream"))?;
+    probe(w, h, parse_ffmpeg_pix_fmt(&text).as_deref())
+}
+
+fn is_grey_pix_fmt(f: &str) -> bool {
+    f.starts_with("gray") || f.starts_with("ya") || f.starts_with("mono")
+}
+
+/// "width=64", "height=48", "pix_fmt=gray" lines (ffprobe's default=noprint_wrappers=1 output).
+fn parse_probe_keys(text: &str) -> Option<(u32, u32, Option<String>)> {
+    let (mut w, mut h, mut fmt) = (None, None, None);
+    for line in text.lines() {
+        match line.trim().split_once('=') {
+            Some(("width", v)) => w = v.parse().ok(),
+            Some(("height", v)) => h = v.parse().ok(),
+            Some(("pix_fmt", v)) if !v.is_empty() && v != "unknown" => fmt = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    Some((w?, h?, fmt))
+}
+
+/// The pixel format from `ffmpeg -i`'s "Video: CODEC (...), yuv420p(tv, bt709), 64x48, ..." line:
+/// the second field of its comma-separated list, commas inside brackets not counting.
+fn parse_ffmpeg_pix_fmt(text: &str) -> Option<String> {
+    let line = text
+        .lines()
+        .find(|l| l.contains("Stream #") && l.contains("Video:"))?;
+    let rest = &line[line.find("Video:")? + "Video:".len()..];
+    let mut depth = 0i32;
+    let mut fields = Vec::new();
+    let mut start = 0;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            ',' if depth == 0 => {
+                fields.push(&rest[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    fields.push(&rest[start..]);
+    let f = fields.get(1)?.trim();
+    let f = f.split('(').next()?.trim();
+    (!f.is_empty()).then(|| f.to_string())
 }
 
 /// "64,48" (ffprobe's csv=p=0 output; a trailing comma or more lines may follow).
@@ -972,6 +1060,21 @@ mod tests {
             (FMP4 / 0x34504D46), yuv420p, 66x38 [SAR 1:1 DAR 33:19], 10 fps\n";
         assert_eq!(parse_ffmpeg_info(old), Some((66, 38)));
         assert_eq!(parse_ffmpeg_info("  Stream #0:0: Audio: aac\n"), None);
+        assert_eq!(parse_ffmpeg_pix_fmt(info).as_deref(), Some("yuv420p"));
+        assert_eq!(parse_ffmpeg_pix_fmt(old).as_deref(), Some("yuv420p"));
+        let grey = "  Stream #0:0: Video: ffv1 (FFV1 / 0x31564646), gray(pc, progressive), 64x48, 10 fps\n";
+        assert_eq!(parse_ffmpeg_pix_fmt(grey).as_deref(), Some("gray"));
+        assert_eq!(
+            parse_probe_keys("width=64\nheight=48\npix_fmt=gray16le\n"),
+            Some((64, 48, Some("gray16le".into())))
+        );
+        assert_eq!(
+            parse_probe_keys("width=64\nheight=48\n"),
+            Some((64, 48, None))
+        );
+        assert_eq!(parse_probe_keys(""), None);
+        assert!(is_grey_pix_fmt("gray") && is_grey_pix_fmt("ya8") && is_grey_pix_fmt("monob"));
+        assert!(!is_grey_pix_fmt("yuv420p") && !is_grey_pix_fmt("rgb24"));
 
         assert_eq!(
             parse_version("ffmpeg version 5.1.9-0+deb12u1 Copyright (c) 2000-2026"),

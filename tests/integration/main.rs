@@ -10,5 +10,6 @@ mod inspect;
 mod scans;
 mod synth;
 mod train;
+mod trees;
 mod util;
 mod video;

@@ -29,7 +29,7 @@ fn el(out: &mut Vec<u8>, group: u16, elem: u16, vr: &[u8; 2], value: &[u8]) {
 
 /// A CT-like DICOM Part 10 file: 16-bit unsigned MONOCHROME2, explicit VR little endian, with
 /// Rescale Slope/Intercept and a window; `pixels` holds `frames * rows * cols` stored values.
-fn dicom(rows: u16, cols: u16, frames: u32, pixels: &[u16]) -> Vec<u8> {
+pub(crate) fn dicom(rows: u16, cols: u16, frames: u32, pixels: &[u16]) -> Vec<u8> {
     assert_eq!(
         pixels.len(),
         frames as usize * rows as usize * cols as usize
@@ -76,7 +76,7 @@ fn dicom(rows: u16, cols: u16, frames: u32, pixels: &[u16]) -> Vec<u8> {
 }
 
 /// A NIfTI-1 single file of int16 voxels (x fastest), with `.nii.gz` gzipped.
-fn nifti(path: &Path, dims: &[u16], voxels: &[i16]) {
+pub(crate) fn nifti(path: &Path, dims: &[u16], voxels: &[i16]) {
     assert_eq!(
         voxels.len(),
         dims.iter().map(|&d| d as usize).product::<usize>()
@@ -107,13 +107,13 @@ fn nifti(path: &Path, dims: &[u16], voxels: &[i16]) {
     write(path, &bytes);
 }
 
-fn write(path: &Path, bytes: &[u8]) {
+pub(crate) fn write(path: &Path, bytes: &[u8]) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
 
 /// A ramp of stored values (CT numbers -1024 + v after rescale).
-fn ramp(n: usize, seed: u16) -> Vec<u16> {
+pub(crate) fn ramp(n: usize, seed: u16) -> Vec<u16> {
     (0..n)
         .map(|i| ((i as u16).wrapping_mul(37).wrapping_add(seed * 101)) % 4096)
         .collect()

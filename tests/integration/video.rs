@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The ffmpeg to make clips with (the one `prep` will use too), or None to skip.
-fn ffmpeg_or_skip() -> Option<PathBuf> {
+pub(crate) fn ffmpeg_or_skip() -> Option<PathBuf> {
     let found = match std::env::var_os("PREP_FFMPEG").filter(|p| !p.is_empty()) {
         Some(p) => Some(PathBuf::from(p)).filter(|p| p.is_file()),
         None => std::env::var_os("PATH").and_then(|paths| {
@@ -27,7 +27,7 @@ fn ffmpeg_or_skip() -> Option<PathBuf> {
 }
 
 /// Make a clip of ffmpeg's test pattern: `seconds` at 10 fps, 64x48.
-fn clip(ffmpeg: &Path, out: &Path, seconds: &str, codec: &[&str]) {
+pub(crate) fn clip(ffmpeg: &Path, out: &Path, seconds: &str, codec: &[&str]) {
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let o = Command::new(ffmpeg)
         .args([
