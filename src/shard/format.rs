@@ -3,14 +3,16 @@
 //! arithmetic is checked, so a damaged or hostile file gives an error rather than a panic or a huge
 //! allocation.
 
-use super::{Dtype, SampleSpec, Shape, MAX_DIMS, MAX_SAMPLE_BYTES};
+use super::{ChannelSums, Dtype, SampleSpec, Shape, MAX_DIMS, MAX_SAMPLE_BYTES};
 use crate::error::{Error, Region, Result};
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: &[u8; 8] = b"PREPSHRD";
 pub const END_MAGIC: &[u8; 8] = b"PREPEND\0";
-pub const VERSION: u16 = 1;
+/// Version 1 holds u8/u16 samples; version 2 adds f16/f32 (and may hold any dtype). Writers use
+/// the dtype's `format_version`, so u8/u16 files are version 1 exactly as before.
+pub const VERSION: u16 = 2;
 pub const HEADER_LEN: usize = 64;
 pub const TRAILER_LEN: usize = 32;
 pub const ENTRY_LEN: usize = 40;
@@ -40,7 +42,7 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..8].copy_from_slice(MAGIC);
-        b[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..10].copy_from_slice(&self.spec.dtype.format_version().to_le_bytes());
         b[10] = self.spec.dtype.code();
         b[11] = self.codec;
         b[12] = self.spec.shape.0.len() as u8;
@@ -67,9 +69,9 @@ impl Header {
             return Err(bad("wrong magic: not a prep shard file".into()));
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(bad(format!(
-                "format version {version} is not supported (this prep reads version {VERSION})"
+                "format version {version} is not supported (this prep reads versions 1 to {VERSION})"
             )));
         }
         let stored = u64_at(b, 56);
@@ -81,6 +83,13 @@ impl Header {
         }
         let dtype =
             Dtype::from_code(b[10]).ok_or_else(|| bad(format!("unknown dtype code {}", b[10])))?;
+        if dtype.format_version() > version {
+            return Err(bad(format!(
+                "dtype {dtype} (code {}) needs format version {}, the header says {version}",
+                b[10],
+                dtype.format_version()
+            )));
+        }
         let codec = b[11];
         if codec != CODEC_NONE && codec != CODEC_ZSTD {
             return Err(bad(format!("unknown codec code {codec}")));
@@ -232,11 +241,19 @@ impl Footer {
         for c in &self.stats.class_counts {
             b.extend_from_slice(&c.to_le_bytes());
         }
-        for s in &self.stats.channel_sum {
-            b.extend_from_slice(&s.to_le_bytes());
-        }
-        for s in &self.stats.channel_sumsq {
-            b.extend_from_slice(&s.to_le_bytes());
+        match &self.stats.channels {
+            ChannelSums::Int { sum, sumsq } => {
+                for s in sum.iter().chain(sumsq) {
+                    b.extend_from_slice(&s.to_le_bytes());
+                }
+            }
+            // An f64 in the low 8 bytes of each 16-byte field, the high 8 bytes zero.
+            ChannelSums::Float { sum, sumsq } => {
+                for s in sum.iter().chain(sumsq) {
+                    b.extend_from_slice(&s.to_le_bytes());
+                    b.extend_from_slice(&[0u8; 8]);
+                }
+            }
         }
         b
     }
@@ -316,20 +333,40 @@ impl Footer {
             .collect();
         o += 8 * header.num_classes as usize;
         let c = header.spec.shape.channels();
-        let channel_sum: Vec<u128> = (0..c).map(|k| u128_at(b, o + 16 * k)).collect();
-        o += 16 * c;
-        let channel_sumsq: Vec<u128> = (0..c).map(|k| u128_at(b, o + 16 * k)).collect();
         if checked_sum(&class_counts) != Some(header.num_samples) {
             return Err(bad(
                 "class counts do not add up to the number of samples".into()
             ));
         }
+        let fields: Vec<u128> = (0..2 * c).map(|k| u128_at(b, o + 16 * k)).collect();
+        let channels = if header.spec.dtype.is_float() {
+            let mut v = Vec::with_capacity(2 * c);
+            for (k, &f) in fields.iter().enumerate() {
+                let what = if k < c { "sum" } else { "sum of squares" };
+                let x = f64::from_bits(f as u64);
+                if f >> 64 != 0 {
+                    return Err(bad(format!(
+                        "channel {} {what}: the high 8 bytes of a float statistic are not zero",
+                        k % c
+                    )));
+                }
+                if !x.is_finite() || (k >= c && x < 0.0) {
+                    return Err(bad(format!("channel {} {what} is {x}", k % c)));
+                }
+                v.push(x);
+            }
+            let sumsq = v.split_off(c);
+            ChannelSums::Float { sum: v, sumsq }
+        } else {
+            let mut sum = fields;
+            let sumsq = sum.split_off(c);
+            ChannelSums::Int { sum, sumsq }
+        };
         Ok(Footer {
             blocks,
             stats: super::Stats {
                 class_counts,
-                channel_sum,
-                channel_sumsq,
+                channels,
             },
         })
     }

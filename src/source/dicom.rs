@@ -16,6 +16,10 @@
 //! on the top row; the window is then the same for the whole volume (its min..max when neither
 //! the options nor the file give one).
 //!
+//! With `opts.float` grey images are emitted as float frames of their modality values (after
+//! Rescale Slope/Intercept) with no window and no MONOCHROME1 inversion (which only changes how
+//! values are shown); volumes are cut as above.
+//!
 //! Colour images (RGB, and YBR_FULL stored uncompressed; compressed YBR data is converted to RGB
 //! by its codec) are emitted without any LUT as `ImageRgb8`, or `ImageRgb16` when 16 bits are
 //! allocated (samples shifted up so Bits Stored fills 16 bits).
@@ -26,8 +30,8 @@
 //! 1..=65535, at most 2^30 samples in all) before pixel data is decoded; every dicom-rs call runs
 //! under `catch_unwind` so that a panic on hostile bytes becomes a `Reject`.
 
-use super::nifti::emit_slices;
-use super::{window_to_u16, DecodeOptions, Emit, Reject};
+use super::nifti::{emit_float_slices, emit_slices};
+use super::{window_to_u16, DecodeOptions, Emit, FloatFrame, Frame, Reject};
 use dicom_core::header::HasLength;
 use dicom_dictionary_std::tags;
 use dicom_object::file::ReadPreamble;
@@ -159,6 +163,9 @@ fn decode_object(
                     let data = frame(f)?;
                     vol.extend(layout.values(data).map(|v| (v as f64 * s + i) as f32));
                 }
+                if opts.float {
+                    return emit_float_slices(&vol, [cols, rows, frames], opts.axis, false, emit);
+                }
                 let (low, high) = match window_for(0) {
                     Some(w) => w,
                     None => min_max(vol.iter().map(|&v| v as f64)),
@@ -176,6 +183,14 @@ fn decode_object(
             for f in 0..frames {
                 let data = frame(f)?;
                 let (s, i) = rescale(f);
+                if opts.float {
+                    let vals = layout
+                        .values(data)
+                        .map(|v| (v as f64 * s + i) as f32)
+                        .collect();
+                    emit(Frame::Float(FloatFrame::grey(cols as u32, rows as u32, vals)))?;
+                    continue;
+                }
                 let (low, high) = match window_for(f) {
                     Some(w) => w,
                     None => min_max(layout.values(data).map(|v| v as f64 * s + i)),
@@ -187,7 +202,7 @@ fn decode_object(
                 let img =
                     ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(cols as u32, rows as u32, out)
                         .ok_or_else(|| Reject::new("internal: frame size mismatch"))?;
-                emit(DynamicImage::ImageLuma16(img))?;
+                emit(DynamicImage::ImageLuma16(img).into())?;
             }
             Ok(())
         }
@@ -232,7 +247,7 @@ fn decode_object(
                             .ok_or_else(|| Reject::new("internal: frame size mismatch"))?,
                     )
                 };
-                emit(img)?;
+                emit(img.into())?;
             }
             Ok(())
         }
@@ -867,8 +882,8 @@ pub(crate) mod tests {
 
     fn decode_all(bytes: &[u8], opts: &DecodeOptions) -> Result<Vec<DynamicImage>, Reject> {
         let mut out = Vec::new();
-        decode_bytes(bytes, opts, &mut |img| {
-            out.push(img);
+        decode_bytes(bytes, opts, &mut |f| {
+            out.push(f.expect_image());
             Ok(())
         })?;
         Ok(out)

@@ -35,7 +35,7 @@ pub fn decode(path: &Path, emit: &mut Emit) -> Result<(), Reject> {
     let img = r
         .decode()
         .map_err(|e| Reject::new(format!("cannot decode: {e}")))?;
-    emit(img)
+    emit(img.into())
 }
 
 /// Every page of a TIFF file, in order.
@@ -98,7 +98,7 @@ pub fn decode_tiff(path: &Path, emit: &mut Emit) -> Result<(), Reject> {
                 )))
             }
         };
-        emit(img)?;
+        emit(img.into())?;
         page += 1;
         if !d.more_images() {
             return Ok(());
