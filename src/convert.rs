@@ -221,9 +221,7 @@ impl Array {
             (_, 1) => {
                 DynamicImage::ImageLuma16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?)
             }
-            (_, _) => {
-                DynamicImage::ImageRgb16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?)
-            }
+            (_, _) => DynamicImage::ImageRgb16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?),
         }))
     }
 }

@@ -202,7 +202,14 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
         (m.sample.clone(), k, picks, (m.mean.clone(), m.std.clone()))
     };
     let window = display_window(&spec, &mean_std.0, &mean_std.1);
-    Ok(draw(&spec, classes, per_class, zoom.max(1), &picks, &window))
+    Ok(draw(
+        &spec,
+        classes,
+        per_class,
+        zoom.max(1),
+        &picks,
+        &window,
+    ))
 }
 
 /// Per channel, the stored values shown black and white: the whole range for u8/u16; for f16/f32
@@ -214,7 +221,10 @@ fn display_window(spec: &SampleSpec, mean: &[f64], std: &[f64]) -> Vec<(f32, f32
             if !spec.dtype.is_float() {
                 return (0.0, spec.dtype.divisor() as f32);
             }
-            let (m, s) = (mean.get(c).copied().unwrap_or(0.0), std.get(c).copied().unwrap_or(0.0));
+            let (m, s) = (
+                mean.get(c).copied().unwrap_or(0.0),
+                std.get(c).copied().unwrap_or(0.0),
+            );
             // A constant channel shows mid-grey.
             let s = if s > 0.0 { s } else { 1.0 };
             ((m - 3.0 * s) as f32, (m + 3.0 * s) as f32)

@@ -84,7 +84,9 @@ impl Dtype {
         match self {
             Dtype::U8 => px[i] as f32,
             Dtype::U16 => u16::from_le_bytes([px[2 * i], px[2 * i + 1]]) as f32,
-            Dtype::F16 => half::f16::from_bits(u16::from_le_bytes([px[2 * i], px[2 * i + 1]])).to_f32(),
+            Dtype::F16 => {
+                half::f16::from_bits(u16::from_le_bytes([px[2 * i], px[2 * i + 1]])).to_f32()
+            }
             Dtype::F32 => f32::from_le_bytes(px[4 * i..4 * i + 4].try_into().unwrap()),
         }
     }

@@ -188,7 +188,11 @@ fn decode_object(
                         .values(data)
                         .map(|v| (v as f64 * s + i) as f32)
                         .collect();
-                    emit(Frame::Float(FloatFrame::grey(cols as u32, rows as u32, vals)))?;
+                    emit(Frame::Float(FloatFrame::grey(
+                        cols as u32,
+                        rows as u32,
+                        vals,
+                    )))?;
                     continue;
                 }
                 let (low, high) = match window_for(f) {

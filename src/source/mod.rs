@@ -59,21 +59,18 @@ impl Frame {
     pub(crate) fn expect_image(self) -> DynamicImage {
         match self {
             Frame::Image(img) => img,
-            Frame::Float(f) => panic!("expected an image, got {}x{} float values", f.width, f.height),
+            Frame::Float(f) => panic!(
+                "expected an image, got {}x{} float values",
+                f.width, f.height
+            ),
         }
     }
 
     /// (channels, (height, width)) as the source has them (colour counts 3: alpha is dropped).
     pub fn native(&self) -> (u8, (u32, u32)) {
         match self {
-            Frame::Image(img) => (
-                transform::native(img).0,
-                (img.height(), img.width()),
-            ),
-            Frame::Float(f) => (
-                if f.channels >= 3 { 3 } else { 1 },
-                (f.height, f.width),
-            ),
+            Frame::Image(img) => (transform::native(img).0, (img.height(), img.width())),
+            Frame::Float(f) => (if f.channels >= 3 { 3 } else { 1 }, (f.height, f.width)),
         }
     }
 }

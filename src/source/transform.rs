@@ -132,10 +132,30 @@ fn image_values(img: DynamicImage) -> FloatFrame {
     let bits = img.color().bytes_per_pixel() / img.color().channel_count() * 8;
     let inter: Vec<f32> = match (colour, bits) {
         (_, 32) => img.into_rgb32f().into_raw(),
-        (true, 16) => img.into_rgb16().into_raw().into_iter().map(f32::from).collect(),
-        (false, 16) => img.into_luma16().into_raw().into_iter().map(f32::from).collect(),
-        (true, _) => img.into_rgb8().into_raw().into_iter().map(f32::from).collect(),
-        (false, _) => img.into_luma8().into_raw().into_iter().map(f32::from).collect(),
+        (true, 16) => img
+            .into_rgb16()
+            .into_raw()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+        (false, 16) => img
+            .into_luma16()
+            .into_raw()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+        (true, _) => img
+            .into_rgb8()
+            .into_raw()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+        (false, _) => img
+            .into_luma8()
+            .into_raw()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
     };
     let c = inter.len() / (w as usize * h as usize).max(1);
     let data = (0..c)
