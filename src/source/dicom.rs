@@ -936,6 +936,62 @@ pub(crate) mod tests {
         }
     }
 
+    /// Every frame decoded with `opts.float`, as float frames.
+    fn decode_float(bytes: &[u8], axis: usize) -> Vec<FloatFrame> {
+        let mut out = Vec::new();
+        let o = DecodeOptions {
+            float: true,
+            axis,
+            ..DecodeOptions::default()
+        };
+        decode_bytes(bytes, &o, &mut |f| {
+            match f {
+                Frame::Float(f) => out.push(f),
+                Frame::Image(i) => panic!("expected float values, got {:?}", i.color()),
+            }
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn float_option_gives_modality_values_without_window_or_inversion() {
+        // Signed stored values, slope 2.5, intercept -1024, a file window and MONOCHROME1: the
+        // values are 2.5 v - 1024 as they are.
+        let pixels: Vec<i32> = (-6..6).chain(100..112).collect();
+        let spec = Spec {
+            frames: 2,
+            signed: true,
+            pi: "MONOCHROME1",
+            slope: Some(2.5),
+            intercept: Some(-1024.0),
+            window: Some(("40", "400")),
+            ..Spec::default()
+        };
+        let bytes = dicom_bytes(&spec, &pixels);
+        let hu = |v: i32| (v as f64 * 2.5 - 1024.0) as f32;
+        let frames = decode_float(&bytes, 2);
+        assert_eq!(frames.len(), 2);
+        for (f, frame) in frames.iter().enumerate() {
+            assert_eq!((frame.channels, frame.width, frame.height), (1, 4, 3));
+            let want: Vec<f32> = pixels[12 * f..12 * (f + 1)]
+                .iter()
+                .map(|&v| hu(v))
+                .collect();
+            assert_eq!(frame.data, want, "frame {f}");
+        }
+        // As a volume cut along x: column 1 of both frames, frame 0 on the top row.
+        let cols = decode_float(&bytes, 0);
+        assert_eq!(cols.len(), 4);
+        assert_eq!((cols[1].width, cols[1].height), (3, 2));
+        let want: Vec<f32> = [1, 5, 9, 13, 17, 21]
+            .iter()
+            .map(|&i| hu(pixels[i]))
+            .collect();
+        assert_eq!(cols[1].data, want);
+    }
+
     #[test]
     fn option_window_overrides_and_min_max_fallback() {
         let pixels: Vec<i32> = (0..12).map(|v| v * 100).collect();

@@ -618,6 +618,50 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn float_option_emits_scaled_values_without_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let float = |axis| DecodeOptions {
+            float: true,
+            ..opts(axis, Some((0.0, 1.0)))
+        };
+        let run_float = |p: &Path, o: &DecodeOptions| {
+            let mut out = Vec::new();
+            decode(p, o, &mut |f| {
+                match f {
+                    Frame::Float(f) => out.push(f),
+                    Frame::Image(_) => panic!("expected float values"),
+                }
+                Ok(())
+            })
+            .map(|()| out)
+        };
+        // int16 v scaled to 2v + 10; the window option does not apply.
+        let p = write(dir.path(), "v.nii.gz", &gz(&small(true)));
+        let z = run_float(&p, &float(2)).unwrap();
+        assert_eq!(z.len(), 2);
+        assert_eq!((z[1].width, z[1].height), (4, 3));
+        // Slice z = 1, top row y = 2: voxels 12 + 8 + x.
+        assert_eq!(z[1].data[..4], [50.0, 52.0, 54.0, 56.0]);
+        let x = run_float(&p, &float(0)).unwrap();
+        assert_eq!(x.len(), 4);
+        assert_eq!(x[1].data[2], (2 * (1 + 4 * 2 + 12) + 10) as f32);
+        // float64 voxels are rounded to float32; NaN stays, for the conversion to reject.
+        let vals = [0.1f64, -1e-3, f64::NAN, 1e300, 7.0, -2.5];
+        let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let p = write(
+            dir.path(),
+            "d.nii",
+            &nifti_bytes(&[3, 2, 1], 64, 64, 1.0, 0.0, &data, false),
+        );
+        let f = run_float(&p, &float(2)).unwrap();
+        let want = [f32::INFINITY, 7.0, -2.5, 0.1, -1e-3, f32::NAN];
+        assert_eq!(
+            f[0].data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn big_endian_and_gzip_give_the_same_images() {
         let dir = tempfile::tempdir().unwrap();
         let o = opts(2, None);

@@ -451,4 +451,123 @@ mod tests {
             &out[..8]
         );
     }
+
+    fn floats(out: &[u8]) -> Vec<f32> {
+        out.chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    }
+
+    fn grey(w: u32, h: u32, f: impl Fn(u32, u32) -> f32) -> Frame {
+        let data = (0..h)
+            .flat_map(|y| (0..w).map(move |x| (x, y)))
+            .map(|(x, y)| f(x, y));
+        Frame::Float(FloatFrame::grey(w, h, data.collect()))
+    }
+
+    #[test]
+    fn float_targets_keep_values_and_convert_channels() {
+        let vals = [-1024.5f32, -0.0, 1e-40, 3.25, 70000.0, 0.1];
+        let frame = Frame::Float(FloatFrame::grey(3, 2, vals.to_vec()));
+        let mut out = Vec::new();
+        to_sample(frame.clone(), &t(1, 2, 3, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        let want: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(out, want, "bit for bit");
+        out.clear();
+        to_sample(frame.clone(), &t(3, 2, 3, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        assert_eq!(
+            out,
+            [want.clone(), want.clone(), want].concat(),
+            "grey repeated"
+        );
+        // f16: nearest, and 70000 is beyond its range.
+        out.clear();
+        let e = to_sample(frame, &t(1, 2, 3, Dtype::F16, Fit::Crop), &mut out).unwrap_err();
+        assert!(e.0.contains("beyond f16's range"), "{e}");
+        assert!(out.is_empty(), "nothing appended on failure");
+        let small = Frame::Float(FloatFrame::grey(2, 1, vec![0.1, -2049.0]));
+        to_sample(small, &t(1, 1, 2, Dtype::F16, Fit::Crop), &mut out).unwrap();
+        let h: Vec<f32> = out
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect();
+        assert_eq!(h, vec![half::f16::from_f32(0.1).to_f32(), -2048.0]);
+        // Colour to grey by the luma weights.
+        out.clear();
+        let rgb = Frame::Float(FloatFrame {
+            channels: 3,
+            height: 1,
+            width: 1,
+            data: vec![100.0, -50.0, 10.0],
+        });
+        to_sample(rgb, &t(1, 1, 1, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        let luma = (0.2126 * 100.0 - 0.7152 * 50.0 + 0.0722 * 10.0) as f32;
+        assert_eq!(floats(&out), vec![luma]);
+        // Images keep their integer values; 16-bit colour gives three planes.
+        out.clear();
+        let mut img = ImageBuffer::<Rgb<u16>, Vec<u16>>::new(2, 1);
+        img.put_pixel(1, 0, Rgb([65535, 7, 300]));
+        let img = DynamicImage::ImageRgb16(img);
+        to_sample(img.into(), &t(3, 1, 2, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        assert_eq!(floats(&out), vec![0.0, 65535.0, 0.0, 7.0, 0.0, 300.0]);
+        // Non-finite values are named by position.
+        let nan = grey(4, 3, |x, y| if (x, y) == (2, 1) { f32::NAN } else { 1.0 });
+        let e = to_sample(nan, &t(1, 3, 4, Dtype::F32, Fit::Crop), &mut out).unwrap_err();
+        assert_eq!(
+            e.0,
+            "value NaN at channel 0, row 1, column 2: float samples must be finite"
+        );
+        let e = to_sample(
+            grey(1, 1, |_, _| 1.0),
+            &t(1, 1, 1, Dtype::U8, Fit::Crop),
+            &mut out,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("--dtype f32"), "{e}");
+    }
+
+    #[test]
+    fn float_resizes_stay_in_range_and_pad_with_the_minimum() {
+        // 40x20: left half -1000, right half 3000, as the u8 test above.
+        let halves = || grey(40, 20, |x, _| if x < 20 { -1000.0 } else { 3000.0 });
+        let mut out = Vec::new();
+        to_sample(halves(), &t(1, 10, 10, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        let v = floats(&out);
+        assert!(v.iter().all(|x| (-1000.0..=3000.0).contains(x)), "{v:?}");
+        assert!(
+            (v[0] + 1000.0).abs() < 1.0 && (v[9] - 3000.0).abs() < 1.0,
+            "{v:?}"
+        );
+        out.clear();
+        to_sample(halves(), &t(1, 10, 10, Dtype::F32, Fit::Pad), &mut out).unwrap();
+        let v = floats(&out);
+        assert_eq!(v[0], -1000.0, "top bar: the minimum");
+        assert!((v[5 * 10 + 9] - 3000.0).abs() < 1.0, "{v:?}");
+        out.clear();
+        to_sample(halves(), &t(1, 8, 8, Dtype::F32, Fit::Stretch), &mut out).unwrap();
+        let v = floats(&out);
+        assert!(
+            (v[0] + 1000.0).abs() < 1.0 && (v[7] - 3000.0).abs() < 1.0,
+            "{v:?}"
+        );
+        // Large reductions average boxes (no rounding to integers, no clamping to [0, 1]).
+        out.clear();
+        let checks = grey(
+            512,
+            512,
+            |x, y| if (x + y) % 2 == 0 { -500.0 } else { 501.0 },
+        );
+        to_sample(checks, &t(1, 32, 32, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        let v = floats(&out);
+        assert!(v.iter().all(|x| (x - 0.5).abs() < 0.01), "{:?}", &v[..8]);
+        // A constant plane stays exactly constant.
+        out.clear();
+        to_sample(
+            grey(30, 20, |_, _| -3.5),
+            &t(1, 7, 9, Dtype::F32, Fit::Pad),
+            &mut out,
+        )
+        .unwrap();
+        assert!(floats(&out).iter().all(|&x| x == -3.5));
+    }
 }
