@@ -1,4 +1,4 @@
-// IEEE half-precision pixels: 16 bits converted by bit operations (no cuda_fp16.h under NVRTC here).
+// IEEE half-precision pixels, converted by bit operations (NVRTC here has no cuda_fp16.h).
 struct f16px { u16 x; };
 
 __device__ __forceinline__ float half_to_float(u16 h) {

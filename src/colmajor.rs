@@ -1,6 +1,6 @@
 //! The chunked column-major layout (`formats/colmajor.md`): `images_<split>.bin` holds float32 pixels
-//! in [0, 1] (u8/u16 sources) or the values themselves (f16/f32 sources), feature-major (what Fortran reads as `data(n_samples, n_features)`), and
-//! `labels_<split>.bin` holds int32 labels. Files are written block by block through a memory map
+//! in [0, 1] (u8/u16 sources) or the values themselves (f16/f32 sources), feature-major (what
+//! Fortran reads as `data(n_samples, n_features)`), and `labels_<split>.bin` holds int32 labels. Files are written block by block through a memory map
 //! whose pages are released as they are written, so a 100 GB file needs no 100 GB of RAM.
 
 use crate::error::{Error, IoContext, Result};

@@ -159,9 +159,15 @@ impl Array {
                         out.extend_from_slice(px);
                         Ok(())
                     }
-                    Some((k, v)) => Err(Reject::new(format!(
-                        "value {v} at index {k} of the sample: float samples must be finite"
-                    ))),
+                    Some((k, v)) => {
+                        let (plane, w) = (self.height * self.width, self.width);
+                        Err(Reject::new(format!(
+                            "value {v} at channel {}, row {}, column {}: float samples must be finite",
+                            k / plane,
+                            k % plane / w,
+                            k % w
+                        )))
+                    }
                 }
             } else {
                 to_sample(self.frame(i)?, t, out)

@@ -1,8 +1,9 @@
 //! NumPy `.npy` arrays: images of shape (N, H, W), (N, H, W, C) or (N, C, H, W) with dtype
 //! uint8, uint16 or float, and labels of shape (N,) of any integer type. For a u8/u16 target float
 //! values are taken as values in [0, 1] (to u8); for an f16/f32 target they are kept: float16 and
-//! float32 exactly, float64 rounded to the nearest float32. File pairs are found by name: `{train,test}_{images,labels}.npy`, `x_{train,test}.npy` /
-//! `y_{train,test}.npy`, or one `images.npy` + `labels.npy`.
+//! float32 exactly, float64 rounded to the nearest float32. File pairs are found by name:
+//! `{train,test}_{images,labels}.npy`, `x_{train,test}.npy` / `y_{train,test}.npy`, or one
+//! `images.npy` + `labels.npy`.
 
 use super::Reject;
 use crate::shard::Dtype;
