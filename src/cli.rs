@@ -149,6 +149,9 @@ pub struct ConvertArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     pub channels: Option<u8>,
     /// Pixel type on disk; u16 keeps 16-bit data (scans, 16-bit PNG/TIFF) at full precision.
+    /// f32/f16 keep the source's values with no window: float .npy as stored (float64 rounded to
+    /// float32), NIfTI after scl_slope/scl_inter, DICOM in modality units (Rescale Slope and
+    /// Intercept); f16 rounds to nearest. Images keep their integer values.
     #[arg(long, value_enum)]
     pub dtype: Option<DtypeArg>,
     /// How an image of another aspect ratio reaches --size.
@@ -275,7 +278,8 @@ pub struct EvalArgs {
 pub struct InspectArgs {
     /// Dataset directory.
     pub dir: PathBuf,
-    /// Write a PNG with a row of samples for every class.
+    /// Write a PNG with a row of samples for every class (f16/f32 data is shown through a window
+    /// of each channel's mean ± 3 standard deviations).
     #[arg(long, value_name = "FILE.png")]
     pub grid: Option<PathBuf>,
     /// Samples per class in the grid.
@@ -330,4 +334,17 @@ pub struct PlanArgs {
 pub enum DtypeArg {
     U8,
     U16,
+    F16,
+    F32,
+}
+
+impl From<DtypeArg> for prep::shard::Dtype {
+    fn from(d: DtypeArg) -> Self {
+        match d {
+            DtypeArg::U8 => Self::U8,
+            DtypeArg::U16 => Self::U16,
+            DtypeArg::F16 => Self::F16,
+            DtypeArg::F32 => Self::F32,
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The chunked column-major layout (`formats/colmajor.md`): `images_<split>.bin` holds float32 pixels
-//! in [0, 1], feature-major (what Fortran reads as `data(n_samples, n_features)`), and
-//! `labels_<split>.bin` holds int32 labels. Files are written block by block through a memory map
+//! in [0, 1] (u8/u16 sources) or the values themselves (f16/f32 sources), feature-major (what
+//! Fortran reads as `data(n_samples, n_features)`), and `labels_<split>.bin` holds int32 labels. Files are written block by block through a memory map
 //! whose pages are released as they are written, so a 100 GB file needs no 100 GB of RAM.
 
 use crate::error::{Error, IoContext, Result};
@@ -16,7 +16,9 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 pub const FORMAT: &str = "prep-colmajor";
-pub const VERSION: u32 = 1;
+/// Version 2 allows f16/f32 sources (whose values the files hold as they are); writers use the
+/// dtype's `format_version`, so u8/u16 manifests stay version 1.
+pub const VERSION: u32 = 2;
 /// Features handled together when transposing: one cache line of u8 pixels per sample.
 const TILE: usize = 64;
 /// Bytes written into the map between releases of its pages.
@@ -33,7 +35,8 @@ pub fn labels_name(split: &str) -> String {
 pub struct ColmajorManifest {
     pub format: String,
     pub version: u32,
-    /// Shape and dtype of the source pixels (the files hold them as float32 pixel/max).
+    /// Shape and dtype of the source pixels (the files hold them as float32 pixel/max, or as the
+    /// values themselves for f16/f32).
     pub sample: SampleSpec,
     pub classes: Vec<String>,
     pub mean: Vec<f64>,
@@ -61,11 +64,11 @@ impl ColmajorManifest {
         let bytes = read_capped(&path)?;
         let m: ColmajorManifest = serde_json::from_slice(&bytes)
             .map_err(|e| Error::manifest(&path, format!("not a valid colmajor manifest: {e}")))?;
-        if m.format != FORMAT || m.version != VERSION {
+        if m.format != FORMAT || !(1..=VERSION).contains(&m.version) {
             return Err(Error::manifest(
                 &path,
                 format!(
-                    "format {} v{} is not {FORMAT} v{VERSION}",
+                    "format {} v{} is not {FORMAT} v1 to v{VERSION}",
                     m.format, m.version
                 ),
             ));
@@ -77,6 +80,14 @@ impl ColmajorManifest {
 
     fn validate(&self) -> std::result::Result<(), String> {
         crate::shard::Shape::new(self.sample.shape.0.clone()).map_err(|e| e.to_string())?;
+        if self.sample.dtype.format_version() as u32 > self.version {
+            return Err(format!(
+                "dtype {} needs version {}, the file says {}",
+                self.sample.dtype,
+                self.sample.dtype.format_version(),
+                self.version
+            ));
+        }
         let k = self.classes.len();
         if k == 0 || k > crate::shard::format::MAX_CLASSES as usize {
             return Err(format!("{k} classes is outside 1..=65536"));
@@ -162,7 +173,7 @@ impl ColmajorWriter {
             dtype: spec.dtype,
             written: 0,
             since_release: 0,
-            stats: Stats::empty(num_classes, spec.shape.channels()),
+            stats: Stats::empty(num_classes, spec),
         })
     }
 
@@ -176,8 +187,9 @@ impl ColmajorWriter {
         }
         let px = block.pixels();
         let dtype = self.dtype;
-        // Divide (not multiply by 1/max): readers expect exactly pixel / max.
-        let max = dtype.max_value() as f32;
+        // Divide (not multiply by 1/max): readers expect exactly pixel / max (value / 1 for
+        // floats, which are written as they are).
+        let max = dtype.divisor() as f32;
         let map: &mut [f32] = bytemuck_f32(&mut self.map);
         // One tile of TILE features at a time: each sample's tile is one cache line of input,
         // written to TILE rows sequentially.
@@ -189,13 +201,7 @@ impl ColmajorWriter {
                 for i in 0..m {
                     let s = i * f + f0;
                     for k in 0..tf {
-                        let v = match dtype {
-                            Dtype::U8 => px[s + k] as f32,
-                            Dtype::U16 => {
-                                u16::from_le_bytes([px[2 * (s + k)], px[2 * (s + k) + 1]]) as f32
-                            }
-                        };
-                        rows[k * n + start + i] = v / max;
+                        rows[k * n + start + i] = dtype.get(px, s + k) / max;
                     }
                 }
             });

@@ -13,8 +13,10 @@ use crate::shard::{
     default_block_samples, default_shard_blocks, Block, Codec, Dtype, Manifest, SampleSpec, Shape,
     SplitWriter,
 };
-use crate::source::transform::{native, to_sample, Fit, Target};
-use crate::source::{cifar, idx, npy, tree, DecodeOptions, FileKind, Probe, Reject};
+use crate::source::transform::{to_sample, Fit, Target};
+use crate::source::{
+    cifar, idx, npy, tree, DecodeOptions, FileKind, FloatFrame, Frame, Probe, Reject,
+};
 use crate::OutputFormat;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -135,8 +137,10 @@ impl Unit {
     }
 }
 
-/// Samples of an array dataset in memory: u8/u16 pixels (planar or interleaved) and labels.
+/// Samples of an array dataset in memory: pixels of `dtype` (planar or interleaved) and labels.
 struct Array {
+    /// The file the samples come from: a sample that cannot be used is rejected as `name[i]`.
+    name: String,
     n: usize,
     channels: usize,
     height: usize,
@@ -152,7 +156,8 @@ impl Array {
         self.channels * self.height * self.width * self.dtype.size()
     }
 
-    /// Append samples `start..start+len` in the target layout.
+    /// Append samples `start..start+len` in the target layout; a sample that cannot be used (a
+    /// float value that is not finite) is left out and returned with its reason.
     fn samples(
         &self,
         start: usize,
@@ -160,35 +165,53 @@ impl Array {
         t: &Target,
         out: &mut Vec<u8>,
         labels: &mut Vec<u32>,
-    ) -> Result<(), Reject> {
+    ) -> Result<Vec<RejectEntry>, Reject> {
         let sb = self.sample_bytes();
         let same = self.planar
             && t.channels as usize == self.channels
             && (t.height as usize, t.width as usize) == (self.height, self.width)
             && t.dtype == self.dtype;
-        if same {
-            out.extend_from_slice(&self.data[start * sb..(start + len) * sb]);
-        } else {
-            for i in start..start + len {
-                to_sample(self.image(i)?, t, out);
+        let mut rejects = Vec::new();
+        for i in start..start + len {
+            let r = if same {
+                let px = &self.data[i * sb..(i + 1) * sb];
+                match crate::shard::first_non_finite(self.dtype, px) {
+                    None => {
+                        out.extend_from_slice(px);
+                        Ok(())
+                    }
+                    Some((k, v)) => {
+                        let (plane, w) = (self.height * self.width, self.width);
+                        Err(Reject::new(format!(
+                            "value {v} at channel {}, row {}, column {}: float samples must be finite",
+                            k / plane,
+                            k % plane / w,
+                            k % w
+                        )))
+                    }
+                }
+            } else {
+                to_sample(self.frame(i)?, t, out)
+            };
+            match r {
+                Ok(()) => labels.push(self.labels[i]),
+                Err(why) => rejects.push(RejectEntry {
+                    path: format!("{}[{i}]", self.name),
+                    reason: why.0,
+                }),
             }
         }
-        labels.extend_from_slice(&self.labels[start..start + len]);
-        Ok(())
+        Ok(rejects)
     }
 
-    fn image(&self, i: usize) -> Result<image::DynamicImage, Reject> {
+    /// Sample `i` as a frame: an image for u8/u16 arrays, float planes for f16/f32 ones.
+    fn frame(&self, i: usize) -> Result<Frame, Reject> {
         use image::{DynamicImage, ImageBuffer};
         let (c, h, w) = (self.channels, self.height, self.width);
         let s = &self.data[i * self.sample_bytes()..(i + 1) * self.sample_bytes()];
-        let vals: Vec<u16> = match self.dtype {
-            Dtype::U8 => s.iter().map(|&v| v as u16).collect(),
-            Dtype::U16 => s
-                .chunks_exact(2)
-                .map(|p| u16::from_le_bytes([p[0], p[1]]))
-                .collect(),
-        };
-        // To interleaved HWC, dropping a 4th channel (alpha) and widening 1 to grey.
+        let vals: Vec<f32> = (0..c * h * w).map(|k| self.dtype.get(s, k)).collect();
+        // To interleaved HWC (planar for floats), dropping a 4th channel (alpha) and widening 1
+        // to grey.
         let at = |ch: usize, p: usize| {
             if self.planar {
                 vals[ch * h * w + p]
@@ -197,12 +220,23 @@ impl Array {
             }
         };
         let cc = if c >= 3 { 3 } else { 1 };
+        if self.dtype.is_float() {
+            return Ok(Frame::Float(FloatFrame {
+                channels: cc,
+                height: h as u32,
+                width: w as u32,
+                data: (0..cc)
+                    .flat_map(|ch| (0..h * w).map(move |p| at(ch, p)))
+                    .collect(),
+            }));
+        }
+        // Integer values below 2^16: exact in f32.
         let inter: Vec<u16> = (0..h * w)
-            .flat_map(|p| (0..cc).map(move |ch| at(ch, p)))
+            .flat_map(|p| (0..cc).map(move |ch| at(ch, p) as u16))
             .collect();
         let (w, h) = (w as u32, h as u32);
         let bad = || Reject::new("array sample has the wrong size");
-        Ok(match (self.dtype, cc) {
+        Ok(Frame::Image(match (self.dtype, cc) {
             (Dtype::U8, 1) => DynamicImage::ImageLuma8(
                 ImageBuffer::from_raw(w, h, inter.iter().map(|&v| v as u8).collect())
                     .ok_or_else(bad)?,
@@ -211,13 +245,11 @@ impl Array {
                 ImageBuffer::from_raw(w, h, inter.iter().map(|&v| v as u8).collect())
                     .ok_or_else(bad)?,
             ),
-            (Dtype::U16, 1) => {
+            (_, 1) => {
                 DynamicImage::ImageLuma16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?)
             }
-            (Dtype::U16, _) => {
-                DynamicImage::ImageRgb16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?)
-            }
-        })
+            (_, _) => DynamicImage::ImageRgb16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?),
+        }))
     }
 }
 
@@ -326,6 +358,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 let labels: Vec<u32> = lb.data.iter().map(|&l| l as u32).collect();
                 classes = classes.max(labels.iter().max().map_or(0, |&m| m as usize + 1));
                 let a = Arc::new(Array {
+                    name: name(&ip),
                     n: im.dims[0],
                     channels: 1,
                     height: im.dims[1],
@@ -377,6 +410,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                     }
                     max_label = max_label.max(*labels.iter().max().unwrap_or(&0));
                     let a = Arc::new(Array {
+                        name: name.clone(),
                         n,
                         channels: 3,
                         height: 32,
@@ -432,7 +466,8 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                         .to_string_lossy()
                         .into_owned()
                 };
-                let im = npy::read_images(ip).map_err(|r| fail(&name(ip), r))?;
+                let float = o.dtype.is_some_and(Dtype::is_float);
+                let im = npy::read_images(ip, float).map_err(|r| fail(&name(ip), r))?;
                 let labels = npy::read_labels(lp, im.n).map_err(|r| fail(&name(lp), r))?;
                 max_label = max_label.max(labels.iter().copied().max().unwrap_or(0));
                 native = Some((
@@ -441,6 +476,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                     im.dtype,
                 ));
                 let a = Arc::new(Array {
+                    name: name(ip),
                     n: im.n,
                     channels: im.channels,
                     height: im.height,
@@ -680,14 +716,19 @@ fn tree_units(
     splits
 }
 
-/// Decode one unit into target samples.
-fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<(Vec<u8>, Vec<u32>), Reject> {
+/// Samples and labels decoded from one unit, and the samples of an array left out (by name).
+type Decoded = (Vec<u8>, Vec<u32>, Vec<RejectEntry>);
+
+/// Decode one unit into target samples. A file is used whole or rejected whole; an array unit
+/// leaves out the samples that cannot be used.
+fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Reject> {
     let mut px = Vec::new();
     let mut labels = Vec::new();
+    let mut left_out = Vec::new();
     match u {
         Unit::Array {
             array, start, len, ..
-        } => array.samples(*start, *len, t, &mut px, &mut labels)?,
+        } => left_out = array.samples(*start, *len, t, &mut px, &mut labels)?,
         Unit::File {
             path, kind, label, ..
         } => {
@@ -695,8 +736,9 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<(Vec<u8>, Vec<
             let label = label.expect("tree units are labelled");
             // A decoder bug must not take the whole run down: a panic becomes this file's reject.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                kind.decode(path, d, &mut |img| {
-                    to_sample(img, t, &mut px);
+                kind.decode(path, d, &mut |frame| {
+                    to_sample(frame, t, &mut px)
+                        .map_err(|why| Reject::new(format!("image {}: {why}", labels.len())))?;
                     labels.push(label);
                     Ok(())
                 })
@@ -710,7 +752,7 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<(Vec<u8>, Vec<
             }
         }
     }
-    Ok((px, labels))
+    Ok((px, labels, left_out))
 }
 
 /// What the headers of every file of a tree say: how many give colour and grey images, and the
@@ -797,14 +839,11 @@ fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> Result<Targe
                     ..
                 } => {
                     let mut first = None;
-                    let _ = k.decode(path, &o.decode, &mut |img| {
-                        first = Some(img);
+                    let _ = k.decode(path, &o.decode, &mut |frame| {
+                        first = Some(frame.native());
                         Err(Reject::new("probe done"))
                     });
-                    first.map(|img| {
-                        let (c, dt) = native(&img);
-                        (c, (img.height(), img.width()), dt)
-                    })
+                    first.map(|(c, hw)| (c, hw, Dtype::U8))
                 }
                 _ => None,
             }),
@@ -871,6 +910,12 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
         shape: Shape::new(vec![t.channels as u32, t.height, t.width])?,
         dtype: t.dtype,
     };
+    spec.check()?;
+    // Float targets take scans in their own units, unwindowed.
+    let decode = DecodeOptions {
+        float: t.dtype.is_float(),
+        ..o.decode.clone()
+    };
     let k = plan.classes.len() as u32;
     let bs = o
         .block_samples
@@ -923,7 +968,7 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
                 units.len(),
                 threads,
                 2 * threads,
-                |i| Ok::<_, Error>(decode_unit(&units[i], &t, &o.decode)),
+                |i| Ok::<_, Error>(decode_unit(&units[i], &t, &decode)),
                 |i, r| {
                     pb.inc(1);
                     match r {
@@ -936,7 +981,17 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
                                 reason: reason.0,
                             });
                         }
-                        Ok((px, labels)) => {
+                        Ok((px, labels, left_out)) => {
+                            for r in left_out {
+                                if o.on_error == OnError::Fail {
+                                    return Err(reject_to_error(
+                                        &o.input,
+                                        &r.path,
+                                        Reject::new(r.reason),
+                                    ));
+                                }
+                                rejects.push(r);
+                            }
                             px_buf.extend_from_slice(&px);
                             lb_buf.extend_from_slice(&labels);
                             while lb_buf.len() >= bs as usize {
@@ -1053,7 +1108,7 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
                 let (mean, std) = stats[stats_split(stats.keys())].mean_std(&spec);
                 let cm = ColmajorManifest {
                     format: crate::colmajor::FORMAT.into(),
-                    version: crate::colmajor::VERSION,
+                    version: spec.dtype.format_version() as u32,
                     sample: spec.clone(),
                     classes: plan.classes.clone(),
                     mean,

@@ -134,12 +134,12 @@ const GRID_MAX_BLOCKS: usize = 256;
 /// up by `zoom`; a thin dark line separates samples.
 pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbImage> {
     let format = crate::dataset_format(dir)?;
-    let (spec, classes, picks) = if format == crate::colmajor::FORMAT {
+    let (spec, classes, picks, mean_std) = if format == crate::colmajor::FORMAT {
         let m = ColmajorManifest::read(dir)?;
         let r = ColmajorSplitReader::open(dir, &m, split)?;
         let k = m.classes.len();
         let mut picks: Picks = vec![Vec::new(); k];
-        let max = m.sample.dtype.max_value() as f32;
+        let max = m.sample.dtype.divisor() as f32;
         for i in 0..r.samples {
             let l = r.label(i) as usize;
             if l < k && picks[l].len() < per_class {
@@ -150,6 +150,13 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
                     Dtype::U16 => (0..r.features)
                         .flat_map(|f| ((r.get(i, f) * max).round() as u16).to_le_bytes())
                         .collect(),
+                    // The file holds the values themselves (f16 ones exactly as float32).
+                    Dtype::F16 => (0..r.features)
+                        .flat_map(|f| half::f16::from_f32(r.get(i, f)).to_le_bytes())
+                        .collect(),
+                    Dtype::F32 => (0..r.features)
+                        .flat_map(|f| r.get(i, f).to_le_bytes())
+                        .collect(),
                 };
                 picks[l].push(px);
             }
@@ -157,7 +164,7 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
                 break;
             }
         }
-        (m.sample.clone(), k, picks)
+        (m.sample.clone(), k, picks, (m.mean.clone(), m.std.clone()))
     } else {
         let ds = Dataset::open(dir)?;
         let s = ds
@@ -191,12 +198,48 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
                 b0 = b1;
             }
         }
-        (ds.manifest.sample.clone(), k, picks)
+        let m = &ds.manifest;
+        (m.sample.clone(), k, picks, (m.mean.clone(), m.std.clone()))
     };
-    Ok(draw(&spec, classes, per_class, zoom.max(1), &picks))
+    let window = display_window(&spec, &mean_std.0, &mean_std.1);
+    Ok(draw(
+        &spec,
+        classes,
+        per_class,
+        zoom.max(1),
+        &picks,
+        &window,
+    ))
 }
 
-fn draw(spec: &SampleSpec, classes: usize, per_class: usize, zoom: u32, picks: &Picks) -> RgbImage {
+/// Per channel, the stored values shown black and white: the whole range for u8/u16; for f16/f32
+/// (values in their own units, no range of their own) the dataset's mean ± 3 standard deviations
+/// (from the manifest), which holds nearly every value of most data.
+fn display_window(spec: &SampleSpec, mean: &[f64], std: &[f64]) -> Vec<(f32, f32)> {
+    (0..spec.shape.channels())
+        .map(|c| {
+            if !spec.dtype.is_float() {
+                return (0.0, spec.dtype.divisor() as f32);
+            }
+            let (m, s) = (
+                mean.get(c).copied().unwrap_or(0.0),
+                std.get(c).copied().unwrap_or(0.0),
+            );
+            // A constant channel shows mid-grey.
+            let s = if s > 0.0 { s } else { 1.0 };
+            ((m - 3.0 * s) as f32, (m + 3.0 * s) as f32)
+        })
+        .collect()
+}
+
+fn draw(
+    spec: &SampleSpec,
+    classes: usize,
+    per_class: usize,
+    zoom: u32,
+    picks: &Picks,
+    window: &[(f32, f32)],
+) -> RgbImage {
     let dims = &spec.shape.0;
     // Volumes show their middle slice.
     let (c, h, w) = (
@@ -219,6 +262,11 @@ fn draw(spec: &SampleSpec, classes: usize, per_class: usize, zoom: u32, picks: &
         match spec.dtype {
             Dtype::U8 => px[e],
             Dtype::U16 => (u16::from_le_bytes([px[2 * e], px[2 * e + 1]]) >> 8) as u8,
+            Dtype::F16 | Dtype::F32 => {
+                let (lo, hi) = window[ch];
+                let t = (spec.dtype.get(px, e) - lo) / (hi - lo);
+                (t * 255.0).round().clamp(0.0, 255.0) as u8
+            }
         }
     };
     let rows: Vec<(usize, usize, Vec<[u8; 3]>)> = picks

@@ -100,7 +100,7 @@ pub fn plan(
         batch,
         cores,
         disk: vec![
-            row("raw pixels (u8/u16) + labels", raw + labels),
+            row(&format!("raw pixels ({dtype}) + labels"), raw + labels),
             row(
                 "shards, zstd (synthetic data ratio)",
                 ((raw + labels) as f64 * SYNTH_ZSTD_RATIO) as u64,

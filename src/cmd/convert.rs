@@ -1,5 +1,5 @@
 use super::{thousands, UsageError};
-use crate::cli::{ConvertArgs, DtypeArg, FitArg, KindArg, OnErrorArg};
+use crate::cli::{ConvertArgs, FitArg, KindArg, OnErrorArg};
 use anyhow::Context;
 use prep::convert::{convert, ConvertOptions, Kind, OnError};
 use prep::mem::human;
@@ -40,6 +40,13 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
+    let dtype = a.dtype.map(Dtype::from);
+    if window.is_some() && dtype.is_some_and(Dtype::is_float) {
+        return Err(UsageError(
+            "--window does not apply to --dtype f16/f32, which keep the values unwindowed".into(),
+        )
+        .into());
+    }
     if let Some(f) = a.fps {
         if !(f > 0.0 && f.is_finite()) {
             return Err(UsageError(format!("--fps {f}: must be a positive number")).into());
@@ -65,10 +72,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         },
         size,
         channels: a.channels.map(|c| if c >= 2 { 3 } else { 1 }),
-        dtype: a.dtype.map(|d| match d {
-            DtypeArg::U8 => Dtype::U8,
-            DtypeArg::U16 => Dtype::U16,
-        }),
+        dtype,
         fit: match a.fit {
             FitArg::Crop => Fit::Crop,
             FitArg::Stretch => Fit::Stretch,
@@ -126,10 +130,10 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             human(r.peak_rss_bytes)
         );
         if !r.rejects.is_empty() {
+            // An array's unusable samples are rejected one by one, not the whole array.
             eprintln!(
-                "skipped {} of {} inputs, listed with reasons in {}:",
+                "skipped {} inputs or array samples, listed with reasons in {}:",
                 r.rejects.len(),
-                r.inputs,
                 a.out.join("rejects.jsonl").display()
             );
             for x in r.rejects.iter().take(10) {

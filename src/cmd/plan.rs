@@ -1,15 +1,12 @@
 use super::{thousands, UsageError};
-use crate::cli::{DtypeArg, PlanArgs};
+use crate::cli::PlanArgs;
 use prep::mem::human;
 use prep::nn::ModelConfig;
 use prep::shard::Dtype;
 use std::process::ExitCode;
 
 pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
-    let dtype = match a.dtype {
-        DtypeArg::U8 => Dtype::U8,
-        DtypeArg::U16 => Dtype::U16,
-    };
+    let dtype = Dtype::from(a.dtype);
     let cores = rayon::current_num_threads();
     let d = &a.shape.0;
     if d.len() != 3 {

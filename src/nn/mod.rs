@@ -29,9 +29,10 @@ impl Aug {
 
 /// A batch of raw pixels as read from shards.
 pub struct RawBatch<'a> {
-    /// `n` samples of `c*h*w` values, u8 or u16 (little-endian pairs).
+    /// `n` samples of `c*h*w` values of `dtype`, little-endian.
     pub pixels: &'a [u8],
-    pub u16: bool,
+    /// u8/u16 are normalised as `(p / max - mean) / std`, f16/f32 as `(v - mean) / std`.
+    pub dtype: crate::shard::Dtype,
     pub n: usize,
     pub c: usize,
     pub h: usize,

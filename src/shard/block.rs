@@ -94,6 +94,13 @@ impl Block {
                 self.label(i)
             )));
         }
+        if let Some((i, v)) = super::first_non_finite(spec.dtype, self.pixels()) {
+            return Err(Error::Invalid(format!(
+                "sample {} of a block holds {v}: {} samples must be finite",
+                i / spec.shape.elems(),
+                spec.dtype
+            )));
+        }
         let bytes = match codec {
             Codec::None => self.data.clone(),
             Codec::Zstd { level } => compress(&self.data, level)?,
@@ -193,6 +200,15 @@ impl Block {
                 block.label(i)
             )));
         }
+        if let Some((i, v)) = super::first_non_finite(spec.dtype, block.pixels()) {
+            let e = spec.shape.elems();
+            return Err(bad(format!(
+                "sample {} holds {v} at value {}: {} samples must be finite",
+                i / e,
+                i % e,
+                spec.dtype
+            )));
+        }
         Ok(block)
     }
 }
@@ -242,56 +258,105 @@ pub struct EncodedBlock {
     pub stats: Stats,
 }
 
-/// Exact sums from which class balance and per-channel mean/std follow. Integers, so that they add
-/// up identically in any order and a resumed run reports the same figures.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// Sums from which class balance and per-channel mean/std follow.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Stats {
     pub class_counts: Vec<u64>,
-    pub channel_sum: Vec<u128>,
-    pub channel_sumsq: Vec<u128>,
+    pub channels: ChannelSums,
+}
+
+/// Per-channel sum and sum of squares of the stored values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChannelSums {
+    /// u8/u16: exact integers, so that they add up identically in any order and a resumed run
+    /// reports the same figures.
+    Int { sum: Vec<u128>, sumsq: Vec<u128> },
+    /// f16/f32: f64 sums, added in a fixed order (within a block, then block after block, shard
+    /// after shard), so the same dataset always reports the same figures.
+    Float { sum: Vec<f64>, sumsq: Vec<f64> },
+}
+
+impl Default for ChannelSums {
+    fn default() -> Self {
+        ChannelSums::Int {
+            sum: Vec::new(),
+            sumsq: Vec::new(),
+        }
+    }
 }
 
 impl Stats {
-    pub fn empty(num_classes: u32, channels: usize) -> Self {
+    pub fn empty(num_classes: u32, spec: &SampleSpec) -> Self {
+        let c = spec.shape.channels();
         Stats {
             class_counts: vec![0; num_classes as usize],
-            channel_sum: vec![0; channels],
-            channel_sumsq: vec![0; channels],
+            channels: if spec.dtype.is_float() {
+                ChannelSums::Float {
+                    sum: vec![0.0; c],
+                    sumsq: vec![0.0; c],
+                }
+            } else {
+                ChannelSums::Int {
+                    sum: vec![0; c],
+                    sumsq: vec![0; c],
+                }
+            },
         }
     }
 
     pub fn of_block(block: &Block, spec: &SampleSpec, num_classes: u32) -> Self {
         let c = spec.shape.channels();
         let plane = spec.shape.plane();
-        let mut s = Stats::empty(num_classes, c);
+        let size = spec.dtype.size();
+        let mut s = Stats::empty(num_classes, spec);
         for l in block.labels() {
             s.class_counts[l as usize] += 1;
         }
         for i in 0..block.len() {
             let px = block.sample(i);
             for ch in 0..c {
-                let (sum, sq) = match spec.dtype {
-                    Dtype::U8 => sums_u8(&px[ch * plane..(ch + 1) * plane]),
-                    Dtype::U16 => sums_u16(&px[2 * ch * plane..2 * (ch + 1) * plane]),
-                };
-                s.channel_sum[ch] += sum as u128;
-                s.channel_sumsq[ch] += sq;
+                let v = &px[size * ch * plane..size * (ch + 1) * plane];
+                match (&mut s.channels, spec.dtype) {
+                    (ChannelSums::Int { sum, sumsq }, Dtype::U8) => {
+                        let (a, q) = sums_u8(v);
+                        sum[ch] += a as u128;
+                        sumsq[ch] += q;
+                    }
+                    (ChannelSums::Int { sum, sumsq }, _) => {
+                        let (a, q) = sums_u16(v);
+                        sum[ch] += a as u128;
+                        sumsq[ch] += q;
+                    }
+                    (ChannelSums::Float { sum, sumsq }, dtype) => {
+                        let (a, q) = sums_float(dtype, v);
+                        sum[ch] += a;
+                        sumsq[ch] += q;
+                    }
+                }
             }
         }
         s
     }
 
-    /// Add another part's sums. Saturating: figures read from files were validated, and a
-    /// saturated statistic is better than a panic or a silent wrap.
+    /// Add another part's sums. Integer sums saturate: figures read from files were validated,
+    /// and a saturated statistic is better than a panic or a silent wrap. Parts of different
+    /// kinds (which a dataset never mixes) leave the sums as they are.
     pub fn add(&mut self, o: &Stats) {
         for (a, b) in self.class_counts.iter_mut().zip(&o.class_counts) {
             *a = a.saturating_add(*b);
         }
-        for (a, b) in self.channel_sum.iter_mut().zip(&o.channel_sum) {
-            *a = a.saturating_add(*b);
-        }
-        for (a, b) in self.channel_sumsq.iter_mut().zip(&o.channel_sumsq) {
-            *a = a.saturating_add(*b);
+        match (&mut self.channels, &o.channels) {
+            (ChannelSums::Int { sum, sumsq }, ChannelSums::Int { sum: s2, sumsq: q2 }) => {
+                for (a, b) in sum.iter_mut().zip(s2).chain(sumsq.iter_mut().zip(q2)) {
+                    *a = a.saturating_add(*b);
+                }
+            }
+            (ChannelSums::Float { sum, sumsq }, ChannelSums::Float { sum: s2, sumsq: q2 }) => {
+                for (a, b) in sum.iter_mut().zip(s2).chain(sumsq.iter_mut().zip(q2)) {
+                    *a += *b;
+                }
+            }
+            _ => {}
         }
     }
 
@@ -301,24 +366,43 @@ impl Stats {
             .fold(0u64, |a, &b| a.saturating_add(b))
     }
 
-    /// Per-channel mean and standard deviation of pixel / max value, i.e. in [0, 1].
+    /// Per-channel mean and standard deviation of value / `dtype.divisor()`: pixels in [0, 1]
+    /// for u8/u16, the values themselves for f16/f32.
     pub fn mean_std(&self, spec: &SampleSpec) -> (Vec<f64>, Vec<f64>) {
         let count = self.samples() as f64 * spec.shape.plane() as f64;
-        let max = spec.dtype.max_value();
+        let div = spec.dtype.divisor();
+        let (sum, sumsq): (Vec<f64>, Vec<f64>) = match &self.channels {
+            ChannelSums::Int { sum, sumsq } => (
+                sum.iter().map(|&v| v as f64).collect(),
+                sumsq.iter().map(|&v| v as f64).collect(),
+            ),
+            ChannelSums::Float { sum, sumsq } => (sum.clone(), sumsq.clone()),
+        };
         if count == 0.0 {
-            let z = vec![0.0; self.channel_sum.len()];
+            let z = vec![0.0; sum.len()];
             return (z.clone(), z);
         }
-        self.channel_sum
-            .iter()
-            .zip(&self.channel_sumsq)
+        sum.iter()
+            .zip(&sumsq)
             .map(|(&s, &q)| {
-                let m = s as f64 / count;
-                let var = (q as f64 / count - m * m).max(0.0);
-                (m / max, var.sqrt() / max)
+                let m = s / count;
+                let var = (q / count - m * m).max(0.0);
+                (m / div, var.sqrt() / div)
             })
             .unzip()
     }
+}
+
+/// Sum and sum of squares of little-endian f16/f32 values, in f64 (a float32 square is exact in
+/// f64). Sequential, so the result depends only on the values.
+fn sums_float(dtype: Dtype, v: &[u8]) -> (f64, f64) {
+    let (mut s, mut q) = (0.0f64, 0.0f64);
+    for i in 0..v.len() / dtype.size() {
+        let x = dtype.get(v, i) as f64;
+        s += x;
+        q += x * x;
+    }
+    (s, q)
 }
 
 /// Sum and sum of squares of u8 values. u32 lanes over short runs let the compiler vectorise.

@@ -3,14 +3,16 @@
 //! arithmetic is checked, so a damaged or hostile file gives an error rather than a panic or a huge
 //! allocation.
 
-use super::{Dtype, SampleSpec, Shape, MAX_DIMS, MAX_SAMPLE_BYTES};
+use super::{ChannelSums, Dtype, SampleSpec, Shape, MAX_DIMS, MAX_SAMPLE_BYTES};
 use crate::error::{Error, Region, Result};
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: &[u8; 8] = b"PREPSHRD";
 pub const END_MAGIC: &[u8; 8] = b"PREPEND\0";
-pub const VERSION: u16 = 1;
+/// Version 1 holds u8/u16 samples; version 2 adds f16/f32 (and may hold any dtype). Writers use
+/// the dtype's `format_version`, so u8/u16 files are version 1 exactly as before.
+pub const VERSION: u16 = 2;
 pub const HEADER_LEN: usize = 64;
 pub const TRAILER_LEN: usize = 32;
 pub const ENTRY_LEN: usize = 40;
@@ -40,7 +42,7 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..8].copy_from_slice(MAGIC);
-        b[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..10].copy_from_slice(&self.spec.dtype.format_version().to_le_bytes());
         b[10] = self.spec.dtype.code();
         b[11] = self.codec;
         b[12] = self.spec.shape.0.len() as u8;
@@ -67,9 +69,9 @@ impl Header {
             return Err(bad("wrong magic: not a prep shard file".into()));
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(bad(format!(
-                "format version {version} is not supported (this prep reads version {VERSION})"
+                "format version {version} is not supported (this prep reads versions 1 to {VERSION})"
             )));
         }
         let stored = u64_at(b, 56);
@@ -81,6 +83,13 @@ impl Header {
         }
         let dtype =
             Dtype::from_code(b[10]).ok_or_else(|| bad(format!("unknown dtype code {}", b[10])))?;
+        if dtype.format_version() > version {
+            return Err(bad(format!(
+                "dtype {dtype} (code {}) needs format version {}, the header says {version}",
+                b[10],
+                dtype.format_version()
+            )));
+        }
         let codec = b[11];
         if codec != CODEC_NONE && codec != CODEC_ZSTD {
             return Err(bad(format!("unknown codec code {codec}")));
@@ -232,11 +241,19 @@ impl Footer {
         for c in &self.stats.class_counts {
             b.extend_from_slice(&c.to_le_bytes());
         }
-        for s in &self.stats.channel_sum {
-            b.extend_from_slice(&s.to_le_bytes());
-        }
-        for s in &self.stats.channel_sumsq {
-            b.extend_from_slice(&s.to_le_bytes());
+        match &self.stats.channels {
+            ChannelSums::Int { sum, sumsq } => {
+                for s in sum.iter().chain(sumsq) {
+                    b.extend_from_slice(&s.to_le_bytes());
+                }
+            }
+            // An f64 in the low 8 bytes of each 16-byte field, the high 8 bytes zero.
+            ChannelSums::Float { sum, sumsq } => {
+                for s in sum.iter().chain(sumsq) {
+                    b.extend_from_slice(&s.to_le_bytes());
+                    b.extend_from_slice(&[0u8; 8]);
+                }
+            }
         }
         b
     }
@@ -316,20 +333,40 @@ impl Footer {
             .collect();
         o += 8 * header.num_classes as usize;
         let c = header.spec.shape.channels();
-        let channel_sum: Vec<u128> = (0..c).map(|k| u128_at(b, o + 16 * k)).collect();
-        o += 16 * c;
-        let channel_sumsq: Vec<u128> = (0..c).map(|k| u128_at(b, o + 16 * k)).collect();
         if checked_sum(&class_counts) != Some(header.num_samples) {
             return Err(bad(
                 "class counts do not add up to the number of samples".into()
             ));
         }
+        let fields: Vec<u128> = (0..2 * c).map(|k| u128_at(b, o + 16 * k)).collect();
+        let channels = if header.spec.dtype.is_float() {
+            let mut v = Vec::with_capacity(2 * c);
+            for (k, &f) in fields.iter().enumerate() {
+                let what = if k < c { "sum" } else { "sum of squares" };
+                let x = f64::from_bits(f as u64);
+                if f >> 64 != 0 {
+                    return Err(bad(format!(
+                        "channel {} {what}: the high 8 bytes of a float statistic are not zero",
+                        k % c
+                    )));
+                }
+                if !x.is_finite() || (k >= c && x < 0.0) {
+                    return Err(bad(format!("channel {} {what} is {x}", k % c)));
+                }
+                v.push(x);
+            }
+            let sumsq = v.split_off(c);
+            ChannelSums::Float { sum: v, sumsq }
+        } else {
+            let mut sum = fields;
+            let sumsq = sum.split_off(c);
+            ChannelSums::Int { sum, sumsq }
+        };
         Ok(Footer {
             blocks,
             stats: super::Stats {
                 class_counts,
-                channel_sum,
-                channel_sumsq,
+                channels,
             },
         })
     }
@@ -348,4 +385,170 @@ pub fn u64_at(b: &[u8], o: usize) -> u64 {
 }
 fn u128_at(b: &[u8], o: usize) -> u128 {
     u128::from_le_bytes(b[o..o + 16].try_into().unwrap())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::{Block, Codec, Stats};
+
+    fn spec(dtype: Dtype) -> SampleSpec {
+        SampleSpec {
+            shape: Shape::new(vec![2, 2, 3]).unwrap(),
+            dtype,
+        }
+    }
+
+    fn header(dtype: Dtype) -> Header {
+        Header {
+            spec: spec(dtype),
+            codec: CODEC_NONE,
+            num_samples: 3,
+            num_blocks: 1,
+            num_classes: 2,
+        }
+    }
+
+    fn rehash(b: &mut [u8; HEADER_LEN]) {
+        let h = xxh3_64(&b[..56]);
+        b[56..64].copy_from_slice(&h.to_le_bytes());
+    }
+
+    #[test]
+    fn header_version_follows_the_dtype() {
+        let path = Path::new("x.shard");
+        for (dtype, version) in [
+            (Dtype::U8, 1),
+            (Dtype::U16, 1),
+            (Dtype::F16, 2),
+            (Dtype::F32, 2),
+        ] {
+            let b = header(dtype).encode();
+            assert_eq!(u16::from_le_bytes([b[8], b[9]]), version, "{dtype}");
+            assert_eq!(b[10], dtype.code());
+            assert_eq!(Header::decode(path, &b).unwrap(), header(dtype));
+        }
+        // A float code under version 1 is an error naming the file; version 2 reads u8 too.
+        let mut b = header(Dtype::F16).encode();
+        b[8] = 1;
+        rehash(&mut b);
+        let e = Header::decode(path, &b).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "x.shard: header: dtype f16 (code 3) needs format version 2, the header says 1"
+        );
+        let mut b = header(Dtype::U8).encode();
+        b[8] = 2;
+        rehash(&mut b);
+        assert_eq!(Header::decode(path, &b).unwrap(), header(Dtype::U8));
+        b[10] = 5;
+        rehash(&mut b);
+        assert!(Header::decode(path, &b)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown dtype code 5"));
+    }
+
+    /// A block of three f32 samples and the footer of a shard holding just it.
+    fn float_block() -> (Block, Footer, Header) {
+        let sp = spec(Dtype::F32);
+        let mut block = Block::zeroed(3, sp.bytes());
+        for (k, v) in block.pixels_mut().chunks_exact_mut(4).enumerate() {
+            v.copy_from_slice(&(k as f32 * -1.5 + 2.0).to_le_bytes());
+        }
+        block.set_label(1, 1);
+        let enc = block.encode(&sp, 2, Codec::None).unwrap();
+        let footer = Footer {
+            blocks: vec![BlockEntry {
+                offset: HEADER_LEN as u64,
+                stored_len: enc.bytes.len() as u64,
+                num_samples: 3,
+                stored_xxh3: enc.stored_xxh3,
+                raw_xxh3: enc.raw_xxh3,
+            }],
+            stats: enc.stats,
+        };
+        (block, footer, header(Dtype::F32))
+    }
+
+    #[test]
+    fn float_statistics_round_trip_and_are_checked() {
+        let path = Path::new("f.shard");
+        let (block, footer, h) = float_block();
+        let end = HEADER_LEN as u64 + footer.blocks[0].stored_len;
+        let b = footer.encode();
+        assert_eq!(b.len() as u64, h.footer_len());
+        let back = Footer::decode(path, &b, &h, end).unwrap();
+        assert_eq!(back, footer);
+        // Channel 0 holds values 0..6 of each sample, channel 1 values 6..12: raw statistics.
+        let (mean, std) = back.stats.mean_std(&h.spec);
+        let vals = |c: usize| -> Vec<f64> {
+            (0..3)
+                .flat_map(|s| (0..6).map(move |p| (s * 12 + c * 6 + p) as f64 * -1.5 + 2.0))
+                .collect()
+        };
+        for c in 0..2 {
+            let v = vals(c);
+            let m = v.iter().sum::<f64>() / 18.0;
+            let sd = (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 18.0).sqrt();
+            assert!((mean[c] - m).abs() < 1e-12 && (std[c] - sd).abs() < 1e-9);
+        }
+        let mut total = Stats::empty(2, &h.spec);
+        total.add(&Stats::of_block(&block, &h.spec, 2));
+        assert_eq!(total, footer.stats);
+        // The high bytes of a float field, a NaN sum, a negative sum of squares.
+        let stats_at = ENTRY_LEN + 8 * 2;
+        for (at, bytes, what) in [
+            (stats_at + 8, vec![1u8], "high 8 bytes"),
+            (
+                stats_at,
+                f64::NAN.to_le_bytes().to_vec(),
+                "channel 0 sum is NaN",
+            ),
+            (
+                stats_at + 16 * 3,
+                (-1.0f64).to_le_bytes().to_vec(),
+                "channel 1 sum of squares is -1",
+            ),
+        ] {
+            let mut bad = b.clone();
+            bad[at..at + bytes.len()].copy_from_slice(&bytes);
+            let e = Footer::decode(path, &bad, &h, end).unwrap_err().to_string();
+            assert!(
+                e.starts_with("f.shard: footer: ") && e.contains(what),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn non_finite_float_values_are_refused_both_ways() {
+        let path = Path::new("n.shard");
+        let (block, footer, h) = float_block();
+        for (dtype, bits) in [
+            (Dtype::F32, f32::NAN.to_le_bytes().to_vec()),
+            (Dtype::F32, f32::INFINITY.to_le_bytes().to_vec()),
+            (Dtype::F16, half::f16::NEG_INFINITY.to_le_bytes().to_vec()),
+        ] {
+            let sp = spec(dtype);
+            let mut b = Block::zeroed(3, sp.bytes());
+            let at = sp.bytes() + 2 * dtype.size();
+            b.pixels_mut()[at..at + bits.len()].copy_from_slice(&bits);
+            let e = b.encode(&sp, 2, Codec::None).unwrap_err().to_string();
+            assert!(e.contains("sample 1") && e.contains("finite"), "{e}");
+        }
+        // Decoding a block whose checksums hold but which holds a NaN.
+        let mut raw = block.raw().to_vec();
+        raw[4 * 13..4 * 14].copy_from_slice(&f32::NAN.to_le_bytes());
+        let mut e = footer.blocks[0];
+        e.stored_xxh3 = xxh3_64(&raw);
+        e.raw_xxh3 = e.stored_xxh3;
+        let err = Block::decode(path, 0, &e, &raw, &h.spec, CODEC_NONE, 2, Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "n.shard: block 0: sample 1 holds NaN at value 1: f32 samples must be finite"
+        );
+    }
 }

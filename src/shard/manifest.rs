@@ -10,7 +10,9 @@ use std::path::{Component, Path};
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const FORMAT: &str = "prep-shards";
-pub const VERSION: u32 = 1;
+/// Version 1 describes u8/u16 datasets, version 2 adds f16/f32; a writer uses the dtype's
+/// `format_version`, so u8/u16 manifests are unchanged.
+pub const VERSION: u32 = 2;
 pub const FILE_NAME: &str = "manifest.json";
 /// A reader refuses larger manifests before reading them.
 pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
@@ -25,7 +27,8 @@ pub struct Manifest {
     pub classes: Vec<String>,
     pub codec: Codec,
     pub block_samples: u32,
-    /// Per-channel mean and std of pixel/max over the train split (or the first split).
+    /// Per-channel mean and std of value / `dtype.divisor()` (pixel / max for u8/u16, the value
+    /// itself for f16/f32) over the train split (or the first split).
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
     pub splits: BTreeMap<String, SplitInfo>,
@@ -76,7 +79,7 @@ impl Provenance {
 
 impl SplitInfo {
     pub fn from_shards(spec: &SampleSpec, num_classes: u32, shards: Vec<ShardInfo>) -> Self {
-        let mut stats = Stats::empty(num_classes, spec.shape.channels());
+        let mut stats = Stats::empty(num_classes, spec);
         for s in &shards {
             stats.add(&s.stats);
         }
@@ -107,7 +110,7 @@ impl Manifest {
         let (mean, std) = (first.mean.clone(), first.std.clone());
         Manifest {
             format: FORMAT.into(),
-            version: VERSION,
+            version: sample.dtype.format_version() as u32,
             sample,
             classes,
             codec,
@@ -145,11 +148,11 @@ impl Manifest {
                 format!("format is '{}', expected '{FORMAT}'", m.format),
             ));
         }
-        if m.version != VERSION {
+        if !(1..=VERSION).contains(&m.version) {
             return Err(Error::manifest(
                 path,
                 format!(
-                    "version {} is not supported (this prep reads {VERSION})",
+                    "version {} is not supported (this prep reads versions 1 to {VERSION})",
                     m.version
                 ),
             ));
@@ -166,6 +169,14 @@ impl Manifest {
             return Err(format!("{k} classes is outside 1..={MAX_CLASSES}"));
         }
         super::Shape::new(self.sample.shape.0.clone()).map_err(|e| e.to_string())?;
+        self.sample.check().map_err(|e| e.to_string())?;
+        let v = self.sample.dtype.format_version() as u32;
+        if v > self.version {
+            return Err(format!(
+                "dtype {} needs manifest version {v}, the file says {}",
+                self.sample.dtype, self.version
+            ));
+        }
         let c = self.sample.shape.channels();
         if self.mean.len() != c || self.std.len() != c {
             return Err("mean/std do not have one value per channel".into());

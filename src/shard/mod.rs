@@ -9,7 +9,7 @@ pub mod manifest;
 pub mod reader;
 pub mod writer;
 
-pub use block::{Block, Codec, EncodedBlock, Stats};
+pub use block::{Block, ChannelSums, Codec, EncodedBlock, Stats};
 pub use dataset::{Damage, Dataset, VerifyReport};
 pub use manifest::Manifest;
 pub use reader::ShardReader;
@@ -20,39 +20,74 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// Pixel type on disk. Never float: normalisation happens where the model runs.
+/// Pixel type on disk. Integers for images (u8, u16); IEEE floats (f16, f32) only for data whose
+/// values are not small integers (CT in modality units, float arrays). Normalisation happens where
+/// the model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     U8,
     U16,
+    F16,
+    F32,
 }
 
 impl Dtype {
     pub fn size(self) -> usize {
         match self {
             Dtype::U8 => 1,
-            Dtype::U16 => 2,
+            Dtype::U16 | Dtype::F16 => 2,
+            Dtype::F32 => 4,
         }
     }
     pub fn code(self) -> u8 {
         match self {
             Dtype::U8 => 1,
             Dtype::U16 => 2,
+            Dtype::F16 => 3,
+            Dtype::F32 => 4,
         }
     }
     pub fn from_code(c: u8) -> Option<Self> {
         match c {
             1 => Some(Dtype::U8),
             2 => Some(Dtype::U16),
+            3 => Some(Dtype::F16),
+            4 => Some(Dtype::F32),
             _ => None,
         }
     }
-    /// Largest pixel value; pixel / max is the value in [0, 1].
-    pub fn max_value(self) -> f64 {
+    pub fn is_float(self) -> bool {
+        matches!(self, Dtype::F16 | Dtype::F32)
+    }
+    /// The oldest format version (shard header and manifest) that can hold this dtype: writers
+    /// use it, so that u8/u16 datasets stay readable by version-1 readers, byte for byte as before.
+    pub fn format_version(self) -> u16 {
+        if self.is_float() {
+            2
+        } else {
+            1
+        }
+    }
+    /// What a stored value is divided by before statistics and normalisation: the largest value
+    /// for integers (so pixels are in [0, 1]), 1 for floats (used in their own units).
+    pub fn divisor(self) -> f64 {
         match self {
             Dtype::U8 => 255.0,
             Dtype::U16 => 65535.0,
+            Dtype::F16 | Dtype::F32 => 1.0,
+        }
+    }
+    /// Value `i` of little-endian `px` (a sample or a run of samples) as f32: exact for every dtype.
+    #[inline]
+    pub fn get(self, px: &[u8], i: usize) -> f32 {
+        match self {
+            Dtype::U8 => px[i] as f32,
+            Dtype::U16 => u16::from_le_bytes([px[2 * i], px[2 * i + 1]]) as f32,
+            Dtype::F16 => {
+                half::f16::from_bits(u16::from_le_bytes([px[2 * i], px[2 * i + 1]])).to_f32()
+            }
+            Dtype::F32 => f32::from_le_bytes(px[4 * i..4 * i + 4].try_into().unwrap()),
         }
     }
 }
@@ -62,7 +97,27 @@ impl fmt::Display for Dtype {
         f.write_str(match self {
             Dtype::U8 => "u8",
             Dtype::U16 => "u16",
+            Dtype::F16 => "f16",
+            Dtype::F32 => "f32",
         })
+    }
+}
+
+/// The first value of little-endian f16/f32 data `px` that is NaN or infinite: (index, value).
+/// Float samples are finite by rule (`formats/shard.md`): a NaN would poison every statistic and
+/// every training step that sees it.
+pub fn first_non_finite(dtype: Dtype, px: &[u8]) -> Option<(usize, f32)> {
+    // An exponent of all ones is infinity or NaN; comparing bits keeps this a fast scan.
+    match dtype {
+        Dtype::U8 | Dtype::U16 => None,
+        Dtype::F16 => px
+            .chunks_exact(2)
+            .position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7c00 == 0x7c00)
+            .map(|i| (i, dtype.get(px, i))),
+        Dtype::F32 => px
+            .chunks_exact(4)
+            .position(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & 0x7f80_0000 == 0x7f80_0000)
+            .map(|i| (i, dtype.get(px, i))),
     }
 }
 
@@ -98,7 +153,8 @@ impl Shape {
             )));
         }
         let s = Shape(dims);
-        // u16 samples take two bytes a value: 2^28 values is the most any dtype can hold.
+        // 2^28 values of two bytes fill MAX_SAMPLE_BYTES; f32 samples are held to 2^27 by
+        // `SampleSpec::check`.
         s.checked_elems()
             .filter(|&e| e <= MAX_SAMPLE_BYTES / 2)
             .ok_or_else(|| Error::Invalid(format!("sample shape {s} has more than 2^28 values")))?;
@@ -155,6 +211,18 @@ impl SampleSpec {
     /// Bytes of one sample's pixels.
     pub fn bytes(&self) -> usize {
         self.shape.elems() * self.dtype.size()
+    }
+    /// A sample is at most `MAX_SAMPLE_BYTES` (checked for a shape that `Shape::new` accepted).
+    pub fn check(&self) -> Result<()> {
+        if self.bytes() as u64 > MAX_SAMPLE_BYTES {
+            return Err(Error::Invalid(format!(
+                "a {} {} sample is {} bytes, over the {MAX_SAMPLE_BYTES}-byte cap",
+                self.shape,
+                self.dtype,
+                self.bytes()
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -59,7 +59,7 @@ impl ShardWriter {
             codec,
             num_classes,
             blocks: Vec::new(),
-            stats: Stats::empty(num_classes, spec.shape.channels()),
+            stats: Stats::empty(num_classes, spec),
             offset: HEADER_LEN as u64,
             samples: 0,
         })

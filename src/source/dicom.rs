@@ -16,6 +16,10 @@
 //! on the top row; the window is then the same for the whole volume (its min..max when neither
 //! the options nor the file give one).
 //!
+//! With `opts.float` grey images are emitted as float frames of their modality values (after
+//! Rescale Slope/Intercept) with no window and no MONOCHROME1 inversion (which only changes how
+//! values are shown); volumes are cut as above.
+//!
 //! Colour images (RGB, and YBR_FULL stored uncompressed; compressed YBR data is converted to RGB
 //! by its codec) are emitted without any LUT as `ImageRgb8`, or `ImageRgb16` when 16 bits are
 //! allocated (samples shifted up so Bits Stored fills 16 bits).
@@ -26,8 +30,8 @@
 //! 1..=65535, at most 2^30 samples in all) before pixel data is decoded; every dicom-rs call runs
 //! under `catch_unwind` so that a panic on hostile bytes becomes a `Reject`.
 
-use super::nifti::emit_slices;
-use super::{window_to_u16, DecodeOptions, Emit, Probe, Reject};
+use super::nifti::{emit_float_slices, emit_slices};
+use super::{window_to_u16, DecodeOptions, Emit, FloatFrame, Frame, Probe, Reject};
 use dicom_core::header::HasLength;
 use dicom_dictionary_std::tags;
 use dicom_object::file::ReadPreamble;
@@ -227,6 +231,9 @@ fn decode_object(
                     let data = frame(f)?;
                     vol.extend(layout.values(data).map(|v| (v as f64 * s + i) as f32));
                 }
+                if opts.float {
+                    return emit_float_slices(&vol, [cols, rows, frames], opts.axis, false, emit);
+                }
                 let (low, high) = match window_for(0) {
                     Some(w) => w,
                     None => min_max(vol.iter().map(|&v| v as f64)),
@@ -244,6 +251,18 @@ fn decode_object(
             for f in 0..frames {
                 let data = frame(f)?;
                 let (s, i) = rescale(f);
+                if opts.float {
+                    let vals = layout
+                        .values(data)
+                        .map(|v| (v as f64 * s + i) as f32)
+                        .collect();
+                    emit(Frame::Float(FloatFrame::grey(
+                        cols as u32,
+                        rows as u32,
+                        vals,
+                    )))?;
+                    continue;
+                }
                 let (low, high) = match window_for(f) {
                     Some(w) => w,
                     None => min_max(layout.values(data).map(|v| v as f64 * s + i)),
@@ -255,7 +274,7 @@ fn decode_object(
                 let img =
                     ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(cols as u32, rows as u32, out)
                         .ok_or_else(|| Reject::new("internal: frame size mismatch"))?;
-                emit(DynamicImage::ImageLuma16(img))?;
+                emit(DynamicImage::ImageLuma16(img).into())?;
             }
             Ok(())
         }
@@ -300,7 +319,7 @@ fn decode_object(
                             .ok_or_else(|| Reject::new("internal: frame size mismatch"))?,
                     )
                 };
-                emit(img)?;
+                emit(img.into())?;
             }
             Ok(())
         }
@@ -935,8 +954,8 @@ pub(crate) mod tests {
 
     fn decode_all(bytes: &[u8], opts: &DecodeOptions) -> Result<Vec<DynamicImage>, Reject> {
         let mut out = Vec::new();
-        decode_bytes(bytes, opts, &mut |img| {
-            out.push(img);
+        decode_bytes(bytes, opts, &mut |f| {
+            out.push(f.expect_image());
             Ok(())
         })?;
         Ok(out)
@@ -1031,6 +1050,62 @@ pub(crate) mod tests {
             assert!(img.get_pixel(1, 1)[0] < 32768 && img.get_pixel(2, 1)[0] > 32768);
             assert!((window_to_u16(-945.0, low, high) as i32 - 32768).abs() < 1000);
         }
+    }
+
+    /// Every frame decoded with `opts.float`, as float frames.
+    fn decode_float(bytes: &[u8], axis: usize) -> Vec<FloatFrame> {
+        let mut out = Vec::new();
+        let o = DecodeOptions {
+            float: true,
+            axis,
+            ..DecodeOptions::default()
+        };
+        decode_bytes(bytes, &o, &mut |f| {
+            match f {
+                Frame::Float(f) => out.push(f),
+                Frame::Image(i) => panic!("expected float values, got {:?}", i.color()),
+            }
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn float_option_gives_modality_values_without_window_or_inversion() {
+        // Signed stored values, slope 2.5, intercept -1024, a file window and MONOCHROME1: the
+        // values are 2.5 v - 1024 as they are.
+        let pixels: Vec<i32> = (-6..6).chain(100..112).collect();
+        let spec = Spec {
+            frames: 2,
+            signed: true,
+            pi: "MONOCHROME1",
+            slope: Some(2.5),
+            intercept: Some(-1024.0),
+            window: Some(("40", "400")),
+            ..Spec::default()
+        };
+        let bytes = dicom_bytes(&spec, &pixels);
+        let hu = |v: i32| (v as f64 * 2.5 - 1024.0) as f32;
+        let frames = decode_float(&bytes, 2);
+        assert_eq!(frames.len(), 2);
+        for (f, frame) in frames.iter().enumerate() {
+            assert_eq!((frame.channels, frame.width, frame.height), (1, 4, 3));
+            let want: Vec<f32> = pixels[12 * f..12 * (f + 1)]
+                .iter()
+                .map(|&v| hu(v))
+                .collect();
+            assert_eq!(frame.data, want, "frame {f}");
+        }
+        // As a volume cut along x: column 1 of both frames, frame 0 on the top row.
+        let cols = decode_float(&bytes, 0);
+        assert_eq!(cols.len(), 4);
+        assert_eq!((cols[1].width, cols[1].height), (3, 2));
+        let want: Vec<f32> = [1, 5, 9, 13, 17, 21]
+            .iter()
+            .map(|&i| hu(pixels[i]))
+            .collect();
+        assert_eq!(cols[1].data, want);
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub fn decode(path: &Path, emit: &mut Emit) -> Result<(), Reject> {
     let img = r
         .decode()
         .map_err(|e| Reject::new(format!("cannot decode: {e}")))?;
-    emit(img)
+    emit(img.into())
 }
 
 /// Enough of a file for any ordinary header (JPEG's APP segments with EXIF thumbnails and ICC
@@ -162,7 +162,7 @@ pub fn decode_tiff(path: &Path, emit: &mut Emit) -> Result<(), Reject> {
                 )))
             }
         };
-        emit(img)?;
+        emit(img.into())?;
         page += 1;
         if !d.more_images() {
             return Ok(());
@@ -219,7 +219,8 @@ mod tests {
         let p = t.path().join("big-header.png");
         std::fs::write(&p, &png).unwrap();
         let mut n = 0;
-        decode(&p, &mut |img| {
+        decode(&p, &mut |frame| {
+            let img = frame.expect_image();
             assert_eq!((img.width(), img.height()), (7, 5));
             n += 1;
             Ok(())

@@ -7,9 +7,10 @@
 //!   one or more 2-D images (a TIFF stack's pages, a video's frames, a volume's slices), labelled by
 //!   its class sub-folder, a labels CSV or a regex over its path (`tree`).
 //!
-//! Every decoder hands out `image::DynamicImage`s through an `Emit` callback, one at a time, so a
-//! long video or a large volume never sits in memory whole; `transform` then turns each image into
-//! a sample of the target shape and dtype.
+//! Every decoder hands out `Frame`s through an `Emit` callback, one at a time, so a long video or a
+//! large volume never sits in memory whole; `transform` then turns each frame into a sample of the
+//! target shape and dtype. A frame is an 8/16-bit `image::DynamicImage`, or, for float targets
+//! (`DecodeOptions::float`), the source's values in its own units as planar float32.
 
 pub mod cifar;
 pub mod dicom;
@@ -36,9 +37,69 @@ impl Reject {
     }
 }
 
-/// Receives decoded images one by one. Returning an error stops the decoder, which must then return
-/// that error.
-pub type Emit<'a> = dyn FnMut(DynamicImage) -> Result<(), Reject> + 'a;
+/// One decoded 2-D image.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// Integer pixels (8 or 16 bits, grey or colour), as the `image` crate holds them.
+    Image(DynamicImage),
+    /// Values in the source's own units (modality units, NIfTI after scaling, float arrays):
+    /// `DynamicImage` has no single-channel float variant, and no window is applied.
+    Float(FloatFrame),
+}
+
+impl From<DynamicImage> for Frame {
+    fn from(img: DynamicImage) -> Self {
+        Frame::Image(img)
+    }
+}
+
+impl Frame {
+    /// The image of a `Frame::Image` (decoder tests).
+    #[cfg(test)]
+    pub(crate) fn expect_image(self) -> DynamicImage {
+        match self {
+            Frame::Image(img) => img,
+            Frame::Float(f) => panic!(
+                "expected an image, got {}x{} float values",
+                f.width, f.height
+            ),
+        }
+    }
+
+    /// (channels, (height, width)) as the source has them (colour counts 3: alpha is dropped).
+    pub fn native(&self) -> (u8, (u32, u32)) {
+        match self {
+            Frame::Image(img) => (transform::native(img).0, (img.height(), img.width())),
+            Frame::Float(f) => (if f.channels >= 3 { 3 } else { 1 }, (f.height, f.width)),
+        }
+    }
+}
+
+/// Planar float32 values: `channels` planes of `height` x `width`, each row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FloatFrame {
+    pub channels: usize,
+    pub height: u32,
+    pub width: u32,
+    pub data: Vec<f32>,
+}
+
+impl FloatFrame {
+    /// One grey plane. `data` holds `width * height` values.
+    pub fn grey(width: u32, height: u32, data: Vec<f32>) -> Self {
+        debug_assert_eq!(data.len(), width as usize * height as usize);
+        FloatFrame {
+            channels: 1,
+            height,
+            width,
+            data,
+        }
+    }
+}
+
+/// Receives decoded frames one by one. Returning an error stops the decoder, which must then
+/// return that error.
+pub type Emit<'a> = dyn FnMut(Frame) -> Result<(), Reject> + 'a;
 
 /// Options that shape how files are decoded.
 #[derive(Debug, Clone)]
@@ -56,6 +117,10 @@ pub struct DecodeOptions {
     pub window: Option<(f64, f64)>,
     /// NIfTI: the percentile window (low, high), in percent, over the whole volume's voxels.
     pub percentiles: (f64, f64),
+    /// Scans (DICOM grey images, NIfTI): emit `Frame::Float` values in their own units (after
+    /// rescale slope/intercept) with no window, for f16/f32 targets. Other kinds emit images either
+    /// way, whose integer values a float target keeps.
+    pub float: bool,
 }
 
 impl Default for DecodeOptions {
@@ -66,6 +131,7 @@ impl Default for DecodeOptions {
             axis: 2,
             window: None,
             percentiles: (0.5, 99.5),
+            float: false,
         }
     }
 }

@@ -7,7 +7,9 @@
 //! Per volume: voxels are scaled by `scl_slope`/`scl_inter` (slope 0 means no scaling), then the
 //! window is `opts.window` if given, else the `opts.percentiles` window over that volume's finite
 //! voxels. Slices are cut along `opts.axis` and emitted as 16-bit grey images through
-//! `window_to_u16` (NaN voxels become 0).
+//! `window_to_u16` (NaN voxels become 0). With `opts.float` there is no window: slices are emitted
+//! as float frames of the scaled values (float64 data rounded to float32; a NaN stays NaN, for
+//! the conversion to reject).
 //!
 //! Orientation: voxel axes are taken as stored (no reorientation by the affine). Within a slice,
 //! columns follow the first remaining axis and rows run from the highest index of the second
@@ -16,7 +18,7 @@
 //! `dim y` wide and `dim z` high, for axis 1 `dim x` wide and `dim z` high, the top row being the
 //! highest z.
 
-use super::{window_to_u16, DecodeOptions, Emit, Probe, Reject};
+use super::{window_to_u16, DecodeOptions, Emit, FloatFrame, Frame, Probe, Reject};
 use image::{DynamicImage, ImageBuffer, Luma};
 use nifti::{Endianness, NiftiHeader, NiftiType};
 use std::fs::File;
@@ -156,6 +158,10 @@ fn decode_stream<R: Read>(
             ReadFail::Io(e) => io_reject("cannot read NIfTI voxel data", e),
             ReadFail::Alloc => Reject::new(format!("cannot allocate a volume of {n} voxels")),
         })?;
+        if opts.float {
+            emit_float_slices(&vol, layout.dims, opts.axis, true, emit)?;
+            continue;
+        }
         let (low, high) = match opts.window {
             Some(w) => w,
             None => percentile_window(&vol, opts.percentiles, &mut scratch)?,
@@ -445,6 +451,36 @@ pub(crate) fn emit_slices(
     map: &dyn Fn(f32) -> u16,
     emit: &mut Emit,
 ) -> Result<(), Reject> {
+    cut(vol, dims, axis, flip, map, &mut |w, h, px| {
+        let img = ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(w, h, px)
+            .expect("buffer holds w*h pixels");
+        emit(DynamicImage::ImageLuma16(img).into())
+    })
+}
+
+/// The slices of `emit_slices` as float frames of the voxel values themselves.
+pub(crate) fn emit_float_slices(
+    vol: &[f32],
+    dims: [usize; 3],
+    axis: usize,
+    flip: bool,
+    emit: &mut Emit,
+) -> Result<(), Reject> {
+    cut(vol, dims, axis, flip, |v| v, &mut |w, h, px| {
+        emit(Frame::Float(FloatFrame::grey(w, h, px)))
+    })
+}
+
+/// The slicing rule of `emit_slices`: each slice's `map`ped values, row-major, to `out(width,
+/// height, values)`.
+fn cut<T>(
+    vol: &[f32],
+    dims: [usize; 3],
+    axis: usize,
+    flip: bool,
+    map: impl Fn(f32) -> T,
+    out: &mut dyn FnMut(u32, u32, Vec<T>) -> Result<(), Reject>,
+) -> Result<(), Reject> {
     let [nx, ny, nz] = dims;
     debug_assert_eq!(vol.len(), nx * ny * nz);
     let at = |x: usize, y: usize, z: usize| vol[x + nx * (y + ny * z)];
@@ -455,7 +491,7 @@ pub(crate) fn emit_slices(
         _ => (nz, nx, ny),
     };
     for s in 0..count {
-        let mut px: Vec<u16> = Vec::with_capacity(w * h);
+        let mut px: Vec<T> = Vec::with_capacity(w * h);
         for r in 0..h {
             let b = row_of(r, h);
             match axis {
@@ -467,9 +503,7 @@ pub(crate) fn emit_slices(
                 }
             }
         }
-        let img = ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(w as u32, h as u32, px)
-            .expect("buffer holds w*h pixels");
-        emit(DynamicImage::ImageLuma16(img))?;
+        out(w as u32, h as u32, px)?;
     }
     Ok(())
 }
@@ -546,8 +580,8 @@ pub(crate) mod tests {
 
     fn run(path: &Path, opts: &DecodeOptions) -> Result<Vec<Gray16>, Reject> {
         let mut out = Vec::new();
-        decode(path, opts, &mut |img: DynamicImage| {
-            match img {
+        decode(path, opts, &mut |f: Frame| {
+            match f.expect_image() {
                 DynamicImage::ImageLuma16(b) => out.push(b),
                 other => panic!("expected Luma16, got {:?}", other.color()),
             }
@@ -633,6 +667,50 @@ pub(crate) mod tests {
         assert_eq!(y[2].get_pixel(1, 1)[0], val(1, 2, 0));
 
         assert!(run(&p, &opts(3, w)).unwrap_err().0.contains("axis"));
+    }
+
+    #[test]
+    fn float_option_emits_scaled_values_without_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let float = |axis| DecodeOptions {
+            float: true,
+            ..opts(axis, Some((0.0, 1.0)))
+        };
+        let run_float = |p: &Path, o: &DecodeOptions| {
+            let mut out = Vec::new();
+            decode(p, o, &mut |f| {
+                match f {
+                    Frame::Float(f) => out.push(f),
+                    Frame::Image(_) => panic!("expected float values"),
+                }
+                Ok(())
+            })
+            .map(|()| out)
+        };
+        // int16 v scaled to 2v + 10; the window option does not apply.
+        let p = write(dir.path(), "v.nii.gz", &gz(&small(true)));
+        let z = run_float(&p, &float(2)).unwrap();
+        assert_eq!(z.len(), 2);
+        assert_eq!((z[1].width, z[1].height), (4, 3));
+        // Slice z = 1, top row y = 2: voxels 12 + 8 + x.
+        assert_eq!(z[1].data[..4], [50.0, 52.0, 54.0, 56.0]);
+        let x = run_float(&p, &float(0)).unwrap();
+        assert_eq!(x.len(), 4);
+        assert_eq!(x[1].data[2], (2 * (1 + 4 * 2 + 12) + 10) as f32);
+        // float64 voxels are rounded to float32; NaN stays, for the conversion to reject.
+        let vals = [0.1f64, -1e-3, f64::NAN, 1e300, 7.0, -2.5];
+        let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let p = write(
+            dir.path(),
+            "d.nii",
+            &nifti_bytes(&[3, 2, 1], 64, 64, 1.0, 0.0, &data, false),
+        );
+        let f = run_float(&p, &float(2)).unwrap();
+        let want = [f32::INFINITY, 7.0, -2.5, 0.1, -1e-3, f32::NAN];
+        assert_eq!(
+            f[0].data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! NumPy `.npy` arrays: images of shape (N, H, W), (N, H, W, C) or (N, C, H, W) with dtype
-//! uint8, uint16 or float (taken as values in [0, 1]), and labels of shape (N,) of any integer
-//! type. File pairs are found by name: `{train,test}_{images,labels}.npy`, `x_{train,test}.npy` /
-//! `y_{train,test}.npy`, or one `images.npy` + `labels.npy`.
+//! uint8, uint16 or float, and labels of shape (N,) of any integer type. For a u8/u16 target float
+//! values are taken as values in [0, 1] (to u8); for an f16/f32 target they are kept: float16 and
+//! float32 exactly, float64 rounded to the nearest float32. File pairs are found by name:
+//! `{train,test}_{images,labels}.npy`, `x_{train,test}.npy` / `y_{train,test}.npy`, or one
+//! `images.npy` + `labels.npy`.
 
 use super::Reject;
 use crate::shard::Dtype;
 use std::path::{Path, PathBuf};
 
-/// An image array, loaded into memory as u8 or u16 values in sample-major HWC or CHW order.
+/// An image array, loaded into memory as u8, u16, f16 or f32 values in sample-major HWC or CHW
+/// order.
 pub struct NpyImages {
     pub n: usize,
     pub channels: usize,
@@ -16,7 +19,7 @@ pub struct NpyImages {
     /// true: each sample is C x H x W; false: H x W x C.
     pub planar: bool,
     pub dtype: Dtype,
-    /// u8 values, or u16 values as little-endian pairs.
+    /// Values of `dtype`, little-endian.
     pub data: Vec<u8>,
 }
 
@@ -28,7 +31,9 @@ fn open(path: &Path) -> Result<npyz::NpyFile<std::io::BufReader<std::fs::File>>,
         .map_err(|e| Reject::new(format!("not a valid .npy file: {e}")))
 }
 
-pub fn read_images(path: &Path) -> Result<NpyImages, Reject> {
+/// Read an image array. `float`: the target is f16/f32, so float arrays keep their values (f2 as
+/// f16, f4 as f32, f8 rounded to f32); otherwise they become u8 as values in [0, 1].
+pub fn read_images(path: &Path, float: bool) -> Result<NpyImages, Reject> {
     let npy = open(path)?;
     if npy.order() == npyz::Order::Fortran {
         return Err(Reject::new(
@@ -50,39 +55,54 @@ pub fn read_images(path: &Path) -> Result<NpyImages, Reject> {
         .iter()
         .try_fold(1u64, |a, &d| a.checked_mul(d as u64));
     let type_str = descr(&npy);
-    let (dtype, size) = match type_str.trim_start_matches(['<', '|', '=']) {
+    let t = type_str.trim_start_matches(['<', '|', '=']);
+    let (dtype, size) = match t {
         "u1" => (Dtype::U8, 1),
         "u2" => (Dtype::U16, 2),
-        "f4" | "f8" => (Dtype::U8, 1),
+        "f2" if float => (Dtype::F16, 2),
+        "f2" => (Dtype::U8, 2),
+        "f4" | "f8" if float => (Dtype::F32, if t == "f8" { 8 } else { 4 }),
+        "f4" => (Dtype::U8, 4),
+        "f8" => (Dtype::U8, 8),
         t => {
             return Err(Reject::new(format!(
-                "image dtype {t} is not supported (uint8, uint16, float32, float64)"
+                "image dtype {t} is not supported (uint8, uint16, float16, float32, float64)"
             )))
         }
     };
+    // `size` is the bytes a value takes as read, before any conversion: the larger allocation.
     elems
         .and_then(|e| e.checked_mul(size))
         .filter(|&b| b <= MAX_BYTES && h > 0 && w > 0)
         .ok_or_else(|| Reject::new(format!("absurd image array shape {shape:?}")))?;
-    let data: Vec<u8> = match type_str.trim_start_matches(['<', '|', '=']) {
-        "u1" => npy
-            .into_vec::<u8>()
-            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?,
-        "u2" => npy
-            .into_vec::<u16>()
-            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?
+    let bad = |e: std::io::Error| Reject::new(format!("cannot read data: {e}"));
+    let data: Vec<u8> = match (t, dtype) {
+        ("u1", _) => npy.into_vec::<u8>().map_err(bad)?,
+        ("u2", _) => le_bytes(npy.into_vec::<u16>().map_err(bad)?, u16::to_le_bytes),
+        ("f2", Dtype::F16) => le_bytes(npy.into_vec::<half::f16>().map_err(bad)?, |v| {
+            v.to_le_bytes()
+        }),
+        ("f4", Dtype::F32) => le_bytes(npy.into_vec::<f32>().map_err(bad)?, f32::to_le_bytes),
+        // Rounded to nearest; beyond float32's range a value becomes infinite, which the
+        // conversion then rejects.
+        ("f8", Dtype::F32) => le_bytes(npy.into_vec::<f64>().map_err(bad)?, |v| {
+            (v as f32).to_le_bytes()
+        }),
+        ("f2", _) => npy
+            .into_vec::<half::f16>()
+            .map_err(bad)?
             .into_iter()
-            .flat_map(u16::to_le_bytes)
+            .map(|v| unit_to_u8(v.to_f64()))
             .collect(),
-        "f4" => npy
+        ("f4", _) => npy
             .into_vec::<f32>()
-            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?
+            .map_err(bad)?
             .into_iter()
             .map(|v| unit_to_u8(v as f64))
             .collect(),
         _ => npy
             .into_vec::<f64>()
-            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?
+            .map_err(bad)?
             .into_iter()
             .map(unit_to_u8)
             .collect(),
@@ -101,6 +121,10 @@ pub fn read_images(path: &Path) -> Result<NpyImages, Reject> {
         dtype,
         data,
     })
+}
+
+fn le_bytes<T, const N: usize>(v: Vec<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    v.into_iter().flat_map(f).collect()
 }
 
 /// The dtype descriptor without quotes or byte-order mark, e.g. "u1", "f4", "i8".

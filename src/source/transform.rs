@@ -1,6 +1,10 @@
-//! From any decoded image to a sample of the target shape: channel conversion, resize with the
-//! chosen fit, bit depth, and the planar C x H x W layout samples have on disk.
+//! From any decoded frame to a sample of the target shape: channel conversion, resize with the
+//! chosen fit, bit depth or float type, and the planar C x H x W layout samples have on disk.
+//!
+//! Float targets (f16/f32) keep values as they are: an image's integer values, a float frame's
+//! values in its own units. Only a resize changes them (interpolation); f16 rounds to nearest.
 
+use super::{FloatFrame, Frame, Reject};
 use crate::shard::Dtype;
 use image::imageops::{self, FilterType};
 use image::{DynamicImage, GenericImageView, ImageBuffer, Luma, Pixel, Rgb};
@@ -33,27 +37,186 @@ impl Target {
     }
 }
 
-/// Convert `img` to the target and append its planar bytes to `out`.
-pub fn to_sample(img: DynamicImage, t: &Target, out: &mut Vec<u8>) {
+/// Convert `frame` to the target and append its planar bytes to `out`. Fails (appending nothing)
+/// on a float value that is NaN or infinite, or beyond f16's range for an f16 target: float
+/// samples must be finite.
+pub fn to_sample(frame: Frame, t: &Target, out: &mut Vec<u8>) -> Result<(), Reject> {
+    let img = match (frame, t.dtype) {
+        (Frame::Image(img), Dtype::U8 | Dtype::U16) => img,
+        (Frame::Float(_), Dtype::U8 | Dtype::U16) => {
+            return Err(Reject::new(
+                "float values need a float target (--dtype f32 or f16)",
+            ))
+        }
+        (frame, _) => return float_sample(frame, t, out),
+    };
     match (t.channels, t.dtype) {
         (1, Dtype::U8) => planar(&fit(img.into_luma8(), t), out),
-        (1, Dtype::U16) => planar(&fit(img.into_luma16(), t), out),
+        (1, _) => planar(&fit(img.into_luma16(), t), out),
         (_, Dtype::U8) => planar(&fit(img.into_rgb8(), t), out),
-        (_, Dtype::U16) => planar(&fit(img.into_rgb16(), t), out),
+        (_, _) => planar(&fit(img.into_rgb16(), t), out),
     }
+    Ok(())
+}
+
+/// The sRGB luma weights (Rec. 709) the `image` crate uses for colour to grey.
+const LUMA: [f64; 3] = [0.2126, 0.7152, 0.0722];
+
+fn float_sample(frame: Frame, t: &Target, out: &mut Vec<u8>) -> Result<(), Reject> {
+    let f = match frame {
+        Frame::Float(f) => f,
+        Frame::Image(img) => image_values(img),
+    };
+    let (w, h) = (f.width as usize, f.height as usize);
+    let plane = w * h;
+    if f.channels == 0 || f.data.len() != f.channels * plane {
+        return Err(Reject::new(format!(
+            "internal: {} float values for {} x {h} x {w}",
+            f.data.len(),
+            f.channels
+        )));
+    }
+    if let Some(i) = f.data.iter().position(|v| !v.is_finite()) {
+        return Err(Reject::new(format!(
+            "value {} at channel {}, row {}, column {}: float samples must be finite",
+            f.data[i],
+            i / plane,
+            i % plane / w,
+            i % w
+        )));
+    }
+    let planes: Vec<&[f32]> = f.data.chunks_exact(plane).collect();
+    let mixed: Vec<Vec<f32>>;
+    let chosen: Vec<&[f32]> = match (t.channels, planes.len()) {
+        (1, n) if n >= 3 => {
+            mixed = vec![(0..plane)
+                .map(|p| {
+                    (LUMA[0] * planes[0][p] as f64
+                        + LUMA[1] * planes[1][p] as f64
+                        + LUMA[2] * planes[2][p] as f64) as f32
+                })
+                .collect()];
+            vec![&mixed[0]]
+        }
+        (1, _) => vec![planes[0]],
+        (_, n) if n >= 3 => planes[..3].to_vec(),
+        // Grey to colour: the plane three times.
+        (_, _) => vec![planes[0]; 3],
+    };
+    let start = out.len();
+    for p in chosen {
+        for v in fit_float(p, f.width, f.height, t) {
+            match t.dtype {
+                Dtype::F16 => {
+                    let hv = half::f16::from_f32(v);
+                    if hv.is_infinite() {
+                        out.truncate(start);
+                        return Err(Reject::new(format!(
+                            "value {v} is beyond f16's range (±65504): use --dtype f32"
+                        )));
+                    }
+                    out.extend_from_slice(&hv.to_le_bytes());
+                }
+                _ => out.extend_from_slice(&v.to_le_bytes()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An image's integer values (8 or 16 bits; float images as they are) as planar float32: grey
+/// images one plane, colour ones three (alpha dropped).
+fn image_values(img: DynamicImage) -> FloatFrame {
+    let (w, h) = (img.width(), img.height());
+    let colour = img.color().has_color();
+    let bits = img.color().bytes_per_pixel() / img.color().channel_count() * 8;
+    let inter: Vec<f32> = match (colour, bits) {
+        (_, 32) => img.into_rgb32f().into_raw(),
+        (true, 16) => img
+            .into_rgb16()
+            .into_raw()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+        (false, 16) => img
+            .into_luma16()
+            .into_raw()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+        (true, _) => img
+            .into_rgb8()
+            .into_raw()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+        (false, _) => img
+            .into_luma8()
+            .into_raw()
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+    };
+    let c = inter.len() / (w as usize * h as usize).max(1);
+    let data = (0..c)
+        .flat_map(|ch| inter.iter().skip(ch).step_by(c.max(1)).copied())
+        .collect();
+    FloatFrame {
+        channels: c,
+        height: h,
+        width: w,
+        data,
+    }
+}
+
+/// One plane of `w` x `h` values brought to the target size with the target's fit. The image
+/// crate's resampling clamps float pixels to [0, 1], so the plane is mapped onto [0, 1] by its
+/// own min..max around the resize (the triangle filter's weights are positive: results stay in
+/// range) and back. A plane already of the target size is returned exactly. `Fit::Pad` pads with
+/// the plane's minimum, its darkest value.
+fn fit_float(p: &[f32], w: u32, h: u32, t: &Target) -> Vec<f32> {
+    if (w, h) == (t.width, t.height) {
+        return p.to_vec();
+    }
+    let lo = p.iter().copied().fold(f32::INFINITY, f32::min) as f64;
+    let hi = p.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let span = if hi > lo { hi - lo } else { 1.0 };
+    let unit: Vec<f32> = p.iter().map(|&v| ((v as f64 - lo) / span) as f32).collect();
+    let img = ImageBuffer::<Luma<f32>, Vec<f32>>::from_raw(w, h, unit).expect("w * h values");
+    fit(img, t)
+        .into_raw()
+        .into_iter()
+        .map(|v| (lo + v as f64 * span) as f32)
+        .collect()
 }
 
 trait Sub: image::Primitive + 'static {
     fn le(self, out: &mut Vec<u8>);
+    /// The value nearest `v` (a mean of values of this type).
+    fn from_mean(v: f32) -> Self;
 }
 impl Sub for u8 {
     fn le(self, out: &mut Vec<u8>) {
         out.push(self)
     }
+    fn from_mean(v: f32) -> Self {
+        num_from_f32(v)
+    }
 }
 impl Sub for u16 {
     fn le(self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_le_bytes())
+    }
+    fn from_mean(v: f32) -> Self {
+        num_from_f32(v)
+    }
+}
+impl Sub for f32 {
+    fn le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes())
+    }
+    fn from_mean(v: f32) -> Self {
+        v
     }
 }
 
@@ -122,7 +285,7 @@ fn resize<P>(
 ) -> ImageBuffer<P, Vec<P::Subpixel>>
 where
     P: Pixel + 'static,
-    P::Subpixel: Into<f32>,
+    P::Subpixel: Into<f32> + Sub,
 {
     let (w, h) = img.dimensions();
     let k = (w / tw.max(1)).min(h / th.max(1)) / 2;
@@ -136,7 +299,7 @@ where
 fn box_reduce<P>(img: &ImageBuffer<P, Vec<P::Subpixel>>, k: u32) -> ImageBuffer<P, Vec<P::Subpixel>>
 where
     P: Pixel + 'static,
-    P::Subpixel: Into<f32>,
+    P::Subpixel: Into<f32> + Sub,
 {
     let (w, h) = img.dimensions();
     let (ow, oh) = (w / k, h / k);
@@ -159,7 +322,7 @@ where
     let n = (k * k) as f32;
     let data: Vec<P::Subpixel> = out
         .into_iter()
-        .map(|v| num_from_f32::<P::Subpixel>(v / n))
+        .map(|v| P::Subpixel::from_mean(v / n))
         .collect();
     ImageBuffer::from_raw(ow, oh, data).expect("sized above")
 }
@@ -206,33 +369,37 @@ mod tests {
         img.put_pixel(1, 0, Rgb([4, 5, 6]));
         let mut out = Vec::new();
         to_sample(
-            DynamicImage::ImageRgb8(img.clone()),
+            DynamicImage::ImageRgb8(img.clone()).into(),
             &t(3, 1, 2, Dtype::U8, Fit::Crop),
             &mut out,
-        );
+        )
+        .unwrap();
         assert_eq!(out, vec![1, 4, 2, 5, 3, 6]);
         out.clear();
         to_sample(
-            DynamicImage::ImageRgb8(img),
+            DynamicImage::ImageRgb8(img).into(),
             &t(3, 1, 2, Dtype::U16, Fit::Crop),
             &mut out,
-        );
+        )
+        .unwrap();
         assert_eq!(&out[..4], &[0x01, 0x01, 0x04, 0x04]); // 1 * 257, little-endian
         out.clear();
         let grey = GrayImage::from_pixel(3, 3, Luma([200]));
         to_sample(
-            DynamicImage::ImageLuma8(grey),
+            DynamicImage::ImageLuma8(grey).into(),
             &t(3, 3, 3, Dtype::U8, Fit::Crop),
             &mut out,
-        );
+        )
+        .unwrap();
         assert!(out.iter().all(|&v| v == 200) && out.len() == 27);
         out.clear();
         let rgba = RgbaImage::from_pixel(4, 4, image::Rgba([10, 20, 30, 0]));
         to_sample(
-            DynamicImage::ImageRgba8(rgba),
+            DynamicImage::ImageRgba8(rgba).into(),
             &t(1, 4, 4, Dtype::U8, Fit::Crop),
             &mut out,
-        );
+        )
+        .unwrap();
         assert_eq!(out.len(), 16);
     }
 
@@ -243,25 +410,28 @@ mod tests {
         let img = GrayImage::from_fn(40, 20, |x, _| Luma([if x < 20 { 0 } else { 255 }]));
         let mut out = Vec::new();
         to_sample(
-            DynamicImage::ImageLuma8(img.clone()),
+            DynamicImage::ImageLuma8(img.clone()).into(),
             &t(1, 10, 10, Dtype::U8, Fit::Crop),
             &mut out,
-        );
+        )
+        .unwrap();
         assert!(out[0] < 20 && out[9] > 235, "{:?}", &out[..10]);
         out.clear();
         to_sample(
-            DynamicImage::ImageLuma8(img.clone()),
+            DynamicImage::ImageLuma8(img.clone()).into(),
             &t(1, 10, 10, Dtype::U8, Fit::Pad),
             &mut out,
-        );
+        )
+        .unwrap();
         assert_eq!(out[0], 0); // top bar
         assert!(out[5 * 10 + 9] > 200); // right half, middle row
         out.clear();
         to_sample(
-            DynamicImage::ImageLuma8(img),
+            DynamicImage::ImageLuma8(img).into(),
             &t(1, 8, 8, Dtype::U8, Fit::Stretch),
             &mut out,
-        );
+        )
+        .unwrap();
         assert!(out[0] < 20 && out[7] > 235);
     }
 
@@ -270,14 +440,134 @@ mod tests {
         let img = GrayImage::from_fn(512, 512, |x, y| Luma([((x + y) % 2 * 255) as u8]));
         let mut out = Vec::new();
         to_sample(
-            DynamicImage::ImageLuma8(img),
+            DynamicImage::ImageLuma8(img).into(),
             &t(1, 32, 32, Dtype::U8, Fit::Crop),
             &mut out,
-        );
+        )
+        .unwrap();
         assert!(
             out.iter().all(|&v| (120..=135).contains(&v)),
             "{:?}",
             &out[..8]
         );
+    }
+
+    fn floats(out: &[u8]) -> Vec<f32> {
+        out.chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    }
+
+    fn grey(w: u32, h: u32, f: impl Fn(u32, u32) -> f32) -> Frame {
+        let data = (0..h)
+            .flat_map(|y| (0..w).map(move |x| (x, y)))
+            .map(|(x, y)| f(x, y));
+        Frame::Float(FloatFrame::grey(w, h, data.collect()))
+    }
+
+    #[test]
+    fn float_targets_keep_values_and_convert_channels() {
+        let vals = [-1024.5f32, -0.0, 1e-40, 3.25, 70000.0, 0.1];
+        let frame = Frame::Float(FloatFrame::grey(3, 2, vals.to_vec()));
+        let mut out = Vec::new();
+        to_sample(frame.clone(), &t(1, 2, 3, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        let want: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(out, want, "bit for bit");
+        out.clear();
+        to_sample(frame.clone(), &t(3, 2, 3, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        assert_eq!(
+            out,
+            [want.clone(), want.clone(), want].concat(),
+            "grey repeated"
+        );
+        // f16: nearest, and 70000 is beyond its range.
+        out.clear();
+        let e = to_sample(frame, &t(1, 2, 3, Dtype::F16, Fit::Crop), &mut out).unwrap_err();
+        assert!(e.0.contains("beyond f16's range"), "{e}");
+        assert!(out.is_empty(), "nothing appended on failure");
+        let small = Frame::Float(FloatFrame::grey(2, 1, vec![0.1, -2049.0]));
+        to_sample(small, &t(1, 1, 2, Dtype::F16, Fit::Crop), &mut out).unwrap();
+        let h: Vec<f32> = out
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect();
+        assert_eq!(h, vec![half::f16::from_f32(0.1).to_f32(), -2048.0]);
+        // Colour to grey by the luma weights.
+        out.clear();
+        let rgb = Frame::Float(FloatFrame {
+            channels: 3,
+            height: 1,
+            width: 1,
+            data: vec![100.0, -50.0, 10.0],
+        });
+        to_sample(rgb, &t(1, 1, 1, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        let luma = (0.2126 * 100.0 - 0.7152 * 50.0 + 0.0722 * 10.0) as f32;
+        assert_eq!(floats(&out), vec![luma]);
+        // Images keep their integer values; 16-bit colour gives three planes.
+        out.clear();
+        let mut img = ImageBuffer::<Rgb<u16>, Vec<u16>>::new(2, 1);
+        img.put_pixel(1, 0, Rgb([65535, 7, 300]));
+        let img = DynamicImage::ImageRgb16(img);
+        to_sample(img.into(), &t(3, 1, 2, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        assert_eq!(floats(&out), vec![0.0, 65535.0, 0.0, 7.0, 0.0, 300.0]);
+        // Non-finite values are named by position.
+        let nan = grey(4, 3, |x, y| if (x, y) == (2, 1) { f32::NAN } else { 1.0 });
+        let e = to_sample(nan, &t(1, 3, 4, Dtype::F32, Fit::Crop), &mut out).unwrap_err();
+        assert_eq!(
+            e.0,
+            "value NaN at channel 0, row 1, column 2: float samples must be finite"
+        );
+        let e = to_sample(
+            grey(1, 1, |_, _| 1.0),
+            &t(1, 1, 1, Dtype::U8, Fit::Crop),
+            &mut out,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("--dtype f32"), "{e}");
+    }
+
+    #[test]
+    fn float_resizes_stay_in_range_and_pad_with_the_minimum() {
+        // 40x20: left half -1000, right half 3000, as the u8 test above.
+        let halves = || grey(40, 20, |x, _| if x < 20 { -1000.0 } else { 3000.0 });
+        let mut out = Vec::new();
+        to_sample(halves(), &t(1, 10, 10, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        let v = floats(&out);
+        assert!(v.iter().all(|x| (-1000.0..=3000.0).contains(x)), "{v:?}");
+        assert!(
+            (v[0] + 1000.0).abs() < 1.0 && (v[9] - 3000.0).abs() < 1.0,
+            "{v:?}"
+        );
+        out.clear();
+        to_sample(halves(), &t(1, 10, 10, Dtype::F32, Fit::Pad), &mut out).unwrap();
+        let v = floats(&out);
+        assert_eq!(v[0], -1000.0, "top bar: the minimum");
+        assert!((v[5 * 10 + 9] - 3000.0).abs() < 1.0, "{v:?}");
+        out.clear();
+        to_sample(halves(), &t(1, 8, 8, Dtype::F32, Fit::Stretch), &mut out).unwrap();
+        let v = floats(&out);
+        assert!(
+            (v[0] + 1000.0).abs() < 1.0 && (v[7] - 3000.0).abs() < 1.0,
+            "{v:?}"
+        );
+        // Large reductions average boxes (no rounding to integers, no clamping to [0, 1]).
+        out.clear();
+        let checks = grey(
+            512,
+            512,
+            |x, y| if (x + y) % 2 == 0 { -500.0 } else { 501.0 },
+        );
+        to_sample(checks, &t(1, 32, 32, Dtype::F32, Fit::Crop), &mut out).unwrap();
+        let v = floats(&out);
+        assert!(v.iter().all(|x| (x - 0.5).abs() < 0.01), "{:?}", &v[..8]);
+        // A constant plane stays exactly constant.
+        out.clear();
+        to_sample(
+            grey(30, 20, |_, _| -3.5),
+            &t(1, 7, 9, Dtype::F32, Fit::Pad),
+            &mut out,
+        )
+        .unwrap();
+        assert!(floats(&out).iter().all(|&x| x == -3.5));
     }
 }

@@ -573,7 +573,7 @@ fn run_decoder(
         }
         let img = RgbImage::from_raw(w, h, buf).expect("buffer holds exactly one frame");
         frames += 1;
-        if let Err(e) = emit(DynamicImage::ImageRgb8(img)) {
+        if let Err(e) = emit(DynamicImage::ImageRgb8(img).into()) {
             drop(out);
             child.kill_and_wait();
             let _ = stderr_thread.join();
@@ -628,6 +628,7 @@ fn run_decoder(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::Frame;
 
     /// The ffmpeg to test with, or None (after saying so) to skip. With PREP_REQUIRE_FFMPEG=1 (as
     /// in CI) a missing ffmpeg fails the test instead.
@@ -687,8 +688,8 @@ mod tests {
             ..DecodeOptions::default()
         };
         let mut frames = Vec::new();
-        decode(path, &opts, &mut |img| {
-            frames.push(img);
+        decode(path, &opts, &mut |f| {
+            frames.push(f.expect_image());
             Ok(())
         })?;
         Ok(frames)
@@ -912,7 +913,7 @@ mod tests {
         let Some(ff) = ffmpeg_or_skip() else { return };
         let t = tempfile::tempdir().unwrap();
         let opts = DecodeOptions::default();
-        let mut never = |_: DynamicImage| -> Result<(), Reject> { panic!("no frame expected") };
+        let mut never = |_: Frame| -> Result<(), Reject> { panic!("no frame expected") };
 
         let empty = t.path().join("empty.mp4");
         std::fs::write(&empty, b"").unwrap();
@@ -981,7 +982,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let f = t.path().join("x.mp4");
         std::fs::write(&f, b"x").unwrap();
-        let mut never = |_: DynamicImage| -> Result<(), Reject> { panic!("no frame expected") };
+        let mut never = |_: Frame| -> Result<(), Reject> { panic!("no frame expected") };
         let every0 = DecodeOptions {
             every: 0,
             ..DecodeOptions::default()

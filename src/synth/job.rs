@@ -159,7 +159,7 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
             let (mean, std) = all_stats[manifest::stats_split(all_stats.keys())].mean_std(&spec);
             ColmajorManifest {
                 format: crate::colmajor::FORMAT.into(),
-                version: crate::colmajor::VERSION,
+                version: spec.dtype.format_version() as u32,
                 sample: spec,
                 classes: names,
                 mean,

@@ -1,6 +1,6 @@
 //! Training on CUDA: the backend, the input mode (`--memory`) and the feed that goes with it.
 //!
-//! - `device`: the whole training split decoded once into GPU memory (u8/u16, as stored); each
+//! - `device`: the whole training split decoded once into GPU memory (as stored); each
 //!   step gathers its samples by index. Per epoch, one upload of the order and augmentations.
 //! - `stream`: the host pipeline decodes blocks on CPU threads; batches go through a ring of
 //!   pinned buffers, copied on a separate stream while the previous step computes.
@@ -144,7 +144,7 @@ pub struct DeviceFeed {
     mean_std: Buf,
     sizes: Vec<usize>,
     present: Vec<bool>,
-    u16: bool,
+    dtype: Dtype,
     recipe: Recipe,
     per_epoch: usize,
     epoch: usize,
@@ -218,7 +218,7 @@ impl DeviceFeed {
             mean_std,
             sizes,
             present,
-            u16: src.spec.dtype == Dtype::U16,
+            dtype: src.spec.dtype,
             recipe: r.clone(),
             per_epoch: 0,
             epoch: 0,
@@ -263,7 +263,7 @@ impl Feed<Cuda> for DeviceFeed {
         };
         be.load_device(
             self.pix.ptr(),
-            self.u16,
+            self.dtype,
             self.order.ptr() + off,
             self.labels.ptr(),
             aug,

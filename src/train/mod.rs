@@ -270,7 +270,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 device,
                 skip_damaged: o.skip_damaged,
                 mean: m.mean.iter().map(|&v| v as f32).collect(),
-                std: m.std.iter().map(|&v| (v as f32).max(1e-3)).collect(),
+                std: m.std.iter().map(|&v| norm_std(v, m.sample.dtype)).collect(),
                 classes: m.classes.clone(),
                 tool: format!("prep {}", env!("CARGO_PKG_VERSION")),
             };
@@ -386,7 +386,7 @@ impl<B: Backend> Feed<B> for HostFeed {
         let n = batch.labels.len();
         let raw = RawBatch {
             pixels: &batch.pixels,
-            u16: self.src.spec.dtype == Dtype::U16,
+            dtype: self.src.spec.dtype,
             n,
             c: r.model.channels,
             h: r.model.height,
@@ -405,6 +405,20 @@ impl<B: Backend> Feed<B> for HostFeed {
 
     fn damaged(&self) -> usize {
         self.damaged.lock().unwrap().len()
+    }
+}
+
+/// The standard deviation a channel is divided by. u8/u16 statistics are of pixels in [0, 1]: a
+/// floor of 1e-3 keeps a near-constant channel from blowing up. f16/f32 ones are in the data's own
+/// units, where no fixed floor fits: only a zero (constant channel) or an f32 overflow becomes 1.
+fn norm_std(std: f64, dtype: Dtype) -> f32 {
+    let s = std as f32;
+    if !dtype.is_float() {
+        s.max(1e-3)
+    } else if s > 0.0 && s.is_finite() {
+        s
+    } else {
+        1.0
     }
 }
 
@@ -738,7 +752,7 @@ fn evaluate<B: Backend>(
     let k = r.model.classes;
     let mut confusion = vec![vec![0u64; k]; k];
     let mut n_all = 0usize;
-    let u16 = src.spec.dtype == Dtype::U16;
+    let dtype = src.spec.dtype;
     // Batches of the training size: evaluation then needs no more memory than a training step.
     let loader = input::epoch(
         src,
@@ -756,7 +770,7 @@ fn evaluate<B: Backend>(
         let n = batch.labels.len();
         let raw = RawBatch {
             pixels: &batch.pixels,
-            u16,
+            dtype,
             n,
             c: r.model.channels,
             h: r.model.height,

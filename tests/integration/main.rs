@@ -6,6 +6,7 @@ mod convert;
 mod corruption;
 mod fashion;
 mod fixtures;
+mod float;
 mod inspect;
 mod scans;
 mod synth;

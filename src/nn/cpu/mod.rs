@@ -275,7 +275,8 @@ impl Backend for Cpu {
         let (c, h, w) = (raw.c, raw.h, raw.w);
         let per = c * h * w;
         out.resize(raw.n * per, 0.0);
-        let max = if raw.u16 { 65535.0f32 } else { 255.0 };
+        // 1 for floats: their values are normalised as they are.
+        let max = raw.dtype.divisor() as f32;
         out.par_chunks_mut(per).enumerate().for_each(|(s, o)| {
             let a = aug.get(s).copied().unwrap_or(Aug {
                 dy: pad as u8,
@@ -293,13 +294,7 @@ impl Backend for Cpu {
                             0.0
                         } else {
                             let i = s * per + ci * h * w + sy as usize * w + sx as usize;
-                            let p = if raw.u16 {
-                                u16::from_le_bytes([raw.pixels[2 * i], raw.pixels[2 * i + 1]])
-                                    as f32
-                            } else {
-                                raw.pixels[i] as f32
-                            };
-                            (p / max - m) / sd
+                            (raw.dtype.get(raw.pixels, i) / max - m) / sd
                         };
                         o[ci * h * w + y * w + x] = v;
                     }

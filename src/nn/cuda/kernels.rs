@@ -160,6 +160,10 @@ mod tests {
         for n in [
             "load_u8_f32_v1",
             "load_u16_bf16_v8",
+            "load_f16_bf16_v8",
+            "load_f16_f32_v1",
+            "load_f32_bf16_v1",
+            "load_f32_f32_v8",
             "bn_stats_bf16_v8",
             "bn_stats_f32_v1",
             "bn_finalize",

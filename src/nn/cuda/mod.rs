@@ -655,14 +655,14 @@ impl Cuda {
         );
     }
 
-    /// Normalise, crop and flip a batch already in GPU memory: `pix` raw u8/u16 samples, `idx`
+    /// Normalise, crop and flip a batch already in GPU memory: `pix` raw samples of `dtype`, `idx`
     /// (or 0) the samples to take, `lab` u32 labels indexed like the samples, `aug` (or 0) one
     /// packed augmentation per sample, `mean_std` 2c floats.
     #[allow(clippy::too_many_arguments)]
     pub fn load_device(
         &mut self,
         pix: u64,
-        u16: bool,
+        dtype: crate::shard::Dtype,
         idx: u64,
         lab: u64,
         aug: u64,
@@ -685,12 +685,9 @@ impl Cuda {
             cs,
         });
         let v = vec_width(cs);
-        let name = format!(
-            "load_{}_{}_v{v}",
-            if u16 { "u16" } else { "u8" },
-            dt.suffix()
-        );
-        let maxv: f32 = if u16 { 65535.0 } else { 255.0 };
+        // kernels/input.cu names its pixel types as `Dtype` displays them: u8, u16, f16, f32.
+        let name = format!("load_{dtype}_{}_v{v}", dt.suffix());
+        let maxv = dtype.divisor() as f32;
         let g = self.sample_grid(n, h * w * cs / v);
         let std_ptr = mean_std + 4 * c as u64;
         launch!(self, &name, g, THREADS;
@@ -1031,7 +1028,7 @@ impl Backend for Cuda {
         let aug_ptr = if aug.is_empty() { 0 } else { p[2] };
         self.load_device(
             p[0],
-            raw.u16,
+            raw.dtype,
             0,
             p[1],
             aug_ptr,
