@@ -42,9 +42,11 @@ fn grey(path: &Path, w: u32, h: u32, v: u8) {
 
 fn colour(path: &Path, w: u32, h: u32) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    RgbImage::from_fn(w, h, |x, y| Rgb([x as u8 * 9, y as u8 * 7, 200]))
-        .save(path)
-        .unwrap();
+    RgbImage::from_fn(w, h, |x, y| {
+        Rgb([(x as u8).wrapping_mul(9), (y as u8).wrapping_mul(7), 200])
+    })
+    .save(path)
+    .unwrap();
 }
 
 /// A TIFF stack of `pages` grey 12x10 pages.
