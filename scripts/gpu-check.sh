@@ -128,11 +128,12 @@ if has speed; then
 fi
 
 if has inputbench; then
-    echo "== the host input pipeline alone (benches/input.rs), 3x224x224 and 3x128x128"
+    echo "== the host input pipeline alone (benches/input.rs), 3x224x224, 3x128x128, 3x32x32 (batch 512)"
     synth ib224 8192 3x224x224 256
     synth ib128 16384 3x128x128 256
-    for d in ib224 ib128; do
-        DATA="$WORK/$d" "$BIN/prep-bench-input" 2>&1 | tail -4
+    synth ib32 500000 3x32x32 256
+    for d in ib224 ib128 ib32; do
+        DATA="$WORK/$d" BATCH=$([ $d = ib32 ] && echo 512 || echo 256) "$BIN/prep-bench-input" 2>&1 | tail -4
     done
 fi
 

@@ -149,6 +149,11 @@ mod tests {
 /// MB, more than one thread copies in the time of a GPU step.
 pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
     use rayon::prelude::*;
+    // Below a few megabytes the hand-off to other threads costs more than it saves.
+    if src.len() < 4 << 20 {
+        dst.copy_from_slice(src);
+        return;
+    }
     dst.par_chunks_mut(1 << 20)
         .zip(src.par_chunks(1 << 20))
         .for_each(|(d, s)| d.copy_from_slice(s));

@@ -266,7 +266,8 @@ pub fn epoch(
             }
             let idx = &idx[std::mem::take(skip).min(idx.len())..];
             // Into the open batch as many as it takes, the samples copied on every core (one
-            // thread copying them fell behind the GPU at 3x224x224).
+            // thread copying them fell behind the GPU at 3x224x224), at least a megabyte per task
+            // (small samples split finer cost more in hand-offs than the copy).
             let mut k = 0;
             while k < idx.len() {
                 let n = (batch - labels.len()).min(idx.len() - k);
@@ -274,7 +275,7 @@ pub fn epoch(
                 pixels[at..at + n * sb]
                     .par_chunks_mut(sb)
                     .zip(idx[k..k + n].par_iter())
-                    .with_min_len(16)
+                    .with_min_len(((1 << 20) / sb).max(16))
                     .for_each(|(d, &(b, i))| d.copy_from_slice(window[b].sample(i)));
                 labels.extend(idx[k..k + n].iter().map(|&(b, i)| window[b].label(i)));
                 k += n;
