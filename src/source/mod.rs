@@ -18,6 +18,7 @@ pub mod idx;
 pub mod images;
 pub mod nifti;
 pub mod npy;
+pub mod series;
 pub mod transform;
 pub mod tree;
 pub mod video;

@@ -1,0 +1,490 @@
+//! DICOM series: the single-frame files of one series (same Series Instance UID) are one volume.
+//!
+//! `group` decides, from headers alone (`dicom::read_header`), which files form which series, in
+//! which order, which files do not fit their series (and why), and which key the train/test split
+//! groups them by; `dicom::decode_series` then decodes a series as one volume.
+//!
+//! Rules, per series:
+//! - its files must share one class (sub-folder, `--labels` row or `--label-from` match): a series
+//!   whose files carry several is left out whole, each file with the reason;
+//! - the reference is the most common combination of Rows x Columns, pixel type (Samples per
+//!   Pixel, Bits Allocated, Bits Stored, Pixel Representation, Photometric Interpretation), Pixel
+//!   Spacing and Image Orientation (Patient) among its files (ties: the first file's by path); a
+//!   file that differs from it is left out with the reason (spacing and orientation within
+//!   `SPACING_TOL` and `ORIENT_TOL`);
+//! - order: by Image Position (Patient) projected on the slice normal (the cross product of the
+//!   row and column direction cosines), ascending, when every file has a position and an
+//!   orientation; else by Instance Number, a file without one being left out. Files at the same
+//!   position (within `SAME_POS_MM`) or with the same Instance Number are candidates for one slice:
+//!   the first by path that decodes is used, the others are left out;
+//! - by position, the gaps between slices must be even: within 1% of the median gap, or
+//!   `SAME_POS_MM`, whichever is larger. An uneven series is left out with `--axis 0|1` (a
+//!   resliced volume would be distorted); along axis 2 it converts slice by slice, with a note;
+//! - at most `dicom::MAX_SAMPLES` samples (rows x columns x slices x samples per pixel); a colour
+//!   series converts along axis 2 only.
+//!
+//! Multi-frame files, and files without a Series Instance UID, are decoded on their own as
+//! before, and so is a series that keeps one file. The split key of a series (and of such a file)
+//! is its PatientID, else its StudyInstanceUID, else its SeriesInstanceUID, else its own path; so a
+//! patient's series all fall in the same split.
+
+use super::dicom::{SeriesHeader, MAX_SAMPLES};
+use super::Probe;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Two slice positions closer than this (mm, along the normal) are the same position.
+pub const SAME_POS_MM: f64 = 0.01;
+/// Slice gaps may differ from the median gap by this fraction of it.
+pub const SPACING_REL_TOL: f64 = 0.01;
+/// Pixel Spacing values may differ by this fraction.
+pub const SPACING_TOL: f64 = 1e-3;
+/// Direction cosines may differ by this much.
+pub const ORIENT_TOL: f64 = 1e-3;
+
+/// One DICOM file of a tree, with its class and header.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub rel: String,
+    pub path: PathBuf,
+    pub class: String,
+    pub header: SeriesHeader,
+}
+
+/// What a DICOM input's train/test split is decided by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SplitKey {
+    PatientId,
+    StudyUid,
+    SeriesUid,
+    Path,
+}
+
+impl SplitKey {
+    /// As the manifest's provenance names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SplitKey::PatientId => "PatientID",
+            SplitKey::StudyUid => "StudyInstanceUID",
+            SplitKey::SeriesUid => "SeriesInstanceUID",
+            SplitKey::Path => "path",
+        }
+    }
+}
+
+/// One file of a series slice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceFile {
+    pub rel: String,
+    pub path: PathBuf,
+    /// Its first Window Center/Width as (low, high).
+    pub window: Option<(f64, f64)>,
+}
+
+/// How a series was put in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    Position,
+    InstanceNumber,
+}
+
+/// A series to decode as one volume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesPlan {
+    pub uid: String,
+    /// The slices in order; each holds the files at that position, by path (the first that
+    /// decodes is used).
+    pub slots: Vec<Vec<SliceFile>>,
+    pub rows: u32,
+    pub cols: u32,
+    pub colour: bool,
+    /// MONOCHROME1: high values are shown dark.
+    pub invert: bool,
+    pub order: Order,
+}
+
+impl SeriesPlan {
+    pub fn files(&self) -> usize {
+        self.slots.iter().map(Vec::len).sum()
+    }
+
+    /// What `decode_series` will emit, from the header alone.
+    pub fn probe(&self, axis: usize) -> Probe {
+        let n = self.slots.len() as u32;
+        let size = match axis {
+            0 if !self.colour => (n, self.rows),
+            1 if !self.colour => (n, self.cols),
+            _ => (self.rows, self.cols),
+        };
+        Probe {
+            colour: self.colour,
+            size: Some(size),
+        }
+    }
+}
+
+/// A unit of work from DICOM inputs.
+#[derive(Debug, Clone)]
+pub enum What {
+    /// One file decoded on its own: multi-frame, without a Series Instance UID, or the only file
+    /// left of its series.
+    File {
+        rel: String,
+        path: PathBuf,
+    },
+    Series(SeriesPlan),
+}
+
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub class: String,
+    pub key: SplitKey,
+    /// The key's value: the split is a hash of it.
+    pub key_value: String,
+    /// The first of its files by path (where it stands among the inputs).
+    pub first: String,
+    pub what: What,
+}
+
+#[derive(Debug, Default)]
+pub struct Grouping {
+    pub groups: Vec<Group>,
+    /// (path, reason) of the files that do not fit their series.
+    pub rejects: Vec<(String, String)>,
+    /// Series that converted despite uneven spacing (along axis 2), one line each.
+    pub uneven: Vec<String>,
+}
+
+/// The split key of files with these headers: the first PatientID, else StudyInstanceUID, else
+/// SeriesInstanceUID among them, else `rel`.
+fn split_key<'a>(
+    headers: impl Iterator<Item = &'a SeriesHeader> + Clone,
+    rel: &str,
+) -> (SplitKey, String) {
+    let pick = |f: fn(&SeriesHeader) -> &Option<String>| headers.clone().find_map(|h| f(h).clone());
+    if let Some(v) = pick(|h| &h.patient_id) {
+        (SplitKey::PatientId, v)
+    } else if let Some(v) = pick(|h| &h.study_uid) {
+        (SplitKey::StudyUid, v)
+    } else if let Some(v) = pick(|h| &h.series_uid) {
+        (SplitKey::SeriesUid, v)
+    } else {
+        (SplitKey::Path, rel.to_string())
+    }
+}
+
+fn lone(i: Input) -> Group {
+    let (key, key_value) = split_key(std::iter::once(&i.header), &i.rel);
+    Group {
+        class: i.class,
+        key,
+        key_value,
+        first: i.rel.clone(),
+        what: What::File {
+            rel: i.rel,
+            path: i.path,
+        },
+    }
+}
+
+/// Group `inputs` (in path order) into series; `axis` is the one the volumes will be cut along.
+/// Groups come back in the order of their first files.
+pub fn group(inputs: Vec<Input>, axis: usize) -> Grouping {
+    let mut out = Grouping::default();
+    let mut series: BTreeMap<String, Vec<Input>> = BTreeMap::new();
+    for i in inputs {
+        match &i.header.series_uid {
+            Some(uid) if i.header.frames <= 1 => series.entry(uid.clone()).or_default().push(i),
+            _ => out.groups.push(lone(i)),
+        }
+    }
+    for (uid, files) in series {
+        one_series(uid, files, axis, &mut out);
+    }
+    out.groups.sort_by(|a, b| a.first.cmp(&b.first));
+    out
+}
+
+/// The attributes a series' files must share, as compared.
+#[derive(Debug, Clone, PartialEq)]
+struct Geometry {
+    size: (u32, u32),
+    pixel: (u32, u32, u32, u32, String),
+    spacing: Option<[f64; 2]>,
+    orientation: Option<[f64; 6]>,
+}
+
+impl Geometry {
+    fn of(h: &SeriesHeader) -> Self {
+        Geometry {
+            size: (h.rows, h.cols),
+            pixel: (
+                h.samples_per_pixel,
+                h.bits_allocated,
+                h.bits_stored,
+                h.pixel_representation,
+                h.photometric.clone(),
+            ),
+            spacing: h.pixel_spacing,
+            orientation: h.orientation,
+        }
+    }
+
+    /// Why `self` does not fit the reference `r`, if it does not.
+    fn misfit(&self, r: &Geometry) -> Option<String> {
+        if self.size != r.size {
+            return Some(format!(
+                "Rows x Columns {}x{} differ from its series' {}x{}",
+                self.size.0, self.size.1, r.size.0, r.size.1
+            ));
+        }
+        if self.pixel != r.pixel {
+            return Some(format!(
+                "pixel type ({}) differs from its series' ({})",
+                pixel_name(&self.pixel),
+                pixel_name(&r.pixel)
+            ));
+        }
+        let near = |a: &[f64], b: &[f64], tol: &dyn Fn(f64, f64) -> f64| {
+            a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol(*x, *y))
+        };
+        match (self.spacing, r.spacing) {
+            (Some(a), Some(b)) if near(&a, &b, &|x, y| SPACING_TOL * x.abs().max(y.abs())) => {}
+            (None, None) => {}
+            (a, b) => {
+                return Some(format!(
+                    "Pixel Spacing {} differs from its series' {}",
+                    list(a.as_ref().map(|v| &v[..])),
+                    list(b.as_ref().map(|v| &v[..]))
+                ))
+            }
+        }
+        match (self.orientation, r.orientation) {
+            (Some(a), Some(b)) if near(&a, &b, &|_, _| ORIENT_TOL) => {}
+            (None, None) => {}
+            (a, b) => {
+                return Some(format!(
+                    "Image Orientation (Patient) {} differs from its series' {}",
+                    list(a.as_ref().map(|v| &v[..])),
+                    list(b.as_ref().map(|v| &v[..]))
+                ))
+            }
+        }
+        None
+    }
+
+    /// Equal for the vote on the reference (values rounded to their tolerances).
+    fn vote_key(&self) -> String {
+        let r =
+            |v: &[f64], q: f64| -> Vec<i64> { v.iter().map(|x| (x / q).round() as i64).collect() };
+        format!(
+            "{:?} {:?} {:?} {:?}",
+            self.size,
+            self.pixel,
+            self.spacing.map(|s| r(&s, 1e-3)),
+            self.orientation.map(|o| r(&o, ORIENT_TOL))
+        )
+    }
+}
+
+fn pixel_name(p: &(u32, u32, u32, u32, String)) -> String {
+    format!(
+        "{} sample(s) per pixel, {} bits allocated, {} stored, {}, {}",
+        p.0,
+        p.1,
+        p.2,
+        if p.3 == 1 { "signed" } else { "unsigned" },
+        if p.4.is_empty() {
+            "no photometric interpretation"
+        } else {
+            &p.4
+        }
+    )
+}
+
+fn list(v: Option<&[f64]>) -> String {
+    match v {
+        None => "(absent)".into(),
+        Some(v) => v
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join("\\"),
+    }
+}
+
+fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
+}
+
+fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
+    let reject_all = |files: &[Input], why: &str, out: &mut Grouping| {
+        out.rejects
+            .extend(files.iter().map(|f| (f.rel.clone(), why.to_string())));
+    };
+    // One label per volume.
+    let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in &files {
+        *classes.entry(&f.class).or_default() += 1;
+    }
+    if classes.len() > 1 {
+        let list: Vec<String> = classes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+        let why = format!(
+            "its series {uid} has files in {} classes ({}); a series is one volume with one label",
+            classes.len(),
+            list.join(", ")
+        );
+        reject_all(&files, &why, out);
+        return;
+    }
+
+    // The reference geometry: the most common, ties to the first file's.
+    let geos: Vec<Geometry> = files.iter().map(|f| Geometry::of(&f.header)).collect();
+    let mut votes: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for (i, g) in geos.iter().enumerate() {
+        votes.entry(g.vote_key()).or_insert((0, i)).0 += 1;
+    }
+    let (_, first) = votes
+        .values()
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+        .copied()
+        .expect("a series has files");
+    let reference = geos[first].clone();
+    let mut fit = Vec::new();
+    for (f, g) in files.into_iter().zip(&geos) {
+        match g.misfit(&reference) {
+            Some(why) => out.rejects.push((f.rel, format!("{why} (series {uid})"))),
+            None => fit.push(f),
+        }
+    }
+
+    // Order: by position along the normal, else by Instance Number.
+    let by_position = fit
+        .iter()
+        .all(|f| f.header.position.is_some() && f.header.orientation.is_some());
+    let mut keyed: Vec<(f64, Input)> = Vec::new();
+    let order = if by_position {
+        let o = reference.orientation.expect("all have one");
+        let normal = cross([o[0], o[1], o[2]], [o[3], o[4], o[5]]);
+        for f in fit {
+            let p = f.header.position.expect("all have one");
+            keyed.push((p[0] * normal[0] + p[1] * normal[1] + p[2] * normal[2], f));
+        }
+        Order::Position
+    } else {
+        for f in fit {
+            match f.header.instance {
+                Some(n) => keyed.push((n as f64, f)),
+                None => out.rejects.push((
+                    f.rel,
+                    format!(
+                        "no Instance Number, and not every file of its series {uid} has an Image Position and Orientation (Patient): its place in the volume is unknown"
+                    ),
+                )),
+            }
+        }
+        Order::InstanceNumber
+    };
+    // Stable: files at one position stay in path order.
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let same = |a: f64, b: f64| match order {
+        Order::Position => (a - b).abs() <= SAME_POS_MM,
+        Order::InstanceNumber => a == b,
+    };
+    let mut slots: Vec<(f64, Vec<Input>)> = Vec::new();
+    for (k, f) in keyed {
+        match slots.last_mut() {
+            Some((k0, s)) if same(*k0, k) => s.push(f),
+            _ => slots.push((k, vec![f])),
+        }
+    }
+    if slots.is_empty() {
+        return;
+    }
+    let all_files: Vec<Input> = slots.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
+    if all_files.len() == 1 {
+        let f = all_files.into_iter().next().expect("one file");
+        out.groups.push(lone(f));
+        return;
+    }
+
+    let spp = reference.pixel.0 as u64;
+    let total = reference.size.0 as u64 * reference.size.1 as u64 * spp * slots.len() as u64;
+    if total > MAX_SAMPLES {
+        let why = format!(
+            "its series {uid} is too large: {} slices of {}x{}x{spp} = {total} samples (limit {MAX_SAMPLES})",
+            slots.len(),
+            reference.size.0,
+            reference.size.1
+        );
+        reject_all(&all_files, &why, out);
+        return;
+    }
+    let colour = spp >= 3;
+    if colour && axis != 2 {
+        let why = format!(
+            "its series {uid} is colour, not a volume: --axis {axis} reslices grey series only"
+        );
+        reject_all(&all_files, &why, out);
+        return;
+    }
+    if order == Order::Position && slots.len() >= 3 {
+        let gaps: Vec<f64> = slots.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        let mut sorted = gaps.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let tol = (SPACING_REL_TOL * median).max(SAME_POS_MM);
+        if let Some(i) = gaps.iter().position(|g| (g - median).abs() > tol) {
+            let what = format!(
+                "uneven slice spacing in series {uid}: {:.4} mm between {} and {} where the series' spacing is {:.4} mm (tolerance 1%)",
+                gaps[i], slots[i].1[0].rel, slots[i + 1].1[0].rel, median
+            );
+            if axis != 2 {
+                let why = format!("{what}; --axis {axis} needs an evenly spaced volume (--axis 2 converts it slice by slice)");
+                reject_all(&all_files, &why, out);
+                return;
+            }
+            out.uneven.push(what);
+        }
+    }
+
+    let first = all_files
+        .iter()
+        .map(|f| f.rel.clone())
+        .min()
+        .expect("files");
+    let (key, key_value) = split_key(all_files.iter().map(|f| &f.header), &first);
+    let h = &all_files[0].header;
+    let plan = SeriesPlan {
+        uid,
+        rows: h.rows,
+        cols: h.cols,
+        colour,
+        invert: h.photometric == "MONOCHROME1",
+        order,
+        slots: slots
+            .into_iter()
+            .map(|(_, mut s)| {
+                s.sort_by(|a, b| a.rel.cmp(&b.rel));
+                s.into_iter()
+                    .map(|f| SliceFile {
+                        rel: f.rel,
+                        path: f.path,
+                        window: f.header.window,
+                    })
+                    .collect()
+            })
+            .collect(),
+    };
+    out.groups.push(Group {
+        class: all_files[0].class.clone(),
+        key,
+        key_value,
+        first,
+        what: What::Series(plan),
+    });
+}
