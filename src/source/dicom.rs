@@ -373,17 +373,29 @@ pub fn read_header(path: &Path) -> Result<SeriesHeader, Reject> {
         f.take(limit)
             .read_to_end(&mut head)
             .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
-        // dicom-rs ends a data set quietly where the bytes end between two elements, so a prefix
-        // is only trusted once it holds the Pixel Data tag (little or big endian): the attributes
-        // that grouping needs all come before it.
-        let reached = head
-            .windows(4)
-            .any(|w| w == [0xE0, 0x7F, 0x10, 0x00] || w == [0x7F, 0xE0, 0x00, 0x10]);
-        if !whole && !reached && !last {
-            continue;
+        match header_from_head(&head, whole, last) {
+            Some(r) => return r,
+            None => continue,
         }
+    }
+    Err(Reject::new("the header is larger than 4 MiB"))
+}
+
+/// The header from the first bytes of a file (all of it when `whole`); None to ask for more bytes.
+/// `last`: no more will come, parse what there is.
+fn header_from_head(head: &[u8], whole: bool, last: bool) -> Option<Result<SeriesHeader, Reject>> {
+    // dicom-rs ends a data set quietly where the bytes end between two elements, so a prefix is
+    // only trusted once it holds the Pixel Data tag (little or big endian): the attributes that
+    // grouping needs all come before it.
+    let reached = head
+        .windows(4)
+        .any(|w| w == [0xE0, 0x7F, 0x10, 0x00] || w == [0x7F, 0xE0, 0x00, 0x10]);
+    if !whole && !reached && !last {
+        return None;
+    }
+    Some((|| {
         let start = if whole {
-            prescan(&head)?.start
+            prescan(head)?.start
         } else if head.len() >= 132 && &head[128..132] == b"DICM" {
             128
         } else if head.starts_with(b"DICM") {
@@ -398,9 +410,8 @@ pub fn read_header(path: &Path) -> Result<SeriesHeader, Reject> {
                 .from_reader(&head[start..])
         })?
         .map_err(|e| Reject::new(format!("cannot read the header: {}", chain(&e))))?;
-        return guard("reading the DICOM header", || header_of(&obj))?;
-    }
-    Err(Reject::new("the header is larger than 4 MiB"))
+        guard("reading the DICOM header", || header_of(&obj))?
+    })())
 }
 
 fn header_of(obj: &DefaultDicomObject) -> Result<SeriesHeader, Reject> {
@@ -1853,5 +1864,144 @@ pub(crate) mod tests {
             b[i] = rnd();
             let _ = decode_all(&b, &DecodeOptions::default());
         }
+    }
+
+    /// `bytes` with these elements added (DS/UI/LO/IS strings).
+    fn with_elements(bytes: &[u8], els: &[(dicom_core::Tag, VR, &str)]) -> Vec<u8> {
+        let mut obj = OpenFileOptions::new().from_reader(&bytes[128..]).unwrap();
+        for &(tag, vr, v) in els {
+            obj.put(DataElement::new(tag, vr, PrimitiveValue::from(v)));
+        }
+        let mut out = Vec::new();
+        obj.write_all(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn read_header_gives_what_series_need_and_never_panics() {
+        let t = tempfile::tempdir().unwrap();
+        let els = [
+            (tags::PATIENT_ID, VR::LO, "PAT 7 "),
+            (tags::STUDY_INSTANCE_UID, VR::UI, "1.2.3"),
+            (tags::SERIES_INSTANCE_UID, VR::UI, "1.2.3.4"),
+            (tags::INSTANCE_NUMBER, VR::IS, "12"),
+            (tags::IMAGE_POSITION_PATIENT, VR::DS, "-10.5\\20\\-3.25"),
+            (tags::IMAGE_ORIENTATION_PATIENT, VR::DS, "1\\0\\0\\0\\1\\0"),
+            (tags::PIXEL_SPACING, VR::DS, "0.7\\0.8"),
+        ];
+        let spec = Spec {
+            window: Some(("40", "401")),
+            signed: true,
+            ..Spec::default()
+        };
+        // Small (read whole) and large (read from its first 64 KiB, pixel data beyond them).
+        for (rows, cols) in [(3u16, 4u16), (200, 300)] {
+            let n = rows as i32 * cols as i32;
+            let bytes = with_elements(
+                &dicom_bytes(&Spec { rows, cols, ..spec }, &(0..n).collect::<Vec<_>>()),
+                &els,
+            );
+            let p = t.path().join(format!("{rows}.dcm"));
+            std::fs::write(&p, &bytes).unwrap();
+            let h = read_header(&p).unwrap();
+            assert_eq!(
+                h,
+                SeriesHeader {
+                    patient_id: Some("PAT 7".into()),
+                    study_uid: Some("1.2.3".into()),
+                    series_uid: Some("1.2.3.4".into()),
+                    rows: rows as u32,
+                    cols: cols as u32,
+                    frames: 1,
+                    samples_per_pixel: 1,
+                    bits_allocated: 16,
+                    bits_stored: 16,
+                    pixel_representation: 1,
+                    photometric: "MONOCHROME2".into(),
+                    pixel_spacing: Some([0.7, 0.8]),
+                    orientation: Some([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+                    position: Some([-10.5, 20.0, -3.25]),
+                    instance: Some(12),
+                    window: dicom_window(40.0, 401.0),
+                }
+            );
+        }
+        // Every cut and byte flip of a small file: an answer, never a panic.
+        let full = with_elements(&dicom_bytes(&spec, &(0..12).collect::<Vec<_>>()), &els);
+        for cut in 0..full.len() {
+            let _ = header_from_head(&full[..cut], true, true);
+            let _ = header_from_head(&full[..cut], false, true);
+        }
+        for i in 128..full.len() {
+            let mut b = full.clone();
+            b[i] ^= 0x5A;
+            let _ = header_from_head(&b, true, true);
+            let _ = header_from_head(&b, false, true);
+        }
+        let p = t.path().join("junk.dcm");
+        std::fs::write(&p, b"not a DICOM file").unwrap();
+        assert!(read_header(&p).is_err());
+    }
+
+    #[test]
+    fn a_series_slice_that_cannot_be_decoded_is_left_out_or_ends_the_series() {
+        use super::super::series::{Order, SeriesPlan, SliceFile};
+        let t = tempfile::tempdir().unwrap();
+        let spec = Spec {
+            pi: "MONOCHROME1",
+            ..Spec::default()
+        };
+        let mut slots = Vec::new();
+        for k in 0..3 {
+            let bytes = dicom_bytes(&spec, &(0..12).map(|v| v + 100 * k).collect::<Vec<_>>());
+            let p = t.path().join(format!("s{k}.dcm"));
+            // The middle slice is cut short.
+            let keep = if k == 1 { bytes.len() - 7 } else { bytes.len() };
+            std::fs::write(&p, &bytes[..keep]).unwrap();
+            slots.push(vec![SliceFile {
+                rel: format!("s{k}.dcm"),
+                path: p,
+                window: None,
+            }]);
+        }
+        let plan = SeriesPlan {
+            uid: "1.2".into(),
+            slots,
+            rows: 3,
+            cols: 4,
+            colour: false,
+            invert: true,
+            order: Order::Position,
+        };
+        let mut imgs = Vec::new();
+        let left = decode_series(&plan, &DecodeOptions::default(), &mut |f| {
+            imgs.push(f.expect_image());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].0, "s1.dcm");
+        assert!(left[0].1.contains("truncated"), "{left:?}");
+        assert_eq!(imgs.len(), 2);
+        // One window for the volume (min 0 .. max 211), inverted for MONOCHROME1.
+        assert_eq!(luma(&imgs[0]).get_pixel(0, 0)[0], 65535);
+        assert_eq!(luma(&imgs[1]).get_pixel(3, 2)[0], 0);
+        assert_eq!(
+            luma(&imgs[1]).get_pixel(0, 0)[0],
+            65535 - window_to_u16(200.0, 0.0, 211.0)
+        );
+        // Along x the volume needs every slice: the whole series is left out, each file named.
+        let o = DecodeOptions {
+            axis: 0,
+            ..DecodeOptions::default()
+        };
+        let all = decode_series(&plan, &o, &mut |_| Ok(())).unwrap_err();
+        let names: Vec<&str> = all.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(names, ["s1.dcm", "s0.dcm", "s2.dcm"]);
+        assert!(all[0].1.contains("truncated"), "{all:?}");
+        assert!(
+            all[1].1.contains("--axis 0 reslices the whole volume"),
+            "{all:?}"
+        );
     }
 }
