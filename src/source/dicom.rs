@@ -24,6 +24,9 @@
 //! by its codec) are emitted without any LUT as `ImageRgb8`, or `ImageRgb16` when 16 bits are
 //! allocated (samples shifted up so Bits Stored fills 16 bits).
 //!
+//! Series: `read_header` reads what `series::group` needs to group single-frame files into series
+//! (up to the pixel data only); `decode_series` decodes one series as a volume.
+//!
 //! Robustness: before dicom-rs sees the bytes, a header walk checks that no element declares more
 //! bytes than the file still holds (so a corrupt length never turns into a multi-gigabyte
 //! allocation, and a truncated file is named as such); image sizes are checked (each side
