@@ -13,9 +13,10 @@ use crate::shard::{
     default_block_samples, default_shard_blocks, Block, Codec, Dtype, Manifest, SampleSpec, Shape,
     SplitWriter,
 };
+use crate::source::series::{self, SeriesPlan};
 use crate::source::transform::{to_sample, Fit, Target};
 use crate::source::{
-    cifar, idx, npy, tree, DecodeOptions, FileKind, FloatFrame, Frame, Probe, Reject,
+    cifar, dicom, idx, npy, tree, DecodeOptions, FileKind, FloatFrame, Frame, Probe, Reject,
 };
 use crate::OutputFormat;
 use rayon::prelude::*;
@@ -114,6 +115,14 @@ enum Unit {
         start: usize,
         len: usize,
     },
+    /// The files of a DICOM series, decoded as one volume (`source::series`).
+    Series {
+        name: String,
+        plan: Arc<SeriesPlan>,
+        label: u32,
+        /// What it will give, from its headers.
+        probe: Probe,
+    },
 }
 
 impl Unit {
@@ -121,6 +130,7 @@ impl Unit {
         match self {
             Unit::File { rel, .. } => rel,
             Unit::Array { name, .. } => name,
+            Unit::Series { name, .. } => name,
         }
     }
 
@@ -132,6 +142,7 @@ impl Unit {
                 kind: Some(k),
                 ..
             } => Some(k.probe(path, d)),
+            Unit::Series { probe, .. } => Some(Ok(*probe)),
             _ => None,
         }
     }
@@ -266,6 +277,9 @@ struct Plan {
     root: PathBuf,
     /// Decisions to tell the user about.
     notes: Vec<String>,
+    /// Trees: what the train/test split grouped inputs by (`TreeUnits::split_key`), and how many
+    /// units each key split.
+    split_key: Option<(String, BTreeMap<String, usize>)>,
 }
 
 const ARRAY_CHUNK: usize = 2048;
@@ -381,6 +395,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 inputs: 4,
                 root: input.clone(),
                 notes: vec![],
+                split_key: None,
             })
         }
         Kind::Cifar => {
@@ -443,6 +458,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 inputs,
                 root: input.clone(),
                 notes: vec![],
+                split_key: None,
             })
         }
         Kind::Npy => {
@@ -510,6 +526,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 inputs: pairs.len() * 2,
                 root: input.clone(),
                 notes: vec![],
+                split_key: None,
             })
         }
         Kind::Auto | Kind::Images | Kind::Tiff | Kind::Video | Kind::Dicom | Kind::Nifti => {
@@ -673,16 +690,19 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         k => k,
     };
     let inputs = chosen.len() + rejects.len();
-    let splits = tree_units(chosen, &classes, o.test_fraction);
+    let tu = tree_units(o, chosen, &classes);
+    rejects.extend(tu.rejects);
+    notes.extend(tu.notes);
     Ok(Plan {
         kind,
         classes,
-        splits,
+        splits: tu.splits,
         native: None,
         rejects,
         inputs,
         root: tree.root.clone(),
         notes,
+        split_key: Some((tu.split_key, tu.split_keys)),
     })
 }
 
@@ -691,29 +711,154 @@ fn count(n: usize, what: &str) -> String {
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
-/// The units of a labelled tree, by split: one per file, in walk order, split by a hash of the
-/// file's relative path.
+/// The units of a labelled tree, by split, and what decided the split.
+struct TreeUnits {
+    splits: BTreeMap<String, Vec<Unit>>,
+    /// The key the DICOM inputs were split by when one key served them all ("PatientID",
+    /// "StudyInstanceUID", "SeriesInstanceUID"), "path" when there are none or none had an
+    /// identifier, "mixed" otherwise. Other files are split by their path.
+    split_key: String,
+    /// Units split by each key.
+    split_keys: BTreeMap<String, usize>,
+    /// DICOM files that do not fit their series.
+    rejects: Vec<RejectEntry>,
+    notes: Vec<String>,
+}
+
+/// One unit per file, except DICOM files, which are grouped into series (`source::series`): a
+/// series is one unit. Units keep the order of their first files. A file is split by a hash of its
+/// path; DICOM inputs by a hash of their patient (else study, else series) so that no patient is
+/// in both splits.
 fn tree_units(
+    o: &ConvertOptions,
     chosen: Vec<(&tree::TreeFile, String)>,
     classes: &[String],
-    test_fraction: f64,
-) -> BTreeMap<String, Vec<Unit>> {
-    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
-    for (f, c) in chosen {
-        let label = classes.binary_search(&c).expect("class listed") as u32;
-        let split = if tree::is_test(&f.rel, test_fraction) {
+) -> TreeUnits {
+    let label = |c: &str| {
+        classes
+            .binary_search_by(|x| x.as_str().cmp(c))
+            .expect("class listed") as u32
+    };
+    let split_of = |key: &str| {
+        if tree::is_test(key, o.test_fraction) {
             "test"
         } else {
             "train"
-        };
-        splits.entry(split.into()).or_default().push(Unit::File {
-            rel: f.rel.clone(),
-            path: f.path.clone(),
-            kind: f.kind,
-            label: Some(label),
-        });
+        }
+    };
+    let file_unit = |f: &tree::TreeFile, c: &str| Unit::File {
+        rel: f.rel.clone(),
+        path: f.path.clone(),
+        kind: f.kind,
+        label: Some(label(c)),
+    };
+
+    // Every DICOM header, read in parallel up to the pixel data.
+    let dicom: Vec<&tree::TreeFile> = chosen
+        .iter()
+        .filter(|(f, _)| f.kind == Some(FileKind::Dicom))
+        .map(|(f, _)| *f)
+        .collect();
+    let pb = crate::progress::bar(dicom.len() as u64, "headers", "files", o.quiet);
+    let headers: BTreeMap<&str, dicom::SeriesHeader> = dicom
+        .par_iter()
+        .filter_map(|f| {
+            let h = dicom::read_header(&f.path).ok();
+            pb.inc(1);
+            // A header that cannot be read leaves the file on its own: decoding it says why.
+            h.map(|h| (f.rel.as_str(), h))
+        })
+        .collect();
+    pb.finish_and_clear();
+
+    // (position of the first file among the inputs, split, unit)
+    let mut units: Vec<(usize, &str, Unit)> = Vec::new();
+    let mut split_keys: BTreeMap<String, usize> = BTreeMap::new();
+    let mut dicom_keys = std::collections::BTreeSet::new();
+    let mut at: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut inputs = Vec::new();
+    for (i, (f, c)) in chosen.iter().enumerate() {
+        at.insert(&f.rel, i);
+        match headers.get(f.rel.as_str()) {
+            Some(h) => inputs.push(series::Input {
+                rel: f.rel.clone(),
+                path: f.path.clone(),
+                class: c.clone(),
+                header: h.clone(),
+            }),
+            None => {
+                if f.kind == Some(FileKind::Dicom) {
+                    dicom_keys.insert("path");
+                }
+                *split_keys.entry("path".into()).or_default() += 1;
+                units.push((i, split_of(&f.rel), file_unit(f, c)));
+            }
+        }
     }
-    splits
+    let g = series::group(inputs, o.decode.axis);
+    let (mut n_series, mut n_files) = (0, 0);
+    for group in g.groups {
+        dicom_keys.insert(group.key.name());
+        *split_keys.entry(group.key.name().into()).or_default() += 1;
+        let unit = match group.what {
+            series::What::File { rel, path } => Unit::File {
+                rel,
+                path,
+                kind: Some(FileKind::Dicom),
+                label: Some(label(&group.class)),
+            },
+            series::What::Series(plan) => {
+                n_series += 1;
+                n_files += plan.files();
+                Unit::Series {
+                    name: format!(
+                        "{} (series {}, {} files)",
+                        group.first,
+                        plan.uid,
+                        plan.files()
+                    ),
+                    probe: plan.probe(o.decode.axis),
+                    plan: Arc::new(plan),
+                    label: label(&group.class),
+                }
+            }
+        };
+        units.push((at[group.first.as_str()], split_of(&group.key_value), unit));
+    }
+    units.sort_by_key(|u| u.0);
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    for (_, split, unit) in units {
+        splits.entry(split.into()).or_default().push(unit);
+    }
+    let split_key = match dicom_keys.len() {
+        0 => "path".to_string(),
+        1 => dicom_keys.first().expect("one").to_string(),
+        _ => "mixed".to_string(),
+    };
+    let mut notes = Vec::new();
+    if n_series > 0 {
+        let by: Vec<String> = dicom_keys.iter().map(|k| k.to_string()).collect();
+        notes.push(format!(
+            "dicom: {} in {}, each one volume; train/test split by {}",
+            count(n_files, "file"),
+            count(n_series, "series"),
+            by.join(", else ")
+        ));
+    }
+    for u in &g.uneven {
+        notes.push(format!("{u}; converted slice by slice"));
+    }
+    TreeUnits {
+        splits,
+        split_key,
+        split_keys,
+        rejects: g
+            .rejects
+            .into_iter()
+            .map(|(path, reason)| RejectEntry { path, reason })
+            .collect(),
+        notes,
+    }
 }
 
 /// Samples and labels decoded from one unit, and the samples of an array left out (by name).
@@ -750,6 +895,40 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Rejec
             if labels.is_empty() {
                 return Err(Reject::new("holds no images"));
             }
+        }
+        Unit::Series { plan, label, .. } => {
+            // Files that do not make it are named one by one, so a series never fails as a whole
+            // here.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                dicom::decode_series(plan, d, &mut |frame| {
+                    to_sample(frame, t, &mut px)
+                        .map_err(|why| Reject::new(format!("image {}: {why}", labels.len())))?;
+                    labels.push(*label);
+                    Ok(())
+                })
+            }));
+            let left = match r {
+                Ok(Ok(left)) => left,
+                Ok(Err(all)) => {
+                    px.clear();
+                    labels.clear();
+                    all
+                }
+                Err(_) => {
+                    px.clear();
+                    labels.clear();
+                    let why = format!("the decoder crashed on its series {}", plan.uid);
+                    plan.slots
+                        .iter()
+                        .flatten()
+                        .map(|f| (f.rel.clone(), why.clone()))
+                        .collect()
+                }
+            };
+            left_out = left
+                .into_iter()
+                .map(|(path, reason)| RejectEntry { path, reason })
+                .collect();
         }
     }
     Ok((px, labels, left_out))
@@ -845,6 +1024,9 @@ fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> Result<Targe
                     });
                     first.map(|(c, hw)| (c, hw, Dtype::U8))
                 }
+                Unit::Series { probe, .. } => probe
+                    .size
+                    .map(|hw| (if probe.colour { 3 } else { 1 }, hw, Dtype::U8)),
                 _ => None,
             }),
     };
@@ -1022,8 +1204,12 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
         }
         pb.finish_and_clear();
         if infos.is_empty() {
+            let example = rejects
+                .first()
+                .map(|r| format!(", e.g. {}: {}", r.path, r.reason))
+                .unwrap_or_default();
             return Err(Error::Source(format!(
-                "{}: no input could be decoded ({} rejected)",
+                "{}: no input could be decoded ({} rejected{example})",
                 o.input.display(),
                 rejects.len()
             )));
@@ -1037,7 +1223,7 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
             return Err(e);
         }
     };
-    let source = serde_json::json!({
+    let mut source = serde_json::json!({
         "converter": "prep-convert/1",
         "input": o.input.display().to_string(),
         "kind": plan.kind,
@@ -1046,6 +1232,10 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
         "inputs": plan.inputs,
         "rejects": rejects.len(),
     });
+    if let Some((key, keys)) = &plan.split_key {
+        source["split_key"] = key.clone().into();
+        source["split_keys"] = serde_json::json!(keys);
+    }
     let provenance = Provenance::here(source);
     let splits: BTreeMap<String, u64> = infos.iter().map(|(s, i)| (s.clone(), i.samples)).collect();
     let finish = || -> Result<()> {

@@ -24,6 +24,9 @@
 //! by its codec) are emitted without any LUT as `ImageRgb8`, or `ImageRgb16` when 16 bits are
 //! allocated (samples shifted up so Bits Stored fills 16 bits).
 //!
+//! Series: `read_header` reads what `series::group` needs to group single-frame files into series
+//! (up to the pixel data only); `decode_series` decodes one series as a volume.
+//!
 //! Robustness: before dicom-rs sees the bytes, a header walk checks that no element declares more
 //! bytes than the file still holds (so a corrupt length never turns into a multi-gigabyte
 //! allocation, and a truncated file is named as such); image sizes are checked (each side
@@ -329,6 +332,329 @@ fn decode_object(
         ))),
         _ => Err(Reject::new(format!("unsupported Samples per Pixel {spp}"))),
     }
+}
+
+/// What grouping files into series needs from one file's header (read up to the pixel data, see
+/// `read_header`). Strings are trimmed; an empty value counts as absent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SeriesHeader {
+    pub patient_id: Option<String>,
+    pub study_uid: Option<String>,
+    pub series_uid: Option<String>,
+    pub rows: u32,
+    pub cols: u32,
+    /// Number of Frames (1 when absent).
+    pub frames: u32,
+    pub samples_per_pixel: u32,
+    pub bits_allocated: u32,
+    pub bits_stored: u32,
+    pub pixel_representation: u32,
+    pub photometric: String,
+    /// Pixel Spacing (row spacing, column spacing) in mm.
+    pub pixel_spacing: Option<[f64; 2]>,
+    /// Image Orientation (Patient): the row and column direction cosines.
+    pub orientation: Option<[f64; 6]>,
+    /// Image Position (Patient): the centre of the first pixel, in mm.
+    pub position: Option<[f64; 3]>,
+    pub instance: Option<i64>,
+    /// The first Window Center/Width as (low, high), as `decode` would use it.
+    pub window: Option<(f64, f64)>,
+}
+
+/// Read the header of a DICOM file up to its pixel data: the first 64 KiB, or 4 MiB when the pixel
+/// data does not start within them. Never reads the pixels.
+pub fn read_header(path: &Path) -> Result<SeriesHeader, Reject> {
+    use std::io::Read;
+    let len = std::fs::metadata(path)
+        .map_err(|e| Reject::new(format!("cannot open: {e}")))?
+        .len();
+    for (i, limit) in PROBE_BYTES.into_iter().enumerate() {
+        let whole = len <= limit;
+        let last = i + 1 == PROBE_BYTES.len();
+        let f = std::fs::File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+        let mut head = Vec::new();
+        f.take(limit)
+            .read_to_end(&mut head)
+            .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
+        match header_from_head(&head, whole, last) {
+            Some(r) => return r,
+            None => continue,
+        }
+    }
+    Err(Reject::new("the header is larger than 4 MiB"))
+}
+
+/// The header from the first bytes of a file (all of it when `whole`); None to ask for more bytes.
+/// `last`: no more will come, parse what there is.
+fn header_from_head(head: &[u8], whole: bool, last: bool) -> Option<Result<SeriesHeader, Reject>> {
+    // dicom-rs ends a data set quietly where the bytes end between two elements, so a prefix is
+    // only trusted once it holds the Pixel Data tag (little or big endian): the attributes that
+    // grouping needs all come before it.
+    let reached = head
+        .windows(4)
+        .any(|w| w == [0xE0, 0x7F, 0x10, 0x00] || w == [0x7F, 0xE0, 0x00, 0x10]);
+    if !whole && !reached && !last {
+        return None;
+    }
+    Some((|| {
+        let start = if whole {
+            prescan(head)?.start
+        } else if head.len() >= 132 && &head[128..132] == b"DICM" {
+            128
+        } else if head.starts_with(b"DICM") {
+            0
+        } else {
+            return Err(Reject::new("not a DICOM Part 10 file"));
+        };
+        let obj = guard("reading DICOM", || {
+            OpenFileOptions::new()
+                .read_preamble(ReadPreamble::Never)
+                .read_until(tags::PIXEL_DATA)
+                .from_reader(&head[start..])
+        })?
+        .map_err(|e| Reject::new(format!("cannot read the header: {}", chain(&e))))?;
+        guard("reading the DICOM header", || header_of(&obj))?
+    })())
+}
+
+fn header_of(obj: &DefaultDicomObject) -> Result<SeriesHeader, Reject> {
+    let text = |tag| -> Option<String> {
+        let s = obj.get(tag)?.to_str().ok()?;
+        let s = s.trim_matches(|c: char| c == ' ' || c == '\0');
+        (!s.is_empty()).then(|| s.to_string())
+    };
+    let int = |tag| -> Option<i64> { obj.get(tag)?.to_int::<i64>().ok() };
+    let uint = |tag| int(tag).and_then(|v| u32::try_from(v).ok());
+    let floats = |tag, n: usize| -> Option<Vec<f64>> {
+        let v = obj.get(tag)?.to_multi_float64().ok()?;
+        (v.len() >= n && v[..n].iter().all(|x| x.is_finite())).then_some(v)
+    };
+    let (Some(rows), Some(cols)) = (uint(tags::ROWS), uint(tags::COLUMNS)) else {
+        return Err(Reject::new("no image attributes (Rows, Columns)"));
+    };
+    let window = match (
+        floats(tags::WINDOW_CENTER, 1),
+        floats(tags::WINDOW_WIDTH, 1),
+    ) {
+        (Some(c), Some(w)) => dicom_window(c[0], w[0]),
+        _ => None,
+    };
+    Ok(SeriesHeader {
+        patient_id: text(tags::PATIENT_ID),
+        study_uid: text(tags::STUDY_INSTANCE_UID),
+        series_uid: text(tags::SERIES_INSTANCE_UID),
+        rows,
+        cols,
+        frames: uint(tags::NUMBER_OF_FRAMES).unwrap_or(1),
+        samples_per_pixel: uint(tags::SAMPLES_PER_PIXEL).unwrap_or(1),
+        bits_allocated: uint(tags::BITS_ALLOCATED).unwrap_or(0),
+        bits_stored: uint(tags::BITS_STORED).unwrap_or(0),
+        pixel_representation: uint(tags::PIXEL_REPRESENTATION).unwrap_or(0),
+        photometric: text(tags::PHOTOMETRIC_INTERPRETATION).unwrap_or_default(),
+        pixel_spacing: floats(tags::PIXEL_SPACING, 2).map(|v| [v[0], v[1]]),
+        orientation: floats(tags::IMAGE_ORIENTATION_PATIENT, 6)
+            .map(|v| [v[0], v[1], v[2], v[3], v[4], v[5]]),
+        position: floats(tags::IMAGE_POSITION_PATIENT, 3).map(|v| [v[0], v[1], v[2]]),
+        instance: int(tags::INSTANCE_NUMBER),
+        window,
+    })
+}
+
+/// Files left out of a series, with their reasons: (path relative to the input, reason).
+pub type LeftOut = Vec<(String, String)>;
+
+/// Decode a series (see `series::group`) as one volume and emit its slices along `opts.axis`.
+///
+/// Grey series: each slice is decoded on its own (modality values after its own Rescale
+/// Slope/Intercept) into a volume with x = columns, y = rows, z = the slices in order, which is
+/// then cut as a multi-frame volume is (`emit_slices`, slice 0 on the top row for axes 0 and 1).
+/// `opts.float`: the values as they are; else the window is `opts.window`, else the Window
+/// Center/Width of the first slice, else the volume's min..max, the same for every slice;
+/// MONOCHROME1 is inverted. Colour series (axis 2 only) emit each slice's image in order.
+///
+/// Where several files share a slice position, the first that decodes is used and the others
+/// are left out. A file that cannot be decoded is left out with its reason; along axis 2 the rest
+/// still converts, along axes 0 and 1 (which need every slice) the whole series is left out.
+/// `Ok`: the files left out of a series that converted; `Err`: every file of a series that did
+/// not, each with its reason.
+pub fn decode_series(
+    s: &super::series::SeriesPlan,
+    opts: &DecodeOptions,
+    emit: &mut Emit,
+) -> Result<LeftOut, LeftOut> {
+    let mut left: LeftOut = Vec::new();
+    // Every file not yet named gets `why`: the whole series is left out.
+    let all = |left: LeftOut, why: &str| -> LeftOut {
+        let mut out = left;
+        for f in s.slots.iter().flatten() {
+            if !out.iter().any(|(r, _)| *r == f.rel) {
+                out.push((f.rel.clone(), why.to_string()));
+            }
+        }
+        out
+    };
+    if opts.axis > 2 {
+        return Err(all(left, &format!("axis {} is not 0, 1 or 2", opts.axis)));
+    }
+    let dup = |used: &str| {
+        format!(
+            "same slice position as {used} in series {}, which is used",
+            s.uid
+        )
+    };
+    if s.colour {
+        if opts.axis != 2 {
+            return Err(all(
+                left,
+                "a colour series is not a volume: --axis 0 and 1 reslice grey series only",
+            ));
+        }
+        let one = DecodeOptions {
+            axis: 2,
+            ..opts.clone()
+        };
+        for slot in &s.slots {
+            let mut used: Option<&str> = None;
+            for f in slot {
+                if let Some(u) = used {
+                    left.push((f.rel.clone(), dup(u)));
+                    continue;
+                }
+                // An error from `emit` is the conversion's, not this file's: it ends the series.
+                let mut emit_failed = None;
+                let r = decode(&f.path, &one, &mut |frame| {
+                    emit(frame).inspect_err(|e| emit_failed = Some(e.clone()))
+                });
+                if let Some(e) = emit_failed {
+                    return Err(all(
+                        left,
+                        &format!("its series {} could not be converted: {e}", s.uid),
+                    ));
+                }
+                match r {
+                    Ok(()) => used = Some(&f.rel),
+                    Err(r) => left.push((f.rel.clone(), r.0)),
+                }
+            }
+        }
+        return Ok(left);
+    }
+
+    let (rows, cols) = (s.rows as usize, s.cols as usize);
+    let total = (rows as u64) * (cols as u64) * (s.slots.len() as u64);
+    if total > MAX_SAMPLES {
+        return Err(all(
+            left,
+            &format!("series too large: {total} samples (limit {MAX_SAMPLES})"),
+        ));
+    }
+    let mut vol: Vec<f32> = Vec::new();
+    if vol.try_reserve_exact(total as usize).is_err() {
+        return Err(all(
+            left,
+            &format!("cannot allocate a volume of {total} samples"),
+        ));
+    }
+    let values = DecodeOptions {
+        float: true,
+        axis: 2,
+        window: None,
+        ..opts.clone()
+    };
+    let mut window = None;
+    let mut slices = 0;
+    for slot in &s.slots {
+        let mut used: Option<&str> = None;
+        for f in slot {
+            if let Some(u) = used {
+                left.push((f.rel.clone(), dup(u)));
+                continue;
+            }
+            match read_slice(&f.path, &values, s.rows, s.cols) {
+                Ok(v) => {
+                    vol.extend_from_slice(&v);
+                    if slices == 0 {
+                        window = f.window;
+                    }
+                    slices += 1;
+                    used = Some(&f.rel);
+                }
+                Err(r) => left.push((f.rel.clone(), r.0)),
+            }
+        }
+        if used.is_none() && opts.axis != 2 {
+            let rel = &slot[0].rel;
+            return Err(all(
+                left,
+                &format!(
+                    "left out with its series {}: --axis {} reslices the whole volume and the slice of {rel} could not be decoded",
+                    s.uid, opts.axis
+                ),
+            ));
+        }
+    }
+    if slices == 0 {
+        return Ok(left);
+    }
+    let dims = [cols, rows, slices];
+    let r = if opts.float {
+        emit_float_slices(&vol, dims, opts.axis, false, emit)
+    } else {
+        let (low, high) = opts
+            .window
+            .or(window)
+            .unwrap_or_else(|| min_max(vol.iter().map(|&v| v as f64)));
+        let invert = s.invert;
+        emit_slices(
+            &vol,
+            dims,
+            opts.axis,
+            false,
+            &|v| {
+                let u = window_to_u16(v as f64, low, high);
+                if invert {
+                    65535 - u
+                } else {
+                    u
+                }
+            },
+            emit,
+        )
+    };
+    match r {
+        Ok(()) => Ok(left),
+        Err(e) => Err(all(
+            left,
+            &format!("its series {} could not be converted: {e}", s.uid),
+        )),
+    }
+}
+
+/// The modality values of a single-frame grey file of `rows` x `cols`.
+fn read_slice(
+    path: &Path,
+    values: &DecodeOptions,
+    rows: u32,
+    cols: u32,
+) -> Result<Vec<f32>, Reject> {
+    let mut out = None;
+    decode(path, values, &mut |frame| {
+        if out.is_some() {
+            return Err(Reject::new("holds several frames, a slice of a series one"));
+        }
+        match frame {
+            Frame::Float(f) if f.channels == 1 && (f.height, f.width) == (rows, cols) => {
+                out = Some(f.data);
+                Ok(())
+            }
+            Frame::Float(f) => Err(Reject::new(format!(
+                "decodes to {}x{} with {} channel(s), its series is {rows}x{cols} grey",
+                f.height, f.width, f.channels
+            ))),
+            Frame::Image(_) => Err(Reject::new("not a grey image, its series is grey")),
+        }
+    })?;
+    out.ok_or_else(|| Reject::new("holds no image"))
 }
 
 /// The DICOM linear window (PS3.3 C.11.2.1.2.1) as the (low, high) that `window_to_u16` maps onto
@@ -1541,5 +1867,144 @@ pub(crate) mod tests {
             b[i] = rnd();
             let _ = decode_all(&b, &DecodeOptions::default());
         }
+    }
+
+    /// `bytes` with these elements added (DS/UI/LO/IS strings).
+    fn with_elements(bytes: &[u8], els: &[(dicom_core::Tag, VR, &str)]) -> Vec<u8> {
+        let mut obj = OpenFileOptions::new().from_reader(&bytes[128..]).unwrap();
+        for &(tag, vr, v) in els {
+            obj.put(DataElement::new(tag, vr, PrimitiveValue::from(v)));
+        }
+        let mut out = Vec::new();
+        obj.write_all(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn read_header_gives_what_series_need_and_never_panics() {
+        let t = tempfile::tempdir().unwrap();
+        let els = [
+            (tags::PATIENT_ID, VR::LO, "PAT 7 "),
+            (tags::STUDY_INSTANCE_UID, VR::UI, "1.2.3"),
+            (tags::SERIES_INSTANCE_UID, VR::UI, "1.2.3.4"),
+            (tags::INSTANCE_NUMBER, VR::IS, "12"),
+            (tags::IMAGE_POSITION_PATIENT, VR::DS, "-10.5\\20\\-3.25"),
+            (tags::IMAGE_ORIENTATION_PATIENT, VR::DS, "1\\0\\0\\0\\1\\0"),
+            (tags::PIXEL_SPACING, VR::DS, "0.7\\0.8"),
+        ];
+        let spec = Spec {
+            window: Some(("40", "401")),
+            signed: true,
+            ..Spec::default()
+        };
+        // Small (read whole) and large (read from its first 64 KiB, pixel data beyond them).
+        for (rows, cols) in [(3u16, 4u16), (200, 300)] {
+            let n = rows as i32 * cols as i32;
+            let bytes = with_elements(
+                &dicom_bytes(&Spec { rows, cols, ..spec }, &(0..n).collect::<Vec<_>>()),
+                &els,
+            );
+            let p = t.path().join(format!("{rows}.dcm"));
+            std::fs::write(&p, &bytes).unwrap();
+            let h = read_header(&p).unwrap();
+            assert_eq!(
+                h,
+                SeriesHeader {
+                    patient_id: Some("PAT 7".into()),
+                    study_uid: Some("1.2.3".into()),
+                    series_uid: Some("1.2.3.4".into()),
+                    rows: rows as u32,
+                    cols: cols as u32,
+                    frames: 1,
+                    samples_per_pixel: 1,
+                    bits_allocated: 16,
+                    bits_stored: 16,
+                    pixel_representation: 1,
+                    photometric: "MONOCHROME2".into(),
+                    pixel_spacing: Some([0.7, 0.8]),
+                    orientation: Some([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+                    position: Some([-10.5, 20.0, -3.25]),
+                    instance: Some(12),
+                    window: dicom_window(40.0, 401.0),
+                }
+            );
+        }
+        // Every cut and byte flip of a small file: an answer, never a panic.
+        let full = with_elements(&dicom_bytes(&spec, &(0..12).collect::<Vec<_>>()), &els);
+        for cut in 0..full.len() {
+            let _ = header_from_head(&full[..cut], true, true);
+            let _ = header_from_head(&full[..cut], false, true);
+        }
+        for i in 128..full.len() {
+            let mut b = full.clone();
+            b[i] ^= 0x5A;
+            let _ = header_from_head(&b, true, true);
+            let _ = header_from_head(&b, false, true);
+        }
+        let p = t.path().join("junk.dcm");
+        std::fs::write(&p, b"not a DICOM file").unwrap();
+        assert!(read_header(&p).is_err());
+    }
+
+    #[test]
+    fn a_series_slice_that_cannot_be_decoded_is_left_out_or_ends_the_series() {
+        use super::super::series::{Order, SeriesPlan, SliceFile};
+        let t = tempfile::tempdir().unwrap();
+        let spec = Spec {
+            pi: "MONOCHROME1",
+            ..Spec::default()
+        };
+        let mut slots = Vec::new();
+        for k in 0..3 {
+            let bytes = dicom_bytes(&spec, &(0..12).map(|v| v + 100 * k).collect::<Vec<_>>());
+            let p = t.path().join(format!("s{k}.dcm"));
+            // The middle slice is cut short.
+            let keep = if k == 1 { bytes.len() - 7 } else { bytes.len() };
+            std::fs::write(&p, &bytes[..keep]).unwrap();
+            slots.push(vec![SliceFile {
+                rel: format!("s{k}.dcm"),
+                path: p,
+                window: None,
+            }]);
+        }
+        let plan = SeriesPlan {
+            uid: "1.2".into(),
+            slots,
+            rows: 3,
+            cols: 4,
+            colour: false,
+            invert: true,
+            order: Order::Position,
+        };
+        let mut imgs = Vec::new();
+        let left = decode_series(&plan, &DecodeOptions::default(), &mut |f| {
+            imgs.push(f.expect_image());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].0, "s1.dcm");
+        assert!(left[0].1.contains("truncated"), "{left:?}");
+        assert_eq!(imgs.len(), 2);
+        // One window for the volume (min 0 .. max 211), inverted for MONOCHROME1.
+        assert_eq!(luma(&imgs[0]).get_pixel(0, 0)[0], 65535);
+        assert_eq!(luma(&imgs[1]).get_pixel(3, 2)[0], 0);
+        assert_eq!(
+            luma(&imgs[1]).get_pixel(0, 0)[0],
+            65535 - window_to_u16(200.0, 0.0, 211.0)
+        );
+        // Along x the volume needs every slice: the whole series is left out, each file named.
+        let o = DecodeOptions {
+            axis: 0,
+            ..DecodeOptions::default()
+        };
+        let all = decode_series(&plan, &o, &mut |_| Ok(())).unwrap_err();
+        let names: Vec<&str> = all.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(names, ["s1.dcm", "s0.dcm", "s2.dcm"]);
+        assert!(all[0].1.contains("truncated"), "{all:?}");
+        assert!(
+            all[1].1.contains("--axis 0 reslices the whole volume"),
+            "{all:?}"
+        );
     }
 }

@@ -5,7 +5,8 @@
 //!   own train/test split where they have one;
 //! - *file trees* (image folders, videos, DICOM, NIfTI) where every file is decoded on its own into
 //!   one or more 2-D images (a TIFF stack's pages, a video's frames, a volume's slices), labelled by
-//!   its class sub-folder, a labels CSV or a regex over its path (`tree`).
+//!   its class sub-folder, a labels CSV or a regex over its path (`tree`); except the single-frame
+//!   DICOM files of one series, which are one volume (`series`).
 //!
 //! Every decoder hands out `Frame`s through an `Emit` callback, one at a time, so a long video or a
 //! large volume never sits in memory whole; `transform` then turns each frame into a sample of the
@@ -18,6 +19,7 @@ pub mod idx;
 pub mod images;
 pub mod nifti;
 pub mod npy;
+pub mod series;
 pub mod transform;
 pub mod tree;
 pub mod video;
@@ -108,7 +110,7 @@ pub struct DecodeOptions {
     pub every: u32,
     /// Video: sample frames at this rate (frames per second) instead of `every`.
     pub fps: Option<f64>,
-    /// Volumes (NIfTI, multi-frame DICOM): slice along this axis of the volume (0 = x, 1 = y,
+    /// Volumes (NIfTI, multi-frame DICOM, DICOM series): slice along this axis of the volume (0 = x, 1 = y,
     /// 2 = z, the usual axial slices).
     pub axis: usize,
     /// Intensity window: DICOM uses its own Window Center/Width unless this overrides it;

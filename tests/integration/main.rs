@@ -9,6 +9,7 @@ mod fixtures;
 mod float;
 mod inspect;
 mod scans;
+mod scans_series;
 mod synth;
 mod train;
 mod trees;

@@ -1,0 +1,848 @@
+//! DICOM series: the single-frame files of one series (same Series Instance UID) are one volume.
+//!
+//! `group` decides, from headers alone (`dicom::read_header`), which files form which series, in
+//! which order, which files do not fit their series (and why), and which key the train/test split
+//! groups them by; `dicom::decode_series` then decodes a series as one volume.
+//!
+//! Rules, per series:
+//! - its files must share one class (sub-folder, `--labels` row or `--label-from` match): a series
+//!   whose files carry several is left out whole, each file with the reason;
+//! - the reference is the most common combination of Rows x Columns, pixel type (Samples per
+//!   Pixel, Bits Allocated, Bits Stored, Pixel Representation, Photometric Interpretation), Pixel
+//!   Spacing and Image Orientation (Patient) among its files (ties: the first file's by path); a
+//!   file that differs from it is left out with the reason (spacing and orientation within
+//!   `SPACING_TOL` and `ORIENT_TOL`);
+//! - order: by Image Position (Patient) projected on the slice normal (the cross product of the
+//!   row and column direction cosines), ascending, when every file has a position and an
+//!   orientation; else by Instance Number, a file without one being left out. Files at the same
+//!   position (within `SAME_POS_MM`) or with the same Instance Number are candidates for one slice:
+//!   the first by path that decodes is used, the others are left out;
+//! - by position, the gaps between slices must be even: within 1% of the median gap, or
+//!   `SAME_POS_MM`, whichever is larger. An uneven series is left out with `--axis 0|1` (a
+//!   resliced volume would be distorted); along axis 2 it converts slice by slice, with a note;
+//! - at most `dicom::MAX_SAMPLES` samples (rows x columns x slices x samples per pixel); a colour
+//!   series converts along axis 2 only.
+//!
+//! Multi-frame files, and files without a Series Instance UID, are decoded on their own as
+//! before, and so is a series that keeps one file. The split key of a series (and of such a file)
+//! is its PatientID, else its StudyInstanceUID, else its SeriesInstanceUID, else its own path; so a
+//! patient's series all fall in the same split.
+
+use super::dicom::{SeriesHeader, MAX_SAMPLES};
+use super::Probe;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Two slice positions closer than this (mm, along the normal) are the same position.
+pub const SAME_POS_MM: f64 = 0.01;
+/// Slice gaps may differ from the median gap by this fraction of it.
+pub const SPACING_REL_TOL: f64 = 0.01;
+/// Pixel Spacing values may differ by this fraction.
+pub const SPACING_TOL: f64 = 1e-3;
+/// Direction cosines may differ by this much.
+pub const ORIENT_TOL: f64 = 1e-3;
+
+/// One DICOM file of a tree, with its class and header.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub rel: String,
+    pub path: PathBuf,
+    pub class: String,
+    pub header: SeriesHeader,
+}
+
+/// What a DICOM input's train/test split is decided by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SplitKey {
+    PatientId,
+    StudyUid,
+    SeriesUid,
+    Path,
+}
+
+impl SplitKey {
+    /// As the manifest's provenance names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SplitKey::PatientId => "PatientID",
+            SplitKey::StudyUid => "StudyInstanceUID",
+            SplitKey::SeriesUid => "SeriesInstanceUID",
+            SplitKey::Path => "path",
+        }
+    }
+}
+
+/// One file of a series slice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceFile {
+    pub rel: String,
+    pub path: PathBuf,
+    /// Its first Window Center/Width as (low, high).
+    pub window: Option<(f64, f64)>,
+}
+
+/// How a series was put in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    Position,
+    InstanceNumber,
+}
+
+/// A series to decode as one volume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesPlan {
+    pub uid: String,
+    /// The slices in order; each holds the files at that position, by path (the first that
+    /// decodes is used).
+    pub slots: Vec<Vec<SliceFile>>,
+    pub rows: u32,
+    pub cols: u32,
+    pub colour: bool,
+    /// MONOCHROME1: high values are shown dark.
+    pub invert: bool,
+    pub order: Order,
+}
+
+impl SeriesPlan {
+    pub fn files(&self) -> usize {
+        self.slots.iter().map(Vec::len).sum()
+    }
+
+    /// What `decode_series` will emit, from the header alone.
+    pub fn probe(&self, axis: usize) -> Probe {
+        let n = self.slots.len() as u32;
+        let size = match axis {
+            0 if !self.colour => (n, self.rows),
+            1 if !self.colour => (n, self.cols),
+            _ => (self.rows, self.cols),
+        };
+        Probe {
+            colour: self.colour,
+            size: Some(size),
+        }
+    }
+}
+
+/// A unit of work from DICOM inputs.
+#[derive(Debug, Clone)]
+pub enum What {
+    /// One file decoded on its own: multi-frame, without a Series Instance UID, or the only file
+    /// left of its series.
+    File {
+        rel: String,
+        path: PathBuf,
+    },
+    Series(SeriesPlan),
+}
+
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub class: String,
+    pub key: SplitKey,
+    /// The key's value: the split is a hash of it.
+    pub key_value: String,
+    /// The first of its files by path (where it stands among the inputs).
+    pub first: String,
+    pub what: What,
+}
+
+#[derive(Debug, Default)]
+pub struct Grouping {
+    pub groups: Vec<Group>,
+    /// (path, reason) of the files that do not fit their series.
+    pub rejects: Vec<(String, String)>,
+    /// Series that converted despite uneven spacing (along axis 2), one line each.
+    pub uneven: Vec<String>,
+}
+
+/// The split key of files with these headers: the first PatientID, else StudyInstanceUID, else
+/// SeriesInstanceUID among them, else `rel`.
+fn split_key<'a>(
+    headers: impl Iterator<Item = &'a SeriesHeader> + Clone,
+    rel: &str,
+) -> (SplitKey, String) {
+    let pick = |f: fn(&SeriesHeader) -> &Option<String>| headers.clone().find_map(|h| f(h).clone());
+    if let Some(v) = pick(|h| &h.patient_id) {
+        (SplitKey::PatientId, v)
+    } else if let Some(v) = pick(|h| &h.study_uid) {
+        (SplitKey::StudyUid, v)
+    } else if let Some(v) = pick(|h| &h.series_uid) {
+        (SplitKey::SeriesUid, v)
+    } else {
+        (SplitKey::Path, rel.to_string())
+    }
+}
+
+fn lone(i: Input) -> Group {
+    let (key, key_value) = split_key(std::iter::once(&i.header), &i.rel);
+    Group {
+        class: i.class,
+        key,
+        key_value,
+        first: i.rel.clone(),
+        what: What::File {
+            rel: i.rel,
+            path: i.path,
+        },
+    }
+}
+
+/// Group `inputs` (in path order) into series; `axis` is the one the volumes will be cut along.
+/// Groups come back in the order of their first files.
+pub fn group(inputs: Vec<Input>, axis: usize) -> Grouping {
+    let mut out = Grouping::default();
+    let mut series: BTreeMap<String, Vec<Input>> = BTreeMap::new();
+    for i in inputs {
+        match &i.header.series_uid {
+            Some(uid) if i.header.frames <= 1 => series.entry(uid.clone()).or_default().push(i),
+            _ => out.groups.push(lone(i)),
+        }
+    }
+    for (uid, files) in series {
+        one_series(uid, files, axis, &mut out);
+    }
+    out.groups.sort_by(|a, b| a.first.cmp(&b.first));
+    out
+}
+
+/// The attributes a series' files must share, as compared.
+#[derive(Debug, Clone, PartialEq)]
+struct Geometry {
+    size: (u32, u32),
+    pixel: (u32, u32, u32, u32, String),
+    spacing: Option<[f64; 2]>,
+    orientation: Option<[f64; 6]>,
+}
+
+impl Geometry {
+    fn of(h: &SeriesHeader) -> Self {
+        Geometry {
+            size: (h.rows, h.cols),
+            pixel: (
+                h.samples_per_pixel,
+                h.bits_allocated,
+                h.bits_stored,
+                h.pixel_representation,
+                h.photometric.clone(),
+            ),
+            spacing: h.pixel_spacing,
+            orientation: h.orientation,
+        }
+    }
+
+    /// Why `self` does not fit the reference `r`, if it does not.
+    fn misfit(&self, r: &Geometry) -> Option<String> {
+        if self.size != r.size {
+            return Some(format!(
+                "Rows x Columns {}x{} differ from its series' {}x{}",
+                self.size.0, self.size.1, r.size.0, r.size.1
+            ));
+        }
+        if self.pixel != r.pixel {
+            return Some(format!(
+                "pixel type ({}) differs from its series' ({})",
+                pixel_name(&self.pixel),
+                pixel_name(&r.pixel)
+            ));
+        }
+        let near = |a: &[f64], b: &[f64], tol: &dyn Fn(f64, f64) -> f64| {
+            a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol(*x, *y))
+        };
+        match (self.spacing, r.spacing) {
+            (Some(a), Some(b)) if near(&a, &b, &|x, y| SPACING_TOL * x.abs().max(y.abs())) => {}
+            (None, None) => {}
+            (a, b) => {
+                return Some(format!(
+                    "Pixel Spacing {} differs from its series' {}",
+                    list(a.as_ref().map(|v| &v[..])),
+                    list(b.as_ref().map(|v| &v[..]))
+                ))
+            }
+        }
+        match (self.orientation, r.orientation) {
+            (Some(a), Some(b)) if near(&a, &b, &|_, _| ORIENT_TOL) => {}
+            (None, None) => {}
+            (a, b) => {
+                return Some(format!(
+                    "Image Orientation (Patient) {} differs from its series' {}",
+                    list(a.as_ref().map(|v| &v[..])),
+                    list(b.as_ref().map(|v| &v[..]))
+                ))
+            }
+        }
+        None
+    }
+
+    /// Equal for the vote on the reference (values rounded to their tolerances).
+    fn vote_key(&self) -> String {
+        let r =
+            |v: &[f64], q: f64| -> Vec<i64> { v.iter().map(|x| (x / q).round() as i64).collect() };
+        format!(
+            "{:?} {:?} {:?} {:?}",
+            self.size,
+            self.pixel,
+            self.spacing.map(|s| r(&s, 1e-3)),
+            self.orientation.map(|o| r(&o, ORIENT_TOL))
+        )
+    }
+}
+
+fn pixel_name(p: &(u32, u32, u32, u32, String)) -> String {
+    format!(
+        "{} sample(s) per pixel, {} bits allocated, {} stored, {}, {}",
+        p.0,
+        p.1,
+        p.2,
+        if p.3 == 1 { "signed" } else { "unsigned" },
+        if p.4.is_empty() {
+            "no photometric interpretation"
+        } else {
+            &p.4
+        }
+    )
+}
+
+fn list(v: Option<&[f64]>) -> String {
+    match v {
+        None => "(absent)".into(),
+        Some(v) => v
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join("\\"),
+    }
+}
+
+/// The slice normal of an Image Orientation (Patient): the cross product of its row and column
+/// cosines. None unless they are unit vectors at a right angle (within 1%): positions cannot be
+/// ordered along a degenerate normal.
+fn normal(o: [f64; 6]) -> Option<[f64; 3]> {
+    let (r, c) = ([o[0], o[1], o[2]], [o[3], o[4], o[5]]);
+    let dot = |a: [f64; 3], b: [f64; 3]| a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
+    let unit = |a: [f64; 3]| (dot(a, a).sqrt() - 1.0).abs() <= 0.01;
+    (unit(r) && unit(c) && dot(r, c).abs() <= 0.01).then(|| cross(r, c))
+}
+
+fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
+}
+
+fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
+    let reject_all = |files: &[Input], why: &str, out: &mut Grouping| {
+        out.rejects
+            .extend(files.iter().map(|f| (f.rel.clone(), why.to_string())));
+    };
+    // One label per volume.
+    let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in &files {
+        *classes.entry(&f.class).or_default() += 1;
+    }
+    if classes.len() > 1 {
+        let list: Vec<String> = classes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+        let why = format!(
+            "its series {uid} has files in {} classes ({}); a series is one volume with one label",
+            classes.len(),
+            list.join(", ")
+        );
+        reject_all(&files, &why, out);
+        return;
+    }
+
+    // The reference geometry: the most common, ties to the first file's.
+    let geos: Vec<Geometry> = files.iter().map(|f| Geometry::of(&f.header)).collect();
+    let mut votes: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for (i, g) in geos.iter().enumerate() {
+        votes.entry(g.vote_key()).or_insert((0, i)).0 += 1;
+    }
+    let (_, first) = votes
+        .values()
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+        .copied()
+        .expect("a series has files");
+    let reference = geos[first].clone();
+    let mut fit = Vec::new();
+    for (f, g) in files.into_iter().zip(&geos) {
+        match g.misfit(&reference) {
+            Some(why) => out.rejects.push((f.rel, format!("{why} (series {uid})"))),
+            None => fit.push(f),
+        }
+    }
+
+    // Order: by position along the normal, else by Instance Number.
+    let normal = reference.orientation.and_then(normal);
+    let by_position = normal.is_some()
+        && fit
+            .iter()
+            .all(|f| f.header.position.is_some() && f.header.orientation.is_some());
+    let mut keyed: Vec<(f64, Input)> = Vec::new();
+    let order = if let (true, Some(normal)) = (by_position, normal) {
+        for f in fit {
+            let p = f.header.position.expect("all have one");
+            keyed.push((p[0] * normal[0] + p[1] * normal[1] + p[2] * normal[2], f));
+        }
+        Order::Position
+    } else {
+        for f in fit {
+            match f.header.instance {
+                Some(n) => keyed.push((n as f64, f)),
+                None => out.rejects.push((
+                    f.rel,
+                    format!(
+                        "no Instance Number, and not every file of its series {uid} has an Image Position and Orientation (Patient): its place in the volume is unknown"
+                    ),
+                )),
+            }
+        }
+        Order::InstanceNumber
+    };
+    // Stable: files at one position stay in path order.
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let same = |a: f64, b: f64| match order {
+        Order::Position => (a - b).abs() <= SAME_POS_MM,
+        Order::InstanceNumber => a == b,
+    };
+    let mut slots: Vec<(f64, Vec<Input>)> = Vec::new();
+    for (k, f) in keyed {
+        match slots.last_mut() {
+            Some((k0, s)) if same(*k0, k) => s.push(f),
+            _ => slots.push((k, vec![f])),
+        }
+    }
+    if slots.is_empty() {
+        return;
+    }
+    let all_files: Vec<Input> = slots.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
+    if all_files.len() == 1 {
+        let f = all_files.into_iter().next().expect("one file");
+        out.groups.push(lone(f));
+        return;
+    }
+
+    let spp = reference.pixel.0 as u64;
+    let total = reference.size.0 as u64 * reference.size.1 as u64 * spp * slots.len() as u64;
+    if total > MAX_SAMPLES {
+        let why = format!(
+            "its series {uid} is too large: {} slices of {}x{}x{spp} = {total} samples (limit {MAX_SAMPLES})",
+            slots.len(),
+            reference.size.0,
+            reference.size.1
+        );
+        reject_all(&all_files, &why, out);
+        return;
+    }
+    let colour = spp >= 3;
+    if colour && axis != 2 {
+        let why = format!(
+            "its series {uid} is colour, not a volume: --axis {axis} reslices grey series only"
+        );
+        reject_all(&all_files, &why, out);
+        return;
+    }
+    if order == Order::Position && slots.len() >= 3 {
+        let gaps: Vec<f64> = slots.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        let mut sorted = gaps.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let tol = (SPACING_REL_TOL * median).max(SAME_POS_MM);
+        if let Some(i) = gaps.iter().position(|g| (g - median).abs() > tol) {
+            let what = format!(
+                "uneven slice spacing in series {uid}: {:.4} mm between {} and {} where the series' spacing is {:.4} mm (tolerance 1%)",
+                gaps[i], slots[i].1[0].rel, slots[i + 1].1[0].rel, median
+            );
+            if axis != 2 {
+                let why = format!("{what}; --axis {axis} needs an evenly spaced volume (--axis 2 converts it slice by slice)");
+                reject_all(&all_files, &why, out);
+                return;
+            }
+            out.uneven.push(what);
+        }
+    }
+
+    let first = all_files
+        .iter()
+        .map(|f| f.rel.clone())
+        .min()
+        .expect("files");
+    let (key, key_value) = split_key(all_files.iter().map(|f| &f.header), &first);
+    let h = &all_files[0].header;
+    let plan = SeriesPlan {
+        uid,
+        rows: h.rows,
+        cols: h.cols,
+        colour,
+        invert: h.photometric == "MONOCHROME1",
+        order,
+        slots: slots
+            .into_iter()
+            .map(|(_, mut s)| {
+                s.sort_by(|a, b| a.rel.cmp(&b.rel));
+                s.into_iter()
+                    .map(|f| SliceFile {
+                        rel: f.rel,
+                        path: f.path,
+                        window: f.header.window,
+                    })
+                    .collect()
+            })
+            .collect(),
+    };
+    out.groups.push(Group {
+        class: all_files[0].class.clone(),
+        key,
+        key_value,
+        first,
+        what: What::Series(plan),
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AXIAL: [f64; 6] = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+
+    fn h(series: &str, z: f64) -> SeriesHeader {
+        SeriesHeader {
+            series_uid: Some(series.into()),
+            rows: 4,
+            cols: 3,
+            frames: 1,
+            samples_per_pixel: 1,
+            bits_allocated: 16,
+            bits_stored: 12,
+            pixel_representation: 0,
+            photometric: "MONOCHROME2".into(),
+            pixel_spacing: Some([0.5, 0.5]),
+            orientation: Some(AXIAL),
+            position: Some([0.0, 0.0, z]),
+            instance: None,
+            ..SeriesHeader::default()
+        }
+    }
+
+    fn input(rel: &str, class: &str, header: SeriesHeader) -> Input {
+        Input {
+            rel: rel.into(),
+            path: PathBuf::from(rel),
+            class: class.into(),
+            header,
+        }
+    }
+
+    fn plan(g: &Group) -> &SeriesPlan {
+        match &g.what {
+            What::Series(p) => p,
+            What::File { rel, .. } => panic!("{rel} is on its own"),
+        }
+    }
+
+    fn order(p: &SeriesPlan) -> Vec<Vec<&str>> {
+        p.slots
+            .iter()
+            .map(|s| s.iter().map(|f| f.rel.as_str()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn orders_by_position_along_the_normal_with_duplicates_together() {
+        // Sagittal: rows along y, columns along -z; the normal is (0, 0, 0) x ... = (-1, 0, 0)
+        // for these cosines, so ascending order is descending x.
+        let sag = [0.0, 1.0, 0.0, 0.0, 0.0, -1.0];
+        let at = |x: f64| SeriesHeader {
+            orientation: Some(sag),
+            position: Some([x, 5.0, 9.0]),
+            ..h("1.1", 0.0)
+        };
+        let g = group(
+            vec![
+                input("a", "c", at(1.0)),
+                input("b", "c", at(3.0)),
+                input("c", "c", at(2.0)),
+                input("d", "c", at(3.004)), // the same position as b, within 0.01 mm
+                input("e", "c", at(0.0)),
+            ],
+            2,
+        );
+        assert!(g.rejects.is_empty(), "{:?}", g.rejects);
+        assert_eq!(g.groups.len(), 1);
+        let p = plan(&g.groups[0]);
+        assert_eq!(p.order, Order::Position);
+        assert_eq!(order(p), [vec!["b", "d"], vec!["c"], vec!["a"], vec!["e"]]);
+        assert_eq!(g.groups[0].first, "a");
+        assert_eq!(p.probe(0).size, Some((4, 4)));
+        assert_eq!(p.probe(1).size, Some((4, 3)));
+        assert_eq!(p.probe(2).size, Some((4, 3)));
+    }
+
+    #[test]
+    fn files_that_do_not_fit_are_rejected_and_the_majority_is_the_reference() {
+        let g = group(
+            vec![
+                // The first file is the odd one out: the reference is what most files share.
+                input(
+                    "a",
+                    "c",
+                    SeriesHeader {
+                        rows: 8,
+                        ..h("1.1", 0.0)
+                    },
+                ),
+                input("b", "c", h("1.1", 1.0)),
+                input("c", "c", h("1.1", 2.0)),
+                input(
+                    "d",
+                    "c",
+                    SeriesHeader {
+                        pixel_representation: 1,
+                        ..h("1.1", 3.0)
+                    },
+                ),
+                input(
+                    "e",
+                    "c",
+                    SeriesHeader {
+                        pixel_spacing: Some([0.5, 0.6]),
+                        ..h("1.1", 4.0)
+                    },
+                ),
+                input(
+                    "f",
+                    "c",
+                    SeriesHeader {
+                        orientation: Some([1.0, 0.0, 0.0, 0.0, 0.0, 1.0]),
+                        ..h("1.1", 5.0)
+                    },
+                ),
+                input(
+                    "g",
+                    "c",
+                    SeriesHeader {
+                        pixel_spacing: Some([0.5000004, 0.5]),
+                        ..h("1.1", 3.0)
+                    },
+                ),
+            ],
+            2,
+        );
+        let why: BTreeMap<&str, &str> = g
+            .rejects
+            .iter()
+            .map(|(p, w)| (p.as_str(), w.as_str()))
+            .collect();
+        assert_eq!(
+            why.keys().copied().collect::<Vec<_>>(),
+            ["a", "d", "e", "f"]
+        );
+        assert!(
+            why["a"].starts_with("Rows x Columns 8x3 differ from its series' 4x3"),
+            "{why:?}"
+        );
+        assert!(
+            why["d"].contains("signed") && why["d"].contains("unsigned"),
+            "{why:?}"
+        );
+        assert!(why["e"].contains("Pixel Spacing 0.5\\0.6"), "{why:?}");
+        assert!(why["f"].contains("Image Orientation"), "{why:?}");
+        assert!(why["a"].ends_with("(series 1.1)"), "{why:?}");
+        assert_eq!(order(plan(&g.groups[0])), [vec!["b"], vec!["c"], vec!["g"]]);
+    }
+
+    #[test]
+    fn a_series_in_two_classes_is_rejected_whole() {
+        let g = group(
+            vec![
+                input("x/a", "x", h("1.1", 0.0)),
+                input("x/b", "x", h("1.1", 1.0)),
+                input("y/c", "y", h("1.1", 2.0)),
+                input("y/d", "y", h("1.2", 0.0)),
+            ],
+            2,
+        );
+        assert_eq!(g.rejects.len(), 3);
+        assert!(g
+            .rejects
+            .iter()
+            .all(|(_, w)| w.contains("2 classes (x: 2, y: 1)")));
+        assert_eq!(g.groups.len(), 1);
+        assert!(matches!(&g.groups[0].what, What::File { rel, .. } if rel == "y/d"));
+    }
+
+    #[test]
+    fn uneven_spacing_refuses_reslicing_only() {
+        let files = || {
+            [0.0, 2.0, 4.0, 8.0]
+                .iter()
+                .enumerate()
+                .map(|(i, &z)| input(&format!("f{i}"), "c", h("1.1", z)))
+                .collect::<Vec<_>>()
+        };
+        let g = group(files(), 0);
+        assert_eq!(g.rejects.len(), 4);
+        assert!(
+            g.rejects[0].1.contains("uneven slice spacing"),
+            "{:?}",
+            g.rejects
+        );
+        assert!(
+            g.rejects[0].1.contains("4.0000 mm between f2 and f3"),
+            "{:?}",
+            g.rejects
+        );
+        assert!(g.groups.is_empty());
+        let g = group(files(), 2);
+        assert!(g.rejects.is_empty());
+        assert_eq!(g.uneven.len(), 1);
+        assert_eq!(plan(&g.groups[0]).slots.len(), 4);
+        // 1% of the spacing is tolerated.
+        let even = [0.0, 2.0, 4.019, 6.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &z)| input(&format!("f{i}"), "c", h("1.1", z)))
+            .collect();
+        let g = group(even, 0);
+        assert!(
+            g.rejects.is_empty() && g.uneven.is_empty(),
+            "{:?}",
+            g.rejects
+        );
+    }
+
+    #[test]
+    fn instance_numbers_order_where_positions_cannot() {
+        let with = |n: Option<i64>, o: Option<[f64; 6]>| SeriesHeader {
+            instance: n,
+            orientation: o,
+            ..h("1.1", 0.0)
+        };
+        // A degenerate orientation: positions cannot be ordered.
+        let zero = Some([0.0; 6]);
+        let g = group(
+            vec![
+                input("a", "c", with(Some(3), zero)),
+                input("b", "c", with(Some(1), zero)),
+                input("c", "c", with(None, zero)),
+                input("d", "c", with(Some(2), zero)),
+                input("e", "c", with(Some(1), zero)),
+            ],
+            2,
+        );
+        assert_eq!(g.rejects.len(), 1);
+        assert_eq!(g.rejects[0].0, "c");
+        assert!(g.rejects[0].1.contains("no Instance Number"));
+        let p = plan(&g.groups[0]);
+        assert_eq!(p.order, Order::InstanceNumber);
+        assert_eq!(order(p), [vec!["b", "e"], vec!["d"], vec!["a"]]);
+        // No position on one file: instance numbers for all.
+        let mut nopos = with(Some(1), Some(AXIAL));
+        nopos.position = None;
+        let g = group(
+            vec![
+                input(
+                    "a",
+                    "c",
+                    SeriesHeader {
+                        position: Some([0.0, 0.0, -5.0]),
+                        ..with(Some(2), Some(AXIAL))
+                    },
+                ),
+                input("b", "c", nopos),
+            ],
+            2,
+        );
+        assert_eq!(order(plan(&g.groups[0])), [vec!["b"], vec!["a"]]);
+    }
+
+    #[test]
+    fn lone_files_and_split_keys() {
+        let multi = SeriesHeader {
+            frames: 10,
+            patient_id: Some("P1".into()),
+            ..h("1.1", 0.0)
+        };
+        let no_uid = SeriesHeader {
+            series_uid: None,
+            study_uid: Some("9.9".into()),
+            ..h("", 0.0)
+        };
+        let bare = SeriesHeader {
+            series_uid: None,
+            ..h("", 0.0)
+        };
+        let g = group(
+            vec![
+                input("m", "c", multi),
+                input("n", "c", no_uid),
+                input("o", "c", bare),
+                input("s1", "c", h("2.2", 0.0)),
+                input(
+                    "s2",
+                    "c",
+                    SeriesHeader {
+                        patient_id: Some("P7".into()),
+                        ..h("2.2", 1.0)
+                    },
+                ),
+                input("t", "c", h("3.3", 0.0)),
+            ],
+            2,
+        );
+        let keys: Vec<(&str, SplitKey, &str, bool)> = g
+            .groups
+            .iter()
+            .map(|g| {
+                (
+                    g.first.as_str(),
+                    g.key,
+                    g.key_value.as_str(),
+                    matches!(g.what, What::File { .. }),
+                )
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("m", SplitKey::PatientId, "P1", true),
+                ("n", SplitKey::StudyUid, "9.9", true),
+                ("o", SplitKey::Path, "o", true),
+                ("s1", SplitKey::PatientId, "P7", false),
+                ("t", SplitKey::SeriesUid, "3.3", true),
+            ]
+        );
+    }
+
+    #[test]
+    fn absurd_series_and_colour_reslicing_are_refused() {
+        let big = |z: f64| SeriesHeader {
+            rows: 65535,
+            cols: 65535,
+            ..h("1.1", z)
+        };
+        let g = group(
+            (0..3)
+                .map(|i| input(&format!("f{i}"), "c", big(i as f64)))
+                .collect(),
+            2,
+        );
+        assert_eq!(g.rejects.len(), 3);
+        assert!(g.rejects[0].1.contains("too large"), "{:?}", g.rejects);
+        let rgb = |z: f64| SeriesHeader {
+            samples_per_pixel: 3,
+            photometric: "RGB".into(),
+            ..h("1.1", z)
+        };
+        let files = || {
+            (0..3)
+                .map(|i| input(&format!("f{i}"), "c", rgb(i as f64)))
+                .collect()
+        };
+        let g = group(files(), 1);
+        assert_eq!(g.rejects.len(), 3);
+        assert!(g.rejects[0].1.contains("colour"), "{:?}", g.rejects);
+        let g = group(files(), 2);
+        assert!(plan(&g.groups[0]).colour);
+    }
+}
