@@ -131,9 +131,53 @@ def testdata(dest):
     for name in ("example4d.nii.gz", "anatomical.nii"):
         shutil.copy(os.path.join(nib_data, name), os.path.join(dest, name))
 
+def series(dest, n):
+    """Write CT_small.dcm as an n-slice series in shuffled file and instance order (slice k's
+    pixels raised by 10*k, positions 2.5 mm apart along the slice normal); print the slices'
+    rescaled means in position order, as pydicom computes them."""
+    import pydicom, pydicom.data
+    import random
+    n = int(n)
+    src = pydicom.dcmread(pydicom.data.get_testdata_file("CT_small.dcm"))
+    o = [float(v) for v in src.ImageOrientationPatient]
+    normal = np.cross(o[:3], o[3:])
+    p0 = np.array([float(v) for v in src.ImagePositionPatient])
+    uid = pydicom.uid.generate_uid()
+    order = list(range(n)); random.Random(7).shuffle(order)
+    means = []
+    os.makedirs(dest, exist_ok=True)
+    for k in range(n):
+        ds = pydicom.dcmread(pydicom.data.get_testdata_file("CT_small.dcm"))
+        px = ds.pixel_array.astype(np.int32) + 10 * k
+        ds.PixelData = px.astype(ds.pixel_array.dtype).tobytes()
+        ds.SeriesInstanceUID = uid
+        ds.SOPInstanceUID = pydicom.uid.generate_uid()
+        ds.ImagePositionPatient = [f"{v:.4f}" for v in p0 + 2.5 * k * normal]
+        ds.InstanceNumber = n - k  # reversed: the positions must decide the order
+        ds.save_as(os.path.join(dest, f"slice_{order[k]:03d}.dcm"))
+        r = px * float(getattr(ds, "RescaleSlope", 1)) + float(getattr(ds, "RescaleIntercept", 0))
+        means.append(float(r.astype(np.float32).mean()))
+    print(" ".join(f"{m:.4f}" for m in means))
+
+def colmajor_means(d, c, h, w):
+    """Per-sample means of a colmajor dataset, train then test, in file order."""
+    f = int(c) * int(h) * int(w)
+    out = []
+    for split in ("train", "test"):
+        p = os.path.join(d, f"images_{split}.bin")
+        if os.path.exists(p) and os.path.getsize(p) > 0:
+            x = np.fromfile(p, dtype="<f4").reshape((-1, f), order="F")
+            out += [float(r.mean(dtype=np.float64)) for r in x]
+    print(" ".join(f"{m:.4f}" for m in out))
+
+def same_means(a, b, tol):
+    a, b = [float(v) for v in a.split()], [float(v) for v in b.split()]
+    sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= float(tol) for x, y in zip(a, b)) else 1)
+
 cmd, args = sys.argv[1], sys.argv[2:]
 {"dicom": dicom, "nifti": lambda p, a: nifti(p, int(a)), "summary": summary, "rejects": rejects,
- "close": close, "testdata": testdata}[cmd](*args)
+ "close": close, "testdata": testdata, "series": series, "colmajor_means": colmajor_means,
+ "same_means": same_means}[cmd](*args)
 EOF
 h() { $py "$tmp/h.py" "$@"; }
 
@@ -216,6 +260,17 @@ if convert "nifti tree" "$tmp/n2" "$tmp/o3" 0 --kind nifti --axis 2 --size 32x32
   read -r total per shape _ _ < <(summary "$tmp/o3")
   expect "nifti tree: slices per class (anat,func)" "$per" "$anat_slices,$func_slices"
   expect "nifti tree: shape" "$shape" "1x32x32"
+fi
+
+# --- DICOM series: files written by pydicom, one volume ordered by position ----------------------
+echo "== DICOM series"
+means=$(h series "$tmp/s1/ct" 6)
+read -r rows cols _ _ < <(h dicom "$src/CT_small.dcm")
+if convert "dicom series, f32" "$tmp/s1" "$tmp/os1" 0 --kind dicom --dtype f32 --format colmajor; then
+  got=$(h colmajor_means "$tmp/os1" 1 "$rows" "$cols")
+  if h same_means "$got" "$means" 0.01; then ok "series: 6 slices in position order, modality units ($got)"; else bad "series: slice means $got, pydicom in position order: $means"; fi
+  key=$(python3 -c "import json; print(json.load(open('$tmp/os1/manifest.json'))['provenance']['source'].get('split_key'))")
+  expect "series: split key" "$key" "PatientID"
 fi
 
 # --- Truncated copies --------------------------------------------------------------------------
