@@ -90,26 +90,105 @@ impl Source {
 /// inputs that hold the whole split in memory. Blocks with `present[b]` false are left out, as a
 /// skipped damaged block is.
 pub fn epoch_order(sizes: &[usize], present: &[bool], seed: u64, epoch: usize) -> Vec<u32> {
-    let nb = sizes.len();
-    let order = permutation(nb, mix(seed ^ mix(epoch as u64 + 1)));
-    let mut starts = Vec::with_capacity(nb);
+    share_order(sizes, present, seed, epoch, true, Share::ALL)
+}
+
+/// Which part of an epoch one reader takes: share `index` of `count` (a data-parallel rank, or a
+/// rank's DataLoader worker: `rank * workers + worker` of `world * workers`). The epoch's block
+/// order is dealt out like cards, block `order[p]` going to share `p % count`; each share then
+/// shuffles within windows of its own blocks and cuts its own batches. The shares are disjoint
+/// and together hold every block of the epoch, so every sample is read once; each block is
+/// decoded by one share only. `Share::ALL` is the one-reader epoch that `prep train` streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Share {
+    pub const ALL: Share = Share { index: 0, count: 1 };
+
+    pub fn new(index: usize, count: usize) -> Result<Self> {
+        if count == 0 || index >= count {
+            return Err(Error::Invalid(format!(
+                "share {index} of {count}: the index must be below the count, which must be at least 1"
+            )));
+        }
+        Ok(Share { index, count })
+    }
+
+    /// The blocks of this share, in the order it reads them.
+    pub fn blocks(self, order: &[usize]) -> Vec<usize> {
+        order
+            .iter()
+            .skip(self.index)
+            .step_by(self.count)
+            .copied()
+            .collect()
+    }
+
+    /// The key of this share's window `wi` (the shuffle within it): `wi` itself for `ALL`.
+    fn window_key(self, seed: u64, epoch: usize, wi: usize) -> u64 {
+        let w = (wi * self.count + self.index) as u64;
+        mix(seed ^ mix(epoch as u64 + 1) ^ mix(0xABCD ^ w))
+    }
+}
+
+/// The order of the blocks in an epoch: permuted by (seed, epoch) when shuffling, else file order.
+pub fn block_order(num_blocks: usize, seed: u64, epoch: usize, shuffle: bool) -> Vec<usize> {
+    if shuffle {
+        permutation(num_blocks, mix(seed ^ mix(epoch as u64 + 1)))
+    } else {
+        (0..num_blocks).collect()
+    }
+}
+
+/// Samples a share of an epoch holds (before any damaged block is skipped): its batches are this
+/// divided by the batch size, rounded down when the partial batch is dropped, up when it is kept.
+pub fn share_samples(
+    sizes: &[usize],
+    seed: u64,
+    epoch: usize,
+    shuffle: bool,
+    share: Share,
+) -> usize {
+    share
+        .blocks(&block_order(sizes.len(), seed, epoch, shuffle))
+        .iter()
+        .map(|&b| sizes[b])
+        .sum()
+}
+
+/// The order in which share `share` of an epoch streams the samples (`epoch_share`), as indices
+/// into the split's samples in file order. Blocks with `present[b]` false are left out.
+pub fn share_order(
+    sizes: &[usize],
+    present: &[bool],
+    seed: u64,
+    epoch: usize,
+    shuffle: bool,
+    share: Share,
+) -> Vec<u32> {
+    let mut starts = Vec::with_capacity(sizes.len());
     let mut acc = 0usize;
     for &s in sizes {
         starts.push(acc);
         acc += s;
     }
-    let mut out = Vec::with_capacity(acc);
-    for (wi, win) in order.chunks(WINDOW_BLOCKS).enumerate() {
+    let seq = share.blocks(&block_order(sizes.len(), seed, epoch, shuffle));
+    let mut out = Vec::new();
+    for (wi, win) in seq.chunks(WINDOW_BLOCKS).enumerate() {
         let idx: Vec<u32> = win
             .iter()
             .filter(|&&b| present[b])
             .flat_map(|&b| (starts[b]..starts[b] + sizes[b]).map(|i| i as u32))
             .collect();
-        let p = permutation(
-            idx.len(),
-            mix(seed ^ mix(epoch as u64 + 1) ^ mix(0xABCD ^ wi as u64)),
-        );
-        out.extend(p.into_iter().map(|i| idx[i]));
+        if shuffle {
+            let p = permutation(idx.len(), share.window_key(seed, epoch, wi));
+            out.extend(p.into_iter().map(|i| idx[i]));
+        } else {
+            out.extend(idx);
+        }
     }
     out
 }
@@ -145,7 +224,10 @@ pub struct Batch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnDamage {
     Stop,
+    /// Skip it, with a warning on stderr.
     Skip,
+    /// Skip it and only record it (for callers that report it their own way, as Python does).
+    SkipQuietly,
 }
 
 /// Stream the batches of one epoch, from batch `start` on. Training order: blocks permuted by
@@ -190,15 +272,66 @@ pub fn epoch(
     workers: usize,
     damaged: Arc<std::sync::Mutex<Vec<String>>>,
 ) -> Loader {
+    epoch_share(
+        src,
+        EpochPlan {
+            batch,
+            seed,
+            epoch,
+            start,
+            shuffle,
+            keep_partial: !shuffle,
+            share: Share::ALL,
+        },
+        on_damage,
+        workers,
+        None,
+        damaged,
+    )
+}
+
+/// What one reader streams of an epoch.
+#[derive(Debug, Clone, Copy)]
+pub struct EpochPlan {
+    pub batch: usize,
+    pub seed: u64,
+    pub epoch: usize,
+    /// Batches of this share already done (resume): they are skipped, whole windows without
+    /// decoding them.
+    pub start: usize,
+    pub shuffle: bool,
+    /// Emit the last, partial batch.
+    pub keep_partial: bool,
+    pub share: Share,
+}
+
+/// Stream share `plan.share` of an epoch (`epoch` is `Share::ALL` with the partial batch kept
+/// only in file order). Samples are copied into batches on `pool` when given, else on rayon's
+/// global pool (a process that forks after using the global pool leaves its children a pool
+/// without threads: callers that may fork, as Python's DataLoader does, bring their own).
+pub fn epoch_share(
+    src: Arc<Source>,
+    plan: EpochPlan,
+    on_damage: OnDamage,
+    workers: usize,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    damaged: Arc<std::sync::Mutex<Vec<String>>>,
+) -> Loader {
     let (tx, rx) = sync_channel::<Result<Batch>>(4);
     let (recycle, returned) = std::sync::mpsc::channel::<Vec<u8>>();
-    let handle = std::thread::spawn(move || {
-        let nb = src.num_blocks();
-        let order = if shuffle {
-            permutation(nb, mix(seed ^ mix(epoch as u64 + 1)))
-        } else {
-            (0..nb).collect()
-        };
+    let EpochPlan {
+        batch,
+        seed,
+        epoch,
+        start,
+        shuffle,
+        keep_partial,
+        share,
+    } = plan;
+    let batch = batch.max(1);
+    let body = move || {
+        let order = share.blocks(&block_order(src.num_blocks(), seed, epoch, shuffle));
+        let nb = order.len();
         let sb = src.spec.bytes();
         // Skip whole windows before the resume point without decoding them.
         let mut skip = start * batch;
@@ -208,14 +341,11 @@ pub fn epoch(
                 .iter()
                 .map(|&b| src.blocks[b].2)
                 .sum();
-            if !shuffle || skip < wsize {
+            if skip < wsize {
                 break;
             }
             skip -= wsize;
             w0 += 1;
-        }
-        if !shuffle {
-            w0 = 0;
         }
         let first_block = w0 * WINDOW_BLOCKS;
         let todo = &order[first_block..];
@@ -258,13 +388,14 @@ pub fn epoch(
                 .flat_map(|(b, bl)| (0..bl.len()).map(move |i| (b, i)))
                 .collect();
             if shuffle {
-                let p = permutation(
-                    idx.len(),
-                    mix(seed ^ mix(epoch as u64 + 1) ^ mix(0xABCD ^ wi as u64)),
-                );
+                let p = permutation(idx.len(), share.window_key(seed, epoch, wi));
                 idx = p.into_iter().map(|i| idx[i]).collect();
             }
-            let idx = &idx[std::mem::take(skip).min(idx.len())..];
+            // What is left to skip after whole windows (more than this window only when a
+            // damaged block was skipped from it).
+            let s = (*skip).min(idx.len());
+            *skip -= s;
+            let idx = &idx[s..];
             // Into the open batch as many as it takes, the samples copied on every core (one
             // thread copying them fell behind the GPU at 3x224x224), at least a megabyte per task
             // (small samples split finer cost more in hand-offs than the copy).
@@ -302,8 +433,10 @@ pub fn epoch(
             |i, block| {
                 match block {
                     Ok(b) => window.push(b),
-                    Err(e) if on_damage == OnDamage::Skip => {
-                        eprintln!("warning: skipping damaged block: {e}");
+                    Err(e) if on_damage != OnDamage::Stop => {
+                        if on_damage == OnDamage::Skip {
+                            eprintln!("warning: skipping damaged block: {e}");
+                        }
                         damaged.lock().unwrap().push(e.to_string());
                     }
                     Err(e) => return Err(e),
@@ -331,11 +464,15 @@ pub fn epoch(
                 let _ = tx.send(Err(e));
             }
             Ok(()) => {
-                if !shuffle && !labels.is_empty() {
+                if keep_partial && !labels.is_empty() {
                     emit(&mut pixels, &mut labels, &mut index);
                 }
             }
         }
+    };
+    let handle = std::thread::spawn(move || match pool {
+        Some(p) => p.install(body),
+        None => body(),
     });
     Loader {
         rx,
@@ -408,6 +545,88 @@ mod tests {
             }
             assert_eq!(k, 3000 / 32 * 32);
         }
+    }
+
+    /// Every share streams the samples in `share_order`, from any resume point, in shuffled and
+    /// file order; the shares of an epoch together hold every sample exactly once.
+    #[test]
+    fn shares_are_disjoint_complete_and_resumable() {
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("ds");
+        crate::synth::test_dataset(&out, 3000, "1x6x6");
+        let ds = Dataset::open(&out).unwrap();
+        let src = Source::open(&ds, "train").unwrap();
+        let mut all: Vec<(Vec<u8>, u32)> = Vec::new();
+        for b in 0..src.num_blocks() {
+            let bl = src.read(b).unwrap();
+            all.extend((0..bl.len()).map(|i| (bl.sample(i).to_vec(), bl.label(i))));
+        }
+        let sizes = src.block_sizes();
+        let present = vec![true; sizes.len()];
+        let pool = Arc::new(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap(),
+        );
+        for shuffle in [true, false] {
+            for count in [1, 2, 3, 5] {
+                let mut seen = vec![0u32; 3000];
+                for index in 0..count {
+                    let share = Share::new(index, count).unwrap();
+                    let order = share_order(&sizes, &present, 7, 2, shuffle, share);
+                    assert_eq!(order.len(), share_samples(&sizes, 7, 2, shuffle, share));
+                    for &i in &order {
+                        seen[i as usize] += 1;
+                    }
+                    // From the start, and from a batch past the first window.
+                    for start in [0, 9] {
+                        let loader = epoch_share(
+                            src.clone(),
+                            EpochPlan {
+                                batch: 20,
+                                seed: 7,
+                                epoch: 2,
+                                start,
+                                shuffle,
+                                keep_partial: true,
+                                share,
+                            },
+                            OnDamage::Stop,
+                            2,
+                            Some(pool.clone()),
+                            Arc::new(Mutex::new(Vec::new())),
+                        );
+                        let mut k = start * 20;
+                        let mut index = start;
+                        for b in loader.rx.iter() {
+                            let b = b.unwrap();
+                            assert_eq!(b.index, index);
+                            index += 1;
+                            for (i, &l) in b.labels.iter().enumerate() {
+                                let (px, lab) = &all[order[k] as usize];
+                                assert_eq!(
+                                    (&b.pixels[i * 36..(i + 1) * 36], l),
+                                    (px.as_slice(), *lab)
+                                );
+                                k += 1;
+                            }
+                        }
+                        assert_eq!(k, order.len().max(start * 20), "{count} {index} {start}");
+                    }
+                }
+                assert!(
+                    seen.iter().all(|&n| n == 1),
+                    "{count} shares, shuffle {shuffle}"
+                );
+            }
+        }
+        // One share is the whole epoch in `prep train`'s order.
+        assert_eq!(
+            share_order(&sizes, &present, 7, 2, true, Share::ALL),
+            epoch_order(&sizes, &present, 7, 2)
+        );
+        assert!(Share::new(2, 2).is_err() && Share::new(0, 0).is_err());
     }
 
     #[test]
