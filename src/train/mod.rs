@@ -843,7 +843,10 @@ pub fn eval(
             (out, format!("{device}, {p}"))
         }
         #[cfg(not(feature = "cuda"))]
-        unreachable!("pick_device gives cpu in a build without CUDA")
+        {
+            let _ = precision; // only a GPU has a precision to choose
+            unreachable!("pick_device gives cpu in a build without CUDA")
+        }
     };
     Ok(Evaluation {
         loss,

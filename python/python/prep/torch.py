@@ -1,0 +1,299 @@
+"""PyTorch adapter: a prep split as an ``IterableDataset`` of batches.
+
+    import prep.torch
+    data = prep.torch.ShardDataset("shards/", "train", batch_size=512, seed=0)
+    loader = prep.torch.DataLoader(data, num_workers=6, pin_memory=True)
+    for epoch in range(epochs):
+        data.set_epoch(epoch)
+        for images, labels in loader:      # uint8 [N, C, H, W] and int64 [N] tensors
+            ...
+
+The work is split by DataLoader worker and by data-parallel rank without duplicates: worker
+``j`` of rank ``r`` reads share ``r * workers + j`` of ``world * workers`` of the epoch's blocks
+(see ``prep.Split.batches``). Rank and world size come from the arguments, else from
+``torch.distributed`` when it is initialised, else 0 and 1.
+
+``state_dict()`` / ``load_state_dict()`` resume mid-epoch exactly: the batches after the last
+one delivered, in the order an uninterrupted epoch would have delivered them. The count of
+delivered batches is kept by the dataset itself when it runs in the main process
+(``num_workers=0``) and by :class:`DataLoader` (a ``torch.utils.data.DataLoader`` that counts)
+when workers produce the batches.
+
+PyTorch is imported when this module is, not by ``import prep``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.utils.data
+
+import prep as _prep_pkg
+from prep import worker_plan
+
+__all__ = ["ShardDataset", "DataLoader"]
+
+_STATE_VERSION = 1
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _to_tensor(a: np.ndarray) -> torch.Tensor:
+    try:
+        return torch.from_numpy(a)
+    except TypeError:
+        # uint16 on a PyTorch without torch.uint16: int32 holds every value.
+        return torch.from_numpy(a.astype(np.int32))
+
+
+class ShardDataset(torch.utils.data.IterableDataset):
+    """Batches of one split of a prep dataset: ``(images, labels)`` tensors, images in the
+    dataset's dtype (uint8, uint16, float16, float32) and shape ``[N, C, H, W]``, labels int64.
+
+    Use it with ``batch_size=None`` in a ``DataLoader`` (batches are made here, by Rust
+    threads), or with :class:`DataLoader`, which sets that and counts batches for
+    ``state_dict()``.
+
+    Arguments: ``path`` (dataset directory) or an open ``prep.Dataset``; ``split``;
+    ``batch_size``; ``shuffle``, ``seed`` (the order is ``prep train``'s for a seed and epoch);
+    ``drop_last`` (per worker share: each share cuts its own last partial batch);
+    ``rank``/``world_size`` (default: ``torch.distributed`` if initialised, else 0/1);
+    ``equal_batches`` (every rank stops after as many batches as the rank with the fewest, which
+    DDP needs; the few samples past that are left out of the epoch); ``pin_memory`` (return
+    pinned tensors; in worker processes pinning is left to the DataLoader's ``pin_memory``,
+    which :class:`DataLoader` sets); ``skip_damaged`` (leave damaged blocks out instead of
+    raising ``prep.DamagedBlockError``); ``threads`` (Rust threads per process; default: the
+    cores divided among the DataLoader workers).
+    """
+
+    def __init__(self, path: Any, split: str = "train", batch_size: int = 512,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 equal_batches: bool = False, pin_memory: bool = False,
+                 skip_damaged: bool = False, threads: Optional[int] = None) -> None:
+        super().__init__()
+        if isinstance(path, _prep_pkg.Dataset):
+            path = path.path
+        self.path = os.fspath(path)
+        self.split = split
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.batch_size = batch_size
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.drop_last = bool(drop_last)
+        self._rank = rank
+        self._world_size = world_size
+        self.equal_batches = bool(equal_batches)
+        self.pin_memory = bool(pin_memory)
+        self.skip_damaged = bool(skip_damaged)
+        self.threads = threads
+        self.epoch = 0
+        # Batches of this rank's epoch delivered so far, and the worker count they came from.
+        self.position = 0
+        self._position_workers: Optional[int] = None
+        # Damaged blocks skipped in this process (workers keep their own).
+        self.skipped = 0
+        self._split_obj: Optional[_prep_pkg.Split] = None
+        self._pid: Optional[int] = None
+        # Opened now so that a bad path or split fails here, not in a worker.
+        self._open()
+
+    # -- where this process stands ------------------------------------------------------------
+
+    def _open(self) -> "_prep_pkg.Split":
+        # Each process opens its own reader (a forked worker must not share the parent's).
+        if self._split_obj is None or self._pid != os.getpid():
+            self._split_obj = _prep_pkg.open(self.path)[self.split]
+            self._pid = os.getpid()
+        return self._split_obj
+
+    def __getstate__(self) -> Dict[str, Any]:
+        d = self.__dict__.copy()
+        d["_split_obj"] = None
+        d["_pid"] = None
+        return d
+
+    def rank_world(self) -> Tuple[int, int]:
+        """(rank, world size): the arguments, else torch.distributed's, else (0, 1)."""
+        rank, world = self._rank, self._world_size
+        dist = torch.distributed
+        if (rank is None or world is None) and dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank() if rank is None else rank
+            world = dist.get_world_size() if world is None else world
+        rank = 0 if rank is None else int(rank)
+        world = 1 if world is None else int(world)
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank {rank} of world size {world}: need 0 <= rank < world size")
+        return rank, world
+
+    def _plan(self, num_workers: int) -> Dict[str, Any]:
+        rank, world = self.rank_world()
+        position = self.position
+        if self._position_workers is not None and position and self._position_workers != num_workers:
+            raise ValueError(
+                f"the saved position ({position} batches) was taken with {self._position_workers} "
+                f"DataLoader workers; resume with the same number of workers (this loader has {num_workers})")
+        plan = worker_plan(self._open(), self.batch_size, shuffle=self.shuffle, seed=self.seed,
+                           epoch=self.epoch, drop_last=self.drop_last, rank=rank,
+                           world_size=world, num_workers=num_workers, equal_batches=self.equal_batches,
+                           position=0)
+        if position >= plan["total"]:
+            position = 0  # the epoch was finished: a new pass starts it again
+        if position:
+            plan = worker_plan(self._open(), self.batch_size, shuffle=self.shuffle,
+                               seed=self.seed, epoch=self.epoch, drop_last=self.drop_last,
+                               rank=rank, world_size=world, num_workers=num_workers,
+                               equal_batches=self.equal_batches, position=position)
+        plan["position"] = position
+        return plan
+
+    def __len__(self) -> int:
+        """Batches this rank yields in an epoch (all DataLoader workers together)."""
+        info = torch.utils.data.get_worker_info()
+        workers = info.num_workers if info is not None else (self._position_workers or 1)
+        return self._plan(workers)["total"]
+
+    # -- epochs and resume ---------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch`` (a new epoch starts at its first batch; the epoch of a
+        loaded state keeps its position)."""
+        if int(epoch) != self.epoch:
+            self.epoch = int(epoch)
+            self.position = 0
+
+    def state_dict(self) -> Dict[str, Any]:
+        rank, world = self.rank_world()
+        return {
+            "version": _STATE_VERSION,
+            "path": self.path,
+            "split": self.split,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "drop_last": self.drop_last,
+            "equal_batches": self.equal_batches,
+            "rank": rank,
+            "world_size": world,
+            "epoch": self.epoch,
+            "position": self.position,
+            "num_workers": self._position_workers,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unknown state version {state.get('version')!r}")
+        rank, world = self.rank_world()
+        for key, mine in (("batch_size", self.batch_size), ("shuffle", self.shuffle),
+                          ("seed", self.seed), ("drop_last", self.drop_last),
+                          ("equal_batches", self.equal_batches), ("world_size", world),
+                          ("rank", rank)):
+            if state[key] != mine:
+                raise ValueError(
+                    f"the state was saved with {key}={state[key]!r}, this dataset has {mine!r}: "
+                    "the order would differ")
+        self.epoch = int(state["epoch"])
+        self.position = int(state["position"])
+        self._position_workers = state["num_workers"]
+
+    def _delivered(self, num_workers: int) -> None:
+        """One more batch reached the consumer (called in the main process)."""
+        self._position_workers = num_workers
+        self.position += 1
+
+    # -- iteration -----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        info = torch.utils.data.get_worker_info()
+        workers = info.num_workers if info is not None else 1
+        worker = info.id if info is not None else 0
+        plan = self._plan(workers)
+        share, count, start, stop = plan["workers"][worker]
+        if info is None:
+            self.position = plan["position"]
+        split = self._open()
+        threads = self.threads or max(1, _cpu_count() // workers)
+        rank, world = self.rank_world()
+        del rank, world  # the share already names them
+        pin = self.pin_memory and info is None and torch.cuda.is_available()
+        if self.pin_memory and info is None and not torch.cuda.is_available():
+            warnings.warn("pin_memory=True but CUDA is not available: tensors are not pinned",
+                          stacklevel=2)
+        if start >= stop:
+            return
+        it = split.batches(self.batch_size, shuffle=self.shuffle, seed=self.seed,
+                           epoch=self.epoch, rank=share, world_size=count,
+                           drop_last=self.drop_last, threads=threads, start=start,
+                           skip_damaged=self.skip_damaged)
+        try:
+            for _ in range(stop - start):
+                try:
+                    images, labels = next(it)
+                except StopIteration:
+                    break
+                x, y = _to_tensor(images), torch.from_numpy(labels)
+                if pin:
+                    x, y = x.pin_memory(), y.pin_memory()
+                if info is None:
+                    self._delivered(1)
+                self.skipped = it.skipped
+                yield x, y
+        finally:
+            self.skipped = it.skipped
+            it.close()
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A ``torch.utils.data.DataLoader`` over a :class:`ShardDataset` that counts the batches it
+    delivers, so that ``dataset.state_dict()`` (also ``loader.state_dict()``) is exact with
+    worker processes too. ``batch_size`` is the dataset's (batches are made by it);
+    ``pin_memory`` defaults to the dataset's. Persistent workers are refused: they would keep an
+    old epoch and position."""
+
+    def __init__(self, dataset: ShardDataset, num_workers: int = 0,
+                 pin_memory: Optional[bool] = None, **kwargs: Any) -> None:
+        if not isinstance(dataset, ShardDataset):
+            raise TypeError("prep.torch.DataLoader takes a prep.torch.ShardDataset")
+        if kwargs.get("persistent_workers"):
+            raise ValueError("persistent_workers would keep the epoch and position the workers "
+                             "started with; prep.torch.DataLoader starts them each epoch")
+        for k in ("batch_size", "shuffle", "sampler", "batch_sampler", "collate_fn"):
+            if kwargs.get(k) is not None:
+                raise ValueError(f"{k} is the dataset's business: set it on ShardDataset")
+        if pin_memory is None:
+            pin_memory = dataset.pin_memory and torch.cuda.is_available()
+        super().__init__(dataset, batch_size=None, num_workers=num_workers,
+                         pin_memory=pin_memory, **kwargs)
+
+    def __iter__(self) -> Iterator[Any]:
+        ds: ShardDataset = self.dataset  # type: ignore[assignment]
+        workers = self.num_workers
+        if workers == 0:
+            # The dataset runs here and counts for itself.
+            yield from super().__iter__()
+            return
+        plan = ds._plan(workers)
+        ds.position = plan["position"]
+        for batch in super().__iter__():
+            ds._delivered(workers)
+            yield batch
+
+    def __len__(self) -> int:
+        ds: ShardDataset = self.dataset  # type: ignore[assignment]
+        return ds._plan(max(1, self.num_workers))["total"]
+
+    def state_dict(self) -> Dict[str, Any]:
+        return self.dataset.state_dict()  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]
