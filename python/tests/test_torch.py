@@ -1,0 +1,132 @@
+"""prep.torch with PyTorch's DataLoader (skipped where torch is not installed; runs on the GPU
+machine): worker x rank shares read every sample once, state_dict resumes exactly, pin_memory
+returns pinned tensors."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import prep  # noqa: E402
+import prep.torch as pt  # noqa: E402
+from conftest import rows  # noqa: E402
+
+
+def as_np(batches):
+    return (np.concatenate([x.numpy() for x, _ in batches]),
+            np.concatenate([y.numpy() for _, y in batches]))
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_two_workers_and_ranks_read_every_sample_once(small_ds, world):
+    s = prep.open(small_ds)["train"]
+    images, labels = s.take(np.arange(len(s)))
+    got = []
+    for rank in range(world):
+        data = pt.ShardDataset(small_ds, "train", batch_size=100, seed=4, rank=rank,
+                               world_size=world)
+        data.set_epoch(2)
+        loader = pt.DataLoader(data, num_workers=2)
+        batches = list(loader)
+        assert len(batches) == len(loader) == len(data) or world > 1
+        assert all(x.dtype == torch.uint8 and x.shape[1:] == (3, 8, 8) for x, _ in batches)
+        assert all(y.dtype == torch.int64 for _, y in batches)
+        got += batches
+    x, y = as_np(got)
+    assert np.array_equal(rows(x, y), rows(images, labels))
+
+
+def test_plain_dataloader_matches_the_plan(small_ds):
+    """A plain torch DataLoader (batch_size=None) interleaves the workers as worker_plan says."""
+    s = prep.open(small_ds)["train"]
+    data = pt.ShardDataset(small_ds, batch_size=64, seed=1)
+    got = list(torch.utils.data.DataLoader(data, batch_size=None, num_workers=3))
+    plan = prep.worker_plan(s, 64, shuffle=True, seed=1, epoch=0, drop_last=False, rank=0,
+                            world_size=1, num_workers=3)
+    assert len(got) == plan["total"]
+    want = []
+    its = [s.batches(64, seed=1, rank=sh, world_size=c, start=a) for sh, c, a, _ in plan["workers"]]
+    live = list(range(3))
+    while live:
+        for w in list(live):
+            try:
+                want.append(next(its[w]))
+            except StopIteration:
+                live.remove(w)
+    for (x, y), (a, b) in zip(got, want):
+        assert np.array_equal(x.numpy(), a) and np.array_equal(y.numpy(), b)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_state_dict_resumes_exactly(small_ds, workers):
+    def make():
+        d = pt.ShardDataset(small_ds, batch_size=50, seed=7, rank=1, world_size=2)
+        d.set_epoch(3)
+        return d, pt.DataLoader(d, num_workers=workers)
+
+    _, loader = make()
+    full = list(loader)
+    for cut in [1, 3, len(full) - 2]:
+        data, loader = make()
+        head = []
+        for b in loader:
+            head.append(b)
+            if len(head) == cut:
+                break
+        state = loader.state_dict()
+        assert state["position"] == cut and state["epoch"] == 3
+        data2, loader2 = make()
+        data2.load_state_dict(state)
+        data2.set_epoch(3)  # the loaded epoch: keeps its position
+        rest = list(loader2)
+        got = head + rest
+        assert len(got) == len(full)
+        for (x, y), (a, b) in zip(got, full):
+            assert torch.equal(x, a) and torch.equal(y, b)
+    # A finished epoch starts again from its first batch; another epoch from its own.
+    assert len(list(loader2)) == len(full)
+    data2.set_epoch(4)
+    assert data2.position == 0
+
+
+def test_state_refuses_other_settings(small_ds):
+    d = pt.ShardDataset(small_ds, batch_size=50, seed=7)
+    state = d.state_dict()
+    with pytest.raises(ValueError, match="seed"):
+        pt.ShardDataset(small_ds, batch_size=50, seed=8).load_state_dict(state)
+    with pytest.raises(ValueError):
+        pt.DataLoader(d, num_workers=2, persistent_workers=True)
+
+
+def test_rank_from_torch_distributed(small_ds, tmp_path):
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
+    try:
+        d = pt.ShardDataset(small_ds, batch_size=50)
+        assert d.rank_world() == (0, 1)
+        assert pt.ShardDataset(small_ds, batch_size=50, rank=1, world_size=3).rank_world() == (1, 3)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_damaged_block_in_a_worker(damaged_copy):
+    from test_reader import flip_block_byte
+
+    flip_block_byte(damaged_copy, block=1)
+    data = pt.ShardDataset(damaged_copy, batch_size=100, seed=0)
+    with pytest.raises(Exception, match="train-00001.shard"):
+        list(pt.DataLoader(data, num_workers=2))
+    data = pt.ShardDataset(damaged_copy, batch_size=100, seed=0, skip_damaged=True)
+    x, _ = as_np(list(pt.DataLoader(data, num_workers=2)))
+    assert len(x) == 3000 - 64
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory needs CUDA")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pin_memory(small_ds, workers):
+    data = pt.ShardDataset(small_ds, batch_size=100, pin_memory=True)
+    for x, y in pt.DataLoader(data, num_workers=workers):
+        assert x.is_pinned() and y.is_pinned()
