@@ -223,8 +223,6 @@ class ShardDataset(torch.utils.data.IterableDataset):
             self.position = plan["position"]
         split = self._open()
         threads = self.threads or max(1, _cpu_count() // workers)
-        rank, world = self.rank_world()
-        del rank, world  # the share already names them
         pin = self.pin_memory and info is None and torch.cuda.is_available()
         if self.pin_memory and info is None and not torch.cuda.is_available():
             warnings.warn("pin_memory=True but CUDA is not available: tensors are not pinned",
@@ -271,7 +269,8 @@ class DataLoader(torch.utils.data.DataLoader):
             if kwargs.get(k) is not None:
                 raise ValueError(f"{k} is the dataset's business: set it on ShardDataset")
         if pin_memory is None:
-            pin_memory = dataset.pin_memory and torch.cuda.is_available()
+            # Without workers the dataset pins its own batches.
+            pin_memory = dataset.pin_memory and num_workers > 0 and torch.cuda.is_available()
         super().__init__(dataset, batch_size=None, num_workers=num_workers,
                          pin_memory=pin_memory, **kwargs)
 
