@@ -116,9 +116,14 @@ class MemoryWatch:
 # -- the loop ------------------------------------------------------------------------------------
 
 
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
 class Trainer:
-    def __init__(self, c, classes, mean, std, lr=0.1):
-        self.dev = torch.device("cuda")
+    def __init__(self, dev, c, classes, mean, std, lr=0.1):
+        self.dev = dev
         torch.manual_seed(0)
         self.model = small(c, classes).to(self.dev).to(memory_format=torch.channels_last)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9, nesterov=True,
@@ -131,7 +136,7 @@ class Trainer:
         """One step on a uint8 batch already on the GPU."""
         x = x_u8.float().div_(255).sub_(self.mean).div_(self.std).contiguous(
             memory_format=torch.channels_last)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(self.dev.type, dtype=torch.bfloat16):
             loss = F.cross_entropy(self.model(x), y, label_smoothing=0.1)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -147,7 +152,7 @@ def timed(batches, trainer, warmup, steps, to_device):
     loss = None
     for x, y in batches:
         if n == warmup:
-            torch.cuda.synchronize()
+            sync(trainer.dev)
             t0 = time.perf_counter()
         if to_device:
             x = x.to(trainer.dev, non_blocking=True)
@@ -158,7 +163,7 @@ def timed(batches, trainer, warmup, steps, to_device):
         n += 1
         if n >= warmup + steps:
             break
-    torch.cuda.synchronize()
+    sync(trainer.dev)
     end = time.perf_counter()
     if t0 is None:
         raise SystemExit(f"only {n} batches: fewer than --warmup {warmup}")
@@ -172,7 +177,7 @@ def timed(batches, trainer, warmup, steps, to_device):
 
 def feed_prep(a, epoch):
     data = pt.ShardDataset(a.data, "train", batch_size=a.batch, seed=0, drop_last=True,
-                           pin_memory=True)
+                           pin_memory=a.device == "cuda")
     data.set_epoch(epoch)
     loader = pt.DataLoader(data, num_workers=a.workers, prefetch_factor=a.prefetch)
     return loader
@@ -246,6 +251,7 @@ def main():
                     help="timed steps of (c), which is slow (0: skip it)")
     ap.add_argument("--memmap", help="the .npy for (c) (default: DATA.train.npy)")
     ap.add_argument("--modes", default="device,prep,memmap")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script only")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
 
@@ -253,10 +259,10 @@ def main():
     split = ds["train"]
     assert ds.dtype == np.uint8, "this bench normalises uint8 data"
     c = ds.shape[0]
-    trainer = Trainer(c, ds.num_classes, ds.mean, ds.std)
+    trainer = Trainer(torch.device(a.device), c, ds.num_classes, ds.mean, ds.std)
     per_epoch = len(split) // a.batch
     steps = min(a.steps, per_epoch - a.warmup)
-    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+    info = {"gpu": torch.cuda.get_device_name() if a.device == "cuda" else "none (cpu)", "torch": torch.__version__,
             "prep": prep.__version__, "samples": len(split), "shape": list(ds.shape),
             "batch": a.batch, "workers": a.workers, "cores": os.cpu_count(),
             "timed_steps": steps, "warmup": a.warmup}
@@ -272,7 +278,8 @@ def main():
         results["device"] = r
         print(json.dumps(r), flush=True)
         del x, y
-        torch.cuda.empty_cache()
+        if a.device == "cuda":
+            torch.cuda.empty_cache()
 
     if "prep" in modes:
         loader = feed_prep(a, 1)
@@ -292,7 +299,7 @@ def main():
             print(json.dumps({"wrote": path, "s": round(time.perf_counter() - t, 1)}), flush=True)
         loader = torch.utils.data.DataLoader(
             MemmapDataset(path), batch_size=a.batch, shuffle=True, drop_last=True,
-            num_workers=a.workers, pin_memory=True, prefetch_factor=a.prefetch)
+            num_workers=a.workers, pin_memory=a.device == "cuda", prefetch_factor=a.prefetch)
         with MemoryWatch() as mw:
             r = timed(loader, trainer, a.warmup, min(steps, a.memmap_steps), True)
         r.update(mode="memmap", peak_tree_pss_bytes=mw.peak)

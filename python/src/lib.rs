@@ -17,14 +17,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 create_exception!(
-    _prep,
+    prep,
     DatasetError,
     PyValueError,
     "The directory is not a readable prep dataset, or one of its files breaks the format \
      (the message names the file)."
 );
 create_exception!(
-    _prep,
+    prep,
     DamagedBlockError,
     DatasetError,
     "A block of a shard file failed its checks (checksum, size, labels). `file` is the shard \

@@ -263,6 +263,10 @@ def test_damaged_block_raises_naming_shard_and_block(damaged_copy):
     assert e.value.file == path and e.value.block == 2
     assert "train-00001.shard" in str(e.value) and "block 2" in str(e.value)
     assert isinstance(e.value, prep.DatasetError) and isinstance(e.value, ValueError)
+    # It pickles (a DataLoader worker sends it to the main process that way).
+    import pickle
+    again = pickle.loads(pickle.dumps(e.value))
+    assert type(again) is prep.DamagedBlockError and again.block == 2 and again.file == path
     with pytest.raises(prep.DamagedBlockError, match="block 2"):
         s.take([0, bad])
     with pytest.raises(prep.DamagedBlockError, match="train-00001.shard"):
