@@ -16,7 +16,9 @@ WORK=${WORK:-/tmp/prep-gpu}
 STAGES=${STAGES:-"tests fmnist fmnist128 fmnist_resnet sweep speed stream224 modes memory sanitizer"}
 mkdir -p "$LOGS" "$WORK"
 ROWS=()
-row() { ROWS+=("$1|$2|$3"); }
+# Each row is printed as it comes (a call cut off at its time limit keeps them) and again in the
+# table at the end.
+row() { ROWS+=("$1|$2|$3"); echo "row: $1 | $2 | $3"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print(d$2)" 2>/dev/null || echo nan; }
 train() { # name, args...: a run folder under $WORK, its log under $LOGS
