@@ -242,6 +242,35 @@ if has padding; then
     done
 fi
 
+if has colmajor; then
+    # Issue 11: a column-major directory trains directly (memory-mapped), as its shards do.
+    echo "== Fashion-MNIST from the column-major layout against its shards (small, batch 512, 15 epochs)"
+    [ -f "$WORK/fm/manifest.json" ] || "$PREP" convert "$FM_RAW" --out "$WORK/fm" >"$WORK/convert.log" 2>&1
+    rm -rf "$WORK/fmc"
+    "$PREP" convert "$WORK/fm" --format colmajor --out "$WORK/fmc" --quiet
+    for m in device stream; do
+        train "cm-shards-$m" "$WORK/fm" --epochs 15 --batch 512 --seed 3 --memory "$m" >/dev/null
+        train "cm-colmajor-$m" "$WORK/fmc" --epochs 15 --batch 512 --seed 3 --memory "$m" >/dev/null
+        a=$(json "$WORK/cm-shards-$m/summary.json" "['test_accuracy']"); b=$(json "$WORK/cm-colmajor-$m/summary.json" "['test_accuracy']")
+        sa=$(json "$WORK/cm-shards-$m/summary.json" "['samples_per_sec']"); sb=$(json "$WORK/cm-colmajor-$m/summary.json" "['samples_per_sec']")
+        row "FMNIST $m: shards / colmajor accuracy" "$a / $b" "$(python3 -c "print('ok' if abs($a - $b) <= 0.003 else 'FAIL')")"
+        row "FMNIST $m: shards / colmajor samples/s" "$(printf %.0f "$sa") / $(printf %.0f "$sb")" "-"
+    done
+fi
+
+if has python; then
+    # Issue 13: the Python package's torch adapter and the PyTorch loop it feeds. The wheel is built
+    # on a machine with Rust (scripts/gpu-build.sh puts it in $BIN).
+    echo "== the Python package with PyTorch"
+    python3 -m pip install --quiet --no-deps --force-reinstall "$BIN"/prep-*.whl >"$LOGS/pip.log" 2>&1 || tail -3 "$LOGS/pip.log"
+    python3 -m pytest -q python/tests >"$LOGS/pytest.log" 2>&1
+    rc=$?
+    tail -5 "$LOGS/pytest.log"
+    row "python tests (with torch)" "$(tail -1 "$LOGS/pytest.log" | cut -c1-40)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
+    synth s1m 1000000
+    python3 benches/torch_loader.py "$WORK/s1m" 2>&1 | tee "$LOGS/torch_loader.log" | tail -12
+fi
+
 if has sanitizer; then
     echo "== compute-sanitizer memcheck over short training runs"
     synth s4k 4096
