@@ -1,0 +1,248 @@
+//! Generator version 2: the class is in the pattern, not in the colour, and `--difficulty` sets how
+//! hard it is to see.
+//!
+//! Each class keeps version 1's pattern kind, orientation and spatial frequency (classes k and k+6
+//! share a kind and differ in frequency and orientation). Each sample draws two colours from one
+//! distribution shared by all classes, with a luminance gap so the pattern shows in every channel
+//! count, and swaps them at random: foreground and background then have the same expected colour,
+//! so the expected colour of every pixel is the same for every class. Difficulty `d` in [0, 1]:
+//!
+//! - orientation jitter 0.25 + 0.65d rad and frequency jitter +-(12 + 38d)%: from d of about 0.5
+//!   on, the ranges of two classes of one kind overlap;
+//! - pattern contrast (0.65 to 1.0) x (1 - 0.65d) of the colours' gap;
+//! - additive noise of standard deviation 14 (1 + 2d) pixel levels;
+//! - on average 2d distractors: small discs of a random pattern kind, orientation, frequency and
+//!   level that occlude what lies under them.
+//!
+//! The same arithmetic rules as version 1 hold (IEEE-exact operations only, vectorisable rows), so
+//! the AVX2 and baseline code paths agree and every sample is a pure function of its inputs.
+
+use super::generator::{
+    noise_table, sin_cos, to_u8, tri, Generator, Rng, KINDS, NOISE_LEN,
+};
+use std::f32::consts::PI;
+
+/// Everything a pattern disc needs, in image units (1.0 = the shorter side).
+#[derive(Clone, Copy)]
+struct Disc {
+    cx: f32,
+    scale: f32,
+    cos: f32,
+    sin: f32,
+    freq: f32,
+    phase: f32,
+    r2: f32,
+    edge: f32,
+    /// Intensity inside the disc: `level + contrast * pattern`.
+    level: f32,
+    contrast: f32,
+}
+
+/// The difficulty's effect on one sample's parameters.
+struct Knobs {
+    angle_jitter: f32,
+    freq_jitter: f32,
+    contrast: f32,
+    noise_gain: f32,
+    distractors: f32,
+}
+
+impl Knobs {
+    fn of(d: f32) -> Self {
+        Knobs {
+            angle_jitter: 0.25 + 0.65 * d,
+            freq_jitter: 0.12 + 0.38 * d,
+            contrast: 1.0 - 0.65 * d,
+            noise_gain: 1.0 + 2.0 * d,
+            distractors: 2.0 * d,
+        }
+    }
+}
+
+/// Draw one row of a disc over `row` (pixels `x0 ..`). `OVER` blends the disc over what the row
+/// holds (occlusion, by the disc's soft-edged envelope); otherwise the row is overwritten with the
+/// disc on a zero background.
+#[inline(always)]
+fn disc_row<const KIND: u32, const OVER: bool>(row: &mut [f32], x0: usize, dy: f32, p: &Disc) {
+    for (x, px) in row.iter_mut().enumerate() {
+        let dx = ((x0 + x) as f32 + 0.5 - p.cx) * p.scale;
+        let u = dx * p.cos + dy * p.sin;
+        let v = dy * p.cos - dx * p.sin;
+        let d2 = u * u + v * v;
+        let a = tri(u * p.freq + p.phase);
+        let b = tri(v * p.freq + p.phase);
+        let pattern = match KIND {
+            0 => a,
+            1 => 0.5 + 2.0 * (a - 0.5) * (b - 0.5),
+            2 => tri(d2.sqrt() * p.freq * 1.5 + p.phase),
+            3 => a * b,
+            4 => tri(u * p.freq + 0.6 * b + p.phase),
+            _ => a.max(b),
+        };
+        let envelope = ((p.r2 - d2) * p.edge).clamp(0.0, 1.0);
+        let value = p.level + p.contrast * pattern;
+        *px = if OVER {
+            *px + envelope * (value - *px)
+        } else {
+            envelope * value
+        };
+    }
+}
+
+/// `disc_row` with the kind chosen at run time; each kind is its own branch-free loop.
+#[inline(always)]
+fn row_of(kind: u32, over: bool, row: &mut [f32], x0: usize, dy: f32, p: &Disc) {
+    match (kind, over) {
+        (0, false) => disc_row::<0, false>(row, x0, dy, p),
+        (1, false) => disc_row::<1, false>(row, x0, dy, p),
+        (2, false) => disc_row::<2, false>(row, x0, dy, p),
+        (3, false) => disc_row::<3, false>(row, x0, dy, p),
+        (4, false) => disc_row::<4, false>(row, x0, dy, p),
+        (_, false) => disc_row::<5, false>(row, x0, dy, p),
+        (0, true) => disc_row::<0, true>(row, x0, dy, p),
+        (1, true) => disc_row::<1, true>(row, x0, dy, p),
+        (2, true) => disc_row::<2, true>(row, x0, dy, p),
+        (3, true) => disc_row::<3, true>(row, x0, dy, p),
+        (4, true) => disc_row::<4, true>(row, x0, dy, p),
+        (_, true) => disc_row::<5, true>(row, x0, dy, p),
+    }
+}
+
+fn luminance(v: [f32; 3]) -> f32 {
+    0.299 * v[0] + 0.587 * v[1] + 0.114 * v[2]
+}
+
+/// A colour of hue `h` and saturation `s` whose luminance is `lum` (0-255): the full-value colour
+/// darkened, or mixed with white where it is darker than `lum`.
+fn colour(h: f32, s: f32, lum: f32) -> [f32; 3] {
+    let base = super::generator::hsv(h, s, 1.0);
+    let lb = luminance(base);
+    if lum <= lb {
+        base.map(|c| c * (lum / lb))
+    } else {
+        let t = (lum - lb) / (255.0 - lb).max(1e-3);
+        base.map(|c| c + (255.0 - c) * t)
+    }
+}
+
+/// Render one version-2 sample into `out` (C*H*W bytes) and return its label.
+#[inline(always)]
+pub(super) fn render(
+    g: &Generator,
+    difficulty: f32,
+    split: u64,
+    index: u64,
+    out: &mut [u8],
+    scratch: &mut Vec<f32>,
+) -> u32 {
+    let shape = &g.spec.shape.0;
+    let (c, h, w) = (shape[0] as usize, shape[1] as usize, shape[2] as usize);
+    let plane = h * w;
+    debug_assert_eq!(out.len(), c * plane);
+    let k = Knobs::of(difficulty);
+    let mut r: Rng = g.rng(split, index);
+    let label = r.below(g.classes as u64) as u32;
+    let class = &g.params[label as usize];
+    let side = h.min(w) as f32;
+    let scale = 1.0 / side;
+
+    // The class's pattern, jittered; its disc placed and sized at random.
+    let (sin, cos) = sin_cos(class.angle + r.sym(k.angle_jitter));
+    let radius = 0.3 + 0.2 * r.unit();
+    let r2 = radius * radius;
+    let main = Disc {
+        cx: w as f32 * (0.5 + r.sym(0.2)),
+        scale,
+        cos,
+        sin,
+        freq: class.freq * (1.0 + r.sym(k.freq_jitter)),
+        phase: r.unit(),
+        r2,
+        edge: 1.0 / (0.35 * r2),
+        level: 0.0,
+        contrast: (0.65 + 0.35 * r.unit()) * k.contrast,
+    };
+    let cy = h as f32 * (0.5 + r.sym(0.2));
+    scratch.clear();
+    scratch.resize(plane, 0.0);
+    for y in 0..h {
+        let dy = (y as f32 + 0.5 - cy) * scale;
+        row_of(
+            class.kind,
+            false,
+            &mut scratch[y * w..(y + 1) * w],
+            0,
+            dy,
+            &main,
+        );
+    }
+
+    // Distractors: 2d on average (the integer part always, the fraction with that probability).
+    let count = (k.distractors + r.unit()) as u32;
+    for _ in 0..count {
+        let kind = r.below(KINDS as u64) as u32;
+        let (sin, cos) = sin_cos(r.unit() * PI);
+        let radius = 0.12 + 0.12 * r.unit();
+        let r2 = radius * radius;
+        let contrast = main.contrast * (0.5 + 0.5 * r.unit());
+        let d = Disc {
+            cx: w as f32 * r.unit(),
+            scale,
+            cos,
+            sin,
+            freq: 2.0 + 2.5 * r.unit(),
+            phase: r.unit(),
+            r2,
+            edge: 1.0 / (0.35 * r2),
+            level: r.unit() * (1.0 - contrast),
+            contrast,
+        };
+        let cy = h as f32 * r.unit();
+        // Only the disc's bounding box is drawn: a distractor costs its area, not the image's.
+        let reach = radius * side;
+        let span = |c: f32, n: usize| {
+            let lo = (c - reach).max(0.0) as usize;
+            let hi = ((c + reach + 1.0).max(0.0) as usize).min(n);
+            (lo.min(hi), hi)
+        };
+        let ((x0, x1), (y0, y1)) = (span(d.cx, w), span(cy, h));
+        for y in y0..y1 {
+            let dy = (y as f32 + 0.5 - cy) * scale;
+            row_of(kind, true, &mut scratch[y * w + x0..y * w + x1], x0, dy, &d);
+        }
+    }
+
+    // Two colours from the distribution every class shares, a luminance gap apart, in random order.
+    let lo = 255.0 * (0.05 + 0.45 * r.unit());
+    let hi = lo + 255.0 * (0.25 + 0.25 * r.unit());
+    let a = colour(r.unit(), 0.2 + 0.7 * r.unit(), lo);
+    let b = colour(r.unit(), 0.2 + 0.7 * r.unit(), hi);
+    let (fg, bg) = if r.unit() < 0.5 { (a, b) } else { (b, a) };
+
+    let noise = noise_table();
+    let gain = k.noise_gain;
+    for ch in 0..c {
+        let (f, b) = if c == 1 {
+            (luminance(fg), luminance(bg))
+        } else {
+            (fg[ch % 3], bg[ch % 3])
+        };
+        let diff = f - b;
+        let dst = &mut out[ch * plane..(ch + 1) * plane];
+        let mut done = 0;
+        while done < plane {
+            let len = (plane - done).min(NOISE_LEN);
+            let o = r.below(NOISE_LEN as u64) as usize;
+            let nz = &noise[o..o + len];
+            for ((d, &i), &n) in dst[done..done + len]
+                .iter_mut()
+                .zip(&scratch[done..done + len])
+                .zip(nz)
+            {
+                *d = to_u8(b + diff * i + n * gain);
+            }
+            done += len;
+        }
+    }
+    label
+}
