@@ -17,9 +17,7 @@
 //! The same arithmetic rules as version 1 hold (IEEE-exact operations only, vectorisable rows), so
 //! the AVX2 and baseline code paths agree and every sample is a pure function of its inputs.
 
-use super::generator::{
-    noise_table, sin_cos, to_u8, tri, Generator, Rng, KINDS, NOISE_LEN,
-};
+use super::generator::{noise_table, sin_cos, to_u8, tri, Generator, Rng, KINDS, NOISE_LEN};
 use std::f32::consts::PI;
 
 /// Everything a pattern disc needs, in image units (1.0 = the shorter side).
@@ -245,4 +243,149 @@ pub(super) fn render(
         }
     }
     label
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::generator::{split_id, Generator, Version};
+
+    fn v2(shape: &str, classes: u32, seed: u64, difficulty: f64) -> Generator {
+        let v = Version::V2 { difficulty };
+        Generator::with_version(shape.parse().unwrap(), classes, seed, v).unwrap()
+    }
+
+    #[test]
+    fn samples_are_pure_functions_of_seed_split_index_and_difficulty() {
+        let g = v2("3x16x16", 10, 7, 0.5);
+        let a = g.render_block(split_id("train"), 100, 5);
+        assert_eq!(a, g.render_block(split_id("train"), 100, 5));
+        let c = g.render_block(split_id("train"), 102, 1);
+        assert_eq!((a.sample(2), a.label(2)), (c.sample(0), c.label(0)));
+        assert_ne!(g.render_block(split_id("test"), 100, 5), a);
+        assert_ne!(
+            v2("3x16x16", 10, 8, 0.5).render_block(split_id("train"), 100, 5),
+            a
+        );
+        // Other difficulties, and version 1 with the same seed, give other data.
+        for d in [0.0, 0.49, 1.0] {
+            assert_ne!(
+                v2("3x16x16", 10, 7, d).render_block(split_id("train"), 100, 5),
+                a
+            );
+        }
+        let v1 = Generator::new("3x16x16".parse().unwrap(), 10, 7).unwrap();
+        assert_ne!(v1.render_block(split_id("train"), 100, 5), a);
+    }
+
+    #[test]
+    fn both_code_paths_give_identical_bytes() {
+        for d in [0.0, 0.5, 1.0] {
+            let g = v2("3x20x28", 12, 3, d);
+            let mut scratch = Vec::new();
+            for i in 0..200 {
+                let mut a = vec![0u8; g.spec.bytes()];
+                let mut b = a.clone();
+                let la = g.render(0, i, &mut a, &mut scratch);
+                let lb = super::render(&g, d as f32, 0, i, &mut b, &mut scratch);
+                assert_eq!((la, &a), (lb, &b), "difficulty {d}, sample {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn odd_shapes_and_one_channel_render() {
+        // Distractor boxes clipped at every edge, images smaller than a distractor, grey images.
+        for shape in ["1x8x8", "3x5x40", "4x33x7", "1x1x1"] {
+            let g = v2(shape, 7, 0, 1.0);
+            let b = g.render_block(0, 0, 300);
+            assert!(b.labels().all(|l| l < 7));
+        }
+        let b = v2("1x16x16", 7, 0, 0.0).render_block(0, 0, 50);
+        let px = b.sample(0);
+        let (lo, hi) = (px.iter().min().unwrap(), px.iter().max().unwrap());
+        assert!(hi - lo > 40, "sample 0 spans only {lo}..{hi}");
+    }
+
+    #[test]
+    fn difficulty_outside_0_to_1_is_refused() {
+        for d in [-0.1, 1.01, f64::NAN] {
+            let v = Version::V2 { difficulty: d };
+            assert!(Generator::with_version("3x8x8".parse().unwrap(), 10, 0, v).is_err());
+        }
+    }
+
+    /// Per-class mean of each channel over `n` samples, in pixel levels.
+    fn class_colour_means(g: &Generator, split: u64, n: usize) -> Vec<[f64; 3]> {
+        let b = g.render_block(split, 0, n);
+        let plane = g.spec.bytes() / 3;
+        let mut sums = vec![[0f64; 3]; g.classes as usize];
+        let mut counts = vec![0f64; g.classes as usize];
+        for i in 0..b.len() {
+            let l = b.label(i) as usize;
+            counts[l] += 1.0;
+            for (ch, px) in b.sample(i).chunks(plane).enumerate() {
+                sums[l][ch] += px.iter().map(|&p| p as f64).sum::<f64>() / plane as f64;
+            }
+        }
+        sums.iter()
+            .zip(&counts)
+            .map(|(s, &k)| s.map(|v| v / k))
+            .collect()
+    }
+
+    /// The largest difference between two classes' mean of one channel.
+    fn spread(means: &[[f64; 3]]) -> f64 {
+        (0..3)
+            .map(|ch| {
+                let v = means.iter().map(|m| m[ch]);
+                v.clone().fold(f64::MIN, f64::max) - v.fold(f64::MAX, f64::min)
+            })
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn colour_does_not_give_the_class_away() {
+        let n = 20_000;
+        let v1 = Generator::new("3x8x8".parse().unwrap(), 10, 1).unwrap();
+        let (s1, s2) = (
+            spread(&class_colour_means(&v1, 0, n)),
+            spread(&class_colour_means(&v2("3x8x8", 10, 1, 0.5), 0, n)),
+        );
+        // Version 1's classes differ by tens of levels in mean colour (27 here); version 2's only
+        // by the sampling error of 2,000 samples a class (a sample's channel mean varies by about
+        // 55 levels, so about 1.2 levels for a class mean).
+        assert!(
+            s2 < 8.0 && s2 < s1 / 4.0,
+            "class colour spread: v1 {s1:.1}, v2 {s2:.1}"
+        );
+
+        // A classifier that knows only a sample's mean colour does no better than chance in
+        // version 2 (0.30 in version 1, whose dark backgrounds dilute the class colour).
+        let accuracy = |g: &Generator| {
+            let means = class_colour_means(g, 0, n);
+            let test = g.render_block(1, 0, 2000);
+            let plane = g.spec.bytes() / 3;
+            let hits = (0..test.len())
+                .filter(|&i| {
+                    let c: Vec<f64> = test
+                        .sample(i)
+                        .chunks(plane)
+                        .map(|px| px.iter().map(|&p| p as f64).sum::<f64>() / plane as f64)
+                        .collect();
+                    let dist = |m: &[f64; 3]| (0..3).map(|ch| (m[ch] - c[ch]).powi(2)).sum::<f64>();
+                    let best = (0..means.len())
+                        .min_by(|&a, &b| dist(&means[a]).total_cmp(&dist(&means[b])))
+                        .unwrap();
+                    best as u32 == test.label(i)
+                })
+                .count();
+            hits as f64 / test.len() as f64
+        };
+        let (a1, a2) = (accuracy(&v1), accuracy(&v2("3x8x8", 10, 1, 0.5)));
+        assert!(a1 > 0.2, "version 1 nearest mean colour: {a1}");
+        assert!(
+            a2 < 0.13,
+            "version 2 nearest mean colour: {a2} (chance 0.1)"
+        );
+    }
 }
