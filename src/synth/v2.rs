@@ -7,11 +7,13 @@
 //! count, and swaps them at random: foreground and background then have the same expected colour,
 //! so the expected colour of every pixel is the same for every class. Difficulty `d` in [0, 1]:
 //!
-//! - orientation jitter 0.25 + 0.65d rad and frequency jitter +-(12 + 38d)%: from d of about 0.5
-//!   on, the ranges of two classes of one kind overlap;
-//! - pattern contrast (0.65 to 1.0) x (1 - 0.65d) of the colours' gap;
-//! - additive noise of standard deviation 14 (1 + 2d) pixel levels;
-//! - on average 2d distractors: small discs of a random pattern kind, orientation, frequency and
+//! - orientation jitter +-(0.25 + 0.35d) rad and frequency jitter +-(12 + 30d)%. Two classes of
+//!   one kind are 0.92 rad and 1.4x to 2x in frequency apart: their frequency ranges overlap from
+//!   d = 0.17 (1.4x) to 0.71 (2x) on, their orientation ranges from 0.6, and samples in the overlap
+//!   are ambiguous (rings have no orientation: classes 2 and 8 overlap first);
+//! - pattern contrast (0.65 to 1.0) x (1 - 0.33d) of the colours' luminance gap;
+//! - additive noise of standard deviation 14 (1 + d) pixel levels;
+//! - on average d distractors: small discs of a random pattern kind, orientation, frequency and
 //!   level that occlude what lies under them.
 //!
 //! The same arithmetic rules as version 1 hold (IEEE-exact operations only, vectorisable rows), so
@@ -48,11 +50,11 @@ struct Knobs {
 impl Knobs {
     fn of(d: f32) -> Self {
         Knobs {
-            angle_jitter: 0.25 + 0.65 * d,
-            freq_jitter: 0.12 + 0.38 * d,
-            contrast: 1.0 - 0.65 * d,
-            noise_gain: 1.0 + 2.0 * d,
-            distractors: 2.0 * d,
+            angle_jitter: 0.25 + 0.35 * d,
+            freq_jitter: 0.12 + 0.3 * d,
+            contrast: 1.0 - 0.33 * d,
+            noise_gain: 1.0 + d,
+            distractors: d,
         }
     }
 }
@@ -175,7 +177,7 @@ pub(super) fn render(
         );
     }
 
-    // Distractors: 2d on average (the integer part always, the fraction with that probability).
+    // Distractors: d on average (the integer part always, the fraction with that probability).
     let count = (k.distractors + r.unit()) as u32;
     for _ in 0..count {
         let kind = r.below(KINDS as u64) as u32;
