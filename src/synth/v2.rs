@@ -108,6 +108,13 @@ fn row_of(kind: u32, over: bool, row: &mut [f32], x0: usize, dy: f32, p: &Disc) 
     }
 }
 
+/// The pixels `lo .. hi` (of `n`) whose centres lie within `reach` of `c`, and those next to them.
+fn span(c: f32, reach: f32, n: usize) -> (usize, usize) {
+    let lo = (c - reach).max(0.0) as usize;
+    let hi = ((c + reach + 1.0).max(0.0) as usize).min(n);
+    (lo.min(hi), hi)
+}
+
 fn luminance(v: [f32; 3]) -> f32 {
     0.299 * v[0] + 0.587 * v[1] + 0.114 * v[2]
 }
@@ -165,16 +172,14 @@ pub(super) fn render(
     let cy = h as f32 * (0.5 + r.sym(0.2));
     scratch.clear();
     scratch.resize(plane, 0.0);
-    for y in 0..h {
+    // Only the disc's bounding box (with a pixel to spare) is drawn: outside it the envelope is 0,
+    // which the zeroed scratch already holds, and the disc covers two thirds of the image on average.
+    let reach = radius * side + 1.0;
+    let ((x0, x1), (y0, y1)) = (span(main.cx, reach, w), span(cy, reach, h));
+    for y in y0..y1 {
         let dy = (y as f32 + 0.5 - cy) * scale;
-        row_of(
-            class.kind,
-            false,
-            &mut scratch[y * w..(y + 1) * w],
-            0,
-            dy,
-            &main,
-        );
+        let row = &mut scratch[y * w + x0..y * w + x1];
+        row_of(class.kind, false, row, x0, dy, &main);
     }
 
     // Distractors: d on average (the integer part always, the fraction with that probability).
@@ -200,12 +205,7 @@ pub(super) fn render(
         let cy = h as f32 * r.unit();
         // Only the disc's bounding box is drawn: a distractor costs its area, not the image's.
         let reach = radius * side;
-        let span = |c: f32, n: usize| {
-            let lo = (c - reach).max(0.0) as usize;
-            let hi = ((c + reach + 1.0).max(0.0) as usize).min(n);
-            (lo.min(hi), hi)
-        };
-        let ((x0, x1), (y0, y1)) = (span(d.cx, w), span(cy, h));
+        let ((x0, x1), (y0, y1)) = (span(d.cx, reach, w), span(cy, reach, h));
         for y in y0..y1 {
             let dy = (y as f32 + 0.5 - cy) * scale;
             row_of(kind, true, &mut scratch[y * w + x0..y * w + x1], x0, dy, &d);
