@@ -18,7 +18,7 @@ fn main() {
     println!("generator {version:?}, {shape}");
     let g = Generator::with_version(shape.parse().unwrap(), 10, 0, version).unwrap();
     let n = 1024;
-    let reps = 20;
+    let reps: usize = std::env::var("REPS").map_or(20, |v| v.parse().unwrap());
     let time = |name: &str, f: &mut dyn FnMut()| {
         f();
         let t = Instant::now();

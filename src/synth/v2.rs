@@ -19,7 +19,7 @@
 //! The same arithmetic rules as version 1 hold (IEEE-exact operations only, vectorisable rows), so
 //! the AVX2 and baseline code paths agree and every sample is a pure function of its inputs.
 
-use super::generator::{noise_table, sin_cos, to_u8, tri, Generator, Rng, KINDS, NOISE_LEN};
+use super::generator::{noise_table, sin_cos, tri, Generator, Rng, KINDS, NOISE_LEN};
 use std::f32::consts::PI;
 
 /// Everything a pattern disc needs, in image units (1.0 = the shorter side).
@@ -108,6 +108,43 @@ fn row_of(kind: u32, over: bool, row: &mut [f32], x0: usize, dy: f32, p: &Disc) 
     }
 }
 
+/// Draw a disc centred at (`p.cx`, `cy`) pixels into a `w` x `h` plane. Only the pixels within the
+/// disc, and one more on each side, are visited: outside it the envelope is 0, so the plane would
+/// be left as it is (0 on the first disc). A distractor thus costs its area, not the image's.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn draw(
+    plane: &mut [f32],
+    w: usize,
+    h: usize,
+    kind: u32,
+    over: bool,
+    p: &Disc,
+    cy: f32,
+    radius: f32,
+) {
+    let side = 1.0 / p.scale;
+    let (y0, y1) = span(cy, radius * side + 1.0, h);
+    for y in y0..y1 {
+        let dy = (y as f32 + 0.5 - cy) * p.scale;
+        let half = (p.r2 - dy * dy).max(0.0).sqrt() * side;
+        let (x0, x1) = span(p.cx, half + 1.0, w);
+        // Whole groups of 8 pixels, so that the vectorised loop has no scalar remainder.
+        let (x0, x1) = (x0 & !7, ((x1 + 7) & !7).min(w));
+        row_of(kind, over, &mut plane[y * w + x0..y * w + x1], x0, dy, p);
+    }
+}
+
+/// `to_u8` with the clamp done on integers, where it vectorises to saturating packs (a third of
+/// the render time went to packing bytes one lane at a time). The same bytes for `v` within
+/// +-2^31: here |v| < 1000 (colours 0-255, intensities 0-1, noise under 50 x 2).
+#[inline(always)]
+fn to_u8_int(v: f32) -> u8 {
+    // SAFETY: v + 0.5 is finite and far inside the i32 range (see above).
+    let i = unsafe { (v + 0.5).to_int_unchecked::<i32>() };
+    i.clamp(0, 255) as u8
+}
+
 /// The pixels `lo .. hi` (of `n`) whose centres lie within `reach` of `c`, and those next to them.
 fn span(c: f32, reach: f32, n: usize) -> (usize, usize) {
     let lo = (c - reach).max(0.0) as usize;
@@ -172,15 +209,7 @@ pub(super) fn render(
     let cy = h as f32 * (0.5 + r.sym(0.2));
     scratch.clear();
     scratch.resize(plane, 0.0);
-    // Only the disc's bounding box (with a pixel to spare) is drawn: outside it the envelope is 0,
-    // which the zeroed scratch already holds, and the disc covers two thirds of the image on average.
-    let reach = radius * side + 1.0;
-    let ((x0, x1), (y0, y1)) = (span(main.cx, reach, w), span(cy, reach, h));
-    for y in y0..y1 {
-        let dy = (y as f32 + 0.5 - cy) * scale;
-        let row = &mut scratch[y * w + x0..y * w + x1];
-        row_of(class.kind, false, row, x0, dy, &main);
-    }
+    draw(scratch, w, h, class.kind, false, &main, cy, radius);
 
     // Distractors: d on average (the integer part always, the fraction with that probability).
     let count = (k.distractors + r.unit()) as u32;
@@ -203,13 +232,7 @@ pub(super) fn render(
             contrast,
         };
         let cy = h as f32 * r.unit();
-        // Only the disc's bounding box is drawn: a distractor costs its area, not the image's.
-        let reach = radius * side;
-        let ((x0, x1), (y0, y1)) = (span(d.cx, reach, w), span(cy, reach, h));
-        for y in y0..y1 {
-            let dy = (y as f32 + 0.5 - cy) * scale;
-            row_of(kind, true, &mut scratch[y * w + x0..y * w + x1], x0, dy, &d);
-        }
+        draw(scratch, w, h, kind, true, &d, cy, radius);
     }
 
     // Two colours from the distribution every class shares, a luminance gap apart, in random order.
@@ -239,7 +262,7 @@ pub(super) fn render(
                 .zip(&scratch[done..done + len])
                 .zip(nz)
             {
-                *d = to_u8(b + diff * i + n * gain);
+                *d = to_u8_int(b + diff * i + n * gain);
             }
             done += len;
         }
