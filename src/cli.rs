@@ -68,6 +68,14 @@ pub struct SynthArgs {
     /// Seed: every sample is a pure function of (seed, split, index).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Generator version: 2 (default) draws colours independently of the class; 1 is the original
+    /// generator, whose colours give the class away (to resume or remake datasets made with it).
+    #[arg(long, value_name = "1|2", value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub generator: Option<u32>,
+    /// How hard generator 2's classes are to tell apart: 0.0 (easiest) to 1.0 (hardest); more
+    /// noise, lower contrast, overlapping class parameters and occluding distractors [default: 0.5].
+    #[arg(long, value_name = "D", allow_negative_numbers = true, value_parser = difficulty)]
+    pub difficulty: Option<f64>,
     /// Output directory.
     #[arg(long, short, value_name = "DIR", default_value = "shards")]
     pub out: PathBuf,
@@ -79,6 +87,15 @@ pub struct SynthArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--difficulty`: a number from 0.0 to 1.0 (negative ones parsed too, so that they are refused
+/// with this message rather than taken for a flag).
+fn difficulty(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(d) if (0.0..=1.0).contains(&d) => Ok(d),
+        _ => Err(format!("{s} is not a number from 0.0 to 1.0")),
+    }
 }
 
 /// How a dataset is stored; shared by the commands that write one.
