@@ -262,54 +262,146 @@ fn bytemuck_f32(map: &mut MmapMut) -> &mut [f32] {
     unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, len) }
 }
 
-/// Read-only view of one colmajor split, memory-mapped.
+/// The splits of a directory in the seed layout, found by their file names: `images_<split>.bin`
+/// beside `labels_<split>.bin`, sorted by split name. An images file without its labels file is
+/// an error; other files are ignored.
+pub fn find_splits(dir: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).at(dir)? {
+        let e = e.at(dir)?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(split) = name
+            .strip_prefix("images_")
+            .and_then(|s| s.strip_suffix(".bin"))
+        else {
+            continue;
+        };
+        if split.is_empty()
+            || !split
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            continue;
+        }
+        let labels = dir.join(labels_name(split));
+        if !labels.is_file() {
+            return Err(Error::Source(format!(
+                "{}: no {} beside it: the column-major layout has one labels file per images file",
+                e.path().display(),
+                labels_name(split)
+            )));
+        }
+        out.push((split.to_string(), e.path(), labels));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Whether `dir` holds files of the seed layout (an `images_<split>.bin` and its labels).
+pub fn looks_like_seed(dir: &Path) -> bool {
+    matches!(find_splits(dir), Ok(v) if !v.is_empty())
+}
+
+/// Samples read together: about 4 MiB of float32 values, a power of two (so that each feature's
+/// run is a few KiB of sequential bytes).
+pub fn chunk_samples(features: usize) -> usize {
+    crate::shard::default_block_samples(features.saturating_mul(4)) as usize
+}
+
+/// Read-only view of one colmajor split, memory-mapped, read in chunks of samples. Pages are
+/// dropped from the process as reading goes on, so resident memory stays bounded whatever the
+/// file size.
 pub struct ColmajorSplitReader {
     pub samples: usize,
     pub features: usize,
+    pub shape: crate::shard::Shape,
+    pub images_path: PathBuf,
+    pub labels_path: PathBuf,
     images: memmap2::Mmap,
-    labels: Vec<i32>,
+    labels: memmap2::Mmap,
+    /// Bytes read through the maps since their pages were last released.
+    since_release: std::sync::atomic::AtomicUsize,
 }
 
 impl ColmajorSplitReader {
+    /// Open a split of a prep colmajor dataset: the files named by the manifest, of the sizes it
+    /// says.
     pub fn open(dir: &Path, m: &ColmajorManifest, split: &str) -> Result<Self> {
         let s = m
             .splits
             .get(split)
             .ok_or_else(|| Error::manifest(dir, format!("no split '{split}'")))?;
-        let features = m.sample.shape.elems();
-        let ip = dir.join(&s.images);
-        let lp = dir.join(&s.labels);
-        let f = File::open(&ip).at(&ip)?;
-        let want = s
-            .samples
-            .checked_mul(features as u64 * 4)
-            .ok_or_else(|| Error::manifest(&ip, "size overflows"))?;
-        let len = f.metadata().at(&ip)?.len();
-        if len != want {
+        let r = Self::open_files(&dir.join(&s.images), &dir.join(&s.labels), &m.sample.shape)?;
+        if r.samples as u64 != s.samples {
+            let want = s
+                .samples
+                .checked_mul(r.features as u64 * 4)
+                .map_or("more than 2^64".into(), |b| b.to_string());
             return Err(Error::manifest(
-                &ip,
-                format!("is {len} bytes, expected {want}"),
+                &r.images_path,
+                format!(
+                    "is {} bytes ({} samples), the manifest says {} samples ({want} bytes)",
+                    r.samples * r.features * 4,
+                    r.samples,
+                    s.samples
+                ),
             ));
         }
-        // SAFETY: read-only map of a file we do not modify; a concurrent truncation by another
+        Ok(r)
+    }
+
+    /// Open an images file and its labels file holding samples of `shape`: the images file must be
+    /// a whole, non-zero number of samples of `4 * F` bytes and the labels file exactly 4 bytes per
+    /// sample. Nothing is read but the sizes.
+    pub fn open_files(images: &Path, labels: &Path, shape: &crate::shard::Shape) -> Result<Self> {
+        let features = shape.elems();
+        let sample_bytes = (features as u64)
+            .checked_mul(4)
+            .ok_or_else(|| Error::Invalid(format!("a {shape} sample is too large")))?;
+        let f = File::open(images).at(images)?;
+        let len = f.metadata().at(images)?.len();
+        if len % sample_bytes != 0 {
+            return Err(Error::Source(format!(
+                "{}: {len} bytes is not a whole number of {shape} samples of float32 ({sample_bytes} bytes each); check --shape",
+                images.display()
+            )));
+        }
+        let n = len / sample_bytes;
+        if n == 0 {
+            return Err(Error::Source(format!(
+                "{}: holds no samples",
+                images.display()
+            )));
+        }
+        let lf = File::open(labels).at(labels)?;
+        let llen = lf.metadata().at(labels)?.len();
+        if llen != n.saturating_mul(4) {
+            return Err(Error::Source(format!(
+                "{}: {llen} bytes is {} int32 labels, but {} holds {n} samples of {shape}",
+                labels.display(),
+                if llen % 4 == 0 {
+                    (llen / 4).to_string()
+                } else {
+                    format!("not a whole number of ({})", llen as f64 / 4.0)
+                },
+                images.display()
+            )));
+        }
+        let samples = usize::try_from(n)
+            .map_err(|_| Error::Source(format!("{}: too many samples", images.display())))?;
+        // SAFETY: read-only maps of files we do not modify; a concurrent truncation by another
         // process is outside what a dataset reader can guard against.
-        let images = unsafe { memmap2::Mmap::map(&f) }.at(&ip)?;
-        let lb = std::fs::read(&lp).at(&lp)?;
-        if lb.len() as u64 != want / features as u64 {
-            return Err(Error::manifest(
-                &lp,
-                format!("is {} bytes, expected {}", lb.len(), s.samples * 4),
-            ));
-        }
-        let labels = lb
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let images_map = unsafe { memmap2::Mmap::map(&f) }.at(images)?;
+        let labels_map = unsafe { memmap2::Mmap::map(&lf) }.at(labels)?;
         Ok(ColmajorSplitReader {
-            samples: s.samples as usize,
+            samples,
             features,
-            images,
-            labels,
+            shape: shape.clone(),
+            images_path: images.to_path_buf(),
+            labels_path: labels.to_path_buf(),
+            images: images_map,
+            labels: labels_map,
+            since_release: Default::default(),
         })
     }
 
@@ -319,7 +411,359 @@ impl ColmajorSplitReader {
         f32::from_le_bytes(self.images[o..o + 4].try_into().unwrap())
     }
 
+    /// The label of sample `i` as stored (int32).
     pub fn label(&self, i: usize) -> i32 {
-        self.labels[i]
+        i32::from_le_bytes(self.labels[4 * i..4 * i + 4].try_into().unwrap())
     }
+
+    /// Samples `start..start + m` into `out` (`m * features` values), sample after sample. The
+    /// file holds each feature's values of all samples together, so this reads one contiguous
+    /// run of `m` values per feature: a chunk is a set of sequential reads. Features go in tiles,
+    /// so that each sample's slice of `out` is written a cache line at a time.
+    pub fn read_chunk(&self, start: usize, m: usize, out: &mut [f32]) {
+        let (n, f) = (self.samples, self.features);
+        assert!(start + m <= n && out.len() == m * f, "chunk inside the split");
+        let img: &[u8] = &self.images;
+        let mut runs: Vec<&[u8]> = Vec::with_capacity(TILE);
+        for f0 in (0..f).step_by(TILE) {
+            let tf = TILE.min(f - f0);
+            runs.clear();
+            runs.extend((f0..f0 + tf).map(|k| &img[4 * (k * n + start)..4 * (k * n + start + m)]));
+            for i in 0..m {
+                let row = &mut out[i * f + f0..i * f + f0 + tf];
+                for (v, run) in row.iter_mut().zip(&runs) {
+                    *v = f32::from_le_bytes(run[4 * i..4 * i + 4].try_into().unwrap());
+                }
+            }
+        }
+        self.read_bytes(m * f * 4);
+    }
+
+    /// Labels of samples `start..start + m`, as stored.
+    pub fn labels(&self, start: usize, m: usize) -> impl Iterator<Item = i32> + '_ {
+        self.labels[4 * start..4 * (start + m)]
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+    }
+
+    /// Count bytes read; past `RELEASE_EVERY`, drop the maps' pages from the process (the page
+    /// cache keeps them), so that resident memory does not grow to the file size.
+    fn read_bytes(&self, bytes: usize) {
+        use std::sync::atomic::Ordering;
+        let before = self.since_release.fetch_add(bytes, Ordering::Relaxed);
+        if before + bytes >= RELEASE_EVERY {
+            self.since_release.store(0, Ordering::Relaxed);
+            // SAFETY: read-only, file-backed maps: dropping their pages loses nothing, and a
+            // thread reading them meanwhile faults them back in from the page cache.
+            unsafe {
+                let _ = self
+                    .images
+                    .unchecked_advise(memmap2::UncheckedAdvice::DontNeed);
+                let _ = self
+                    .labels
+                    .unchecked_advise(memmap2::UncheckedAdvice::DontNeed);
+            }
+        }
+    }
+
+    /// Check every label: an int32 in `0..classes` (with `classes` None: not negative, and below
+    /// the 65536-class cap). Returns the samples per label; an error names the file and index.
+    pub fn check_labels(&self, classes: Option<usize>) -> Result<Vec<u64>> {
+        let cap = classes.unwrap_or(crate::shard::format::MAX_CLASSES as usize);
+        let mut counts = vec![0u64; classes.unwrap_or(0)];
+        let step = 1 << 20;
+        for start in (0..self.samples).step_by(step) {
+            let m = step.min(self.samples - start);
+            for (j, l) in self.labels(start, m).enumerate() {
+                if l < 0 || l as usize >= cap {
+                    return Err(label_error(&self.labels_path, start + j, l, classes));
+                }
+                let l = l as usize;
+                if l >= counts.len() {
+                    counts.resize(l + 1, 0);
+                }
+                counts[l] += 1;
+            }
+            self.read_bytes(m * 4);
+        }
+        Ok(counts)
+    }
+
+    /// One pass over every value: whether each is a u8 pixel / 255 (the first that is not, as
+    /// (sample, feature, value)), and the per-channel sums of the split for its mean and std, both
+    /// as u8 pixels (exact, as shards count them) and as the float values. A value that is NaN or
+    /// infinite is an error naming the file, sample and feature. Chunks are read on every core and
+    /// added up in order, so the float sums do not depend on the thread count.
+    pub fn scan(&self, shape: &crate::shard::Shape) -> Result<Scan> {
+        let (c, plane, f) = (shape.channels(), shape.plane(), self.features);
+        let chunk = chunk_samples(f);
+        let chunks = self.samples.div_ceil(chunk);
+        let threads = rayon::current_num_threads();
+        let mut total = Scan {
+            not_u8: None,
+            int_sum: vec![0; c],
+            int_sumsq: vec![0; c],
+            sum: vec![0.0; c],
+            sumsq: vec![0.0; c],
+        };
+        crate::pipeline::ordered_map(
+            chunks,
+            threads,
+            2 * threads,
+            |k| {
+                let start = k * chunk;
+                let m = chunk.min(self.samples - start);
+                let mut vals = vec![0f32; m * f];
+                self.read_chunk(start, m, &mut vals);
+                if let Some(i) = vals.iter().position(|v| !v.is_finite()) {
+                    return Err(Error::Source(format!(
+                        "{}: sample {}, feature {}: value {} is not finite",
+                        self.images_path.display(),
+                        start + i / f,
+                        i % f,
+                        vals[i]
+                    )));
+                }
+                let mut s = Scan {
+                    not_u8: vals
+                        .iter()
+                        .position(|&v| exact_u8(v).is_none())
+                        .map(|i| (start + i / f, i % f, vals[i])),
+                    int_sum: vec![0; c],
+                    int_sumsq: vec![0; c],
+                    sum: vec![0.0; c],
+                    sumsq: vec![0.0; c],
+                };
+                // Per sample and channel, then added: the order shards sum their blocks in.
+                for px in vals.chunks_exact(f) {
+                    for ch in 0..c {
+                        let p = &px[ch * plane..(ch + 1) * plane];
+                        let (mut a, mut q) = (0.0f64, 0.0f64);
+                        for &v in p {
+                            a += v as f64;
+                            q += v as f64 * v as f64;
+                        }
+                        s.sum[ch] += a;
+                        s.sumsq[ch] += q;
+                        if s.not_u8.is_none() {
+                            let (mut a, mut q) = (0u64, 0u128);
+                            for &v in p {
+                                let k = exact_u8(v).unwrap_or(0) as u64;
+                                a += k;
+                                q += (k * k) as u128;
+                            }
+                            s.int_sum[ch] += a as u128;
+                            s.int_sumsq[ch] += q;
+                        }
+                    }
+                }
+                Ok(s)
+            },
+            |_, s| {
+                total.not_u8 = total.not_u8.or(s.not_u8);
+                for ch in 0..c {
+                    total.sum[ch] += s.sum[ch];
+                    total.sumsq[ch] += s.sumsq[ch];
+                    total.int_sum[ch] = total.int_sum[ch].saturating_add(s.int_sum[ch]);
+                    total.int_sumsq[ch] = total.int_sumsq[ch].saturating_add(s.int_sumsq[ch]);
+                }
+                Ok(())
+            },
+        )?;
+        Ok(total)
+    }
+}
+
+/// What `ColmajorSplitReader::scan` found.
+#[derive(Debug, Clone)]
+pub struct Scan {
+    /// The first value that is not exactly a u8 pixel / 255, as (sample, feature, value).
+    pub not_u8: Option<(usize, usize, f32)>,
+    int_sum: Vec<u128>,
+    int_sumsq: Vec<u128>,
+    sum: Vec<f64>,
+    sumsq: Vec<f64>,
+}
+
+impl Scan {
+    /// The statistics of the split as `dtype` samples (u8: the exact pixel sums, only when every
+    /// value is a u8 pixel / 255; otherwise the float values' sums), with `class_counts`.
+    pub fn stats(&self, dtype: Dtype, class_counts: Vec<u64>) -> Stats {
+        use crate::shard::ChannelSums;
+        Stats {
+            class_counts,
+            channels: if dtype == Dtype::U8 && self.not_u8.is_none() {
+                ChannelSums::Int {
+                    sum: self.int_sum.clone(),
+                    sumsq: self.int_sumsq.clone(),
+                }
+            } else {
+                ChannelSums::Float {
+                    sum: self.sum.clone(),
+                    sumsq: self.sumsq.clone(),
+                }
+            },
+        }
+    }
+}
+
+fn label_error(path: &Path, index: usize, label: i32, classes: Option<usize>) -> Error {
+    Error::Source(match classes {
+        Some(k) => format!(
+            "{}: label {label} at index {index} is not a class (there are {k}: 0 to {})",
+            path.display(),
+            k - 1
+        ),
+        None if label < 0 => format!(
+            "{}: label {label} at index {index} is negative: labels are int32 class indices in [0, 2^31)",
+            path.display()
+        ),
+        None => format!(
+            "{}: label {label} at index {index} is over the cap of {} classes",
+            path.display(),
+            crate::shard::format::MAX_CLASSES
+        ),
+    })
+}
+
+/// The f32 that the colmajor writer stores for u8 pixel `k`: `k / 255`, one float32 division.
+fn u8_value(k: u8) -> f32 {
+    k as f32 / 255.0
+}
+
+/// `v` as the u8 pixel `k` when `v` is bit for bit the value the colmajor layout stores for it
+/// (`float32(k) / 255`); None for anything else (-0.0 included, so that a round trip through u8
+/// gives back the very bytes).
+#[inline]
+pub fn exact_u8(v: f32) -> Option<u8> {
+    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
+    let t = TABLE.get_or_init(|| std::array::from_fn(|k| u8_value(k as u8).to_bits()));
+    // k/255 in float32 is within 2^-24 relative of the true quotient, so v * 255 rounds to k.
+    let k = (v * 255.0).round();
+    (0.0..=255.0)
+        .contains(&k)
+        .then_some(k as u8)
+        .filter(|&k| t[k as usize] == v.to_bits())
+}
+
+/// `v` as the u16 pixel `k` when it is bit for bit `float32(k) / 65535`.
+#[inline]
+pub fn exact_u16(v: f32) -> Option<u16> {
+    let k = (v * 65535.0).round();
+    (0.0..=65535.0)
+        .contains(&k)
+        .then_some(k as u16)
+        .filter(|&k| (k as f32 / 65535.0).to_bits() == v.to_bits())
+}
+
+/// Store float32 `values` as `dtype` (little-endian into `out`) when each is exactly a value of
+/// that dtype as the colmajor layout stores it: u8/u16 pixels as `k / max`, f16 values exactly
+/// (and finite), f32 finite. Otherwise the index and value of the first that is not.
+pub fn encode_exact(values: &[f32], dtype: Dtype, out: &mut [u8]) -> Result<(), (usize, f32)> {
+    let miss = |i: usize| Err((i, values[i]));
+    match dtype {
+        Dtype::U8 => {
+            for (i, (&v, o)) in values.iter().zip(out.iter_mut()).enumerate() {
+                match exact_u8(v) {
+                    Some(k) => *o = k,
+                    None => return miss(i),
+                }
+            }
+        }
+        Dtype::U16 => {
+            for (i, (&v, o)) in values.iter().zip(out.chunks_exact_mut(2)).enumerate() {
+                match exact_u16(v) {
+                    Some(k) => o.copy_from_slice(&k.to_le_bytes()),
+                    None => return miss(i),
+                }
+            }
+        }
+        Dtype::F16 => {
+            for (i, (&v, o)) in values.iter().zip(out.chunks_exact_mut(2)).enumerate() {
+                let h = half::f16::from_f32(v);
+                if !v.is_finite() || h.to_f32().to_bits() != v.to_bits() {
+                    return miss(i);
+                }
+                o.copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        Dtype::F32 => {
+            for (i, (&v, o)) in values.iter().zip(out.chunks_exact_mut(4)).enumerate() {
+                if !v.is_finite() {
+                    return miss(i);
+                }
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why `encode_scaled` could not store a value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScaleError {
+    /// NaN or infinite.
+    NotFinite(usize, f32),
+    /// An integer dtype takes values in [0, 1].
+    OutOfRange(usize, f32),
+    /// Beyond f16's range.
+    TooLarge(usize, f32),
+}
+
+impl std::fmt::Display for ScaleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            ScaleError::NotFinite(_, v) => write!(f, "value {v}: float samples must be finite"),
+            ScaleError::OutOfRange(_, v) => write!(
+                f,
+                "value {v} is outside [0, 1], which --dtype u8/u16 scale to pixels; use --dtype f32 to keep it"
+            ),
+            ScaleError::TooLarge(_, v) => {
+                write!(f, "value {v} is beyond f16's range (±65504): use --dtype f32")
+            }
+        }
+    }
+}
+
+impl ScaleError {
+    pub fn index(&self) -> usize {
+        match *self {
+            ScaleError::NotFinite(i, _) | ScaleError::OutOfRange(i, _) | ScaleError::TooLarge(i, _) => i,
+        }
+    }
+}
+
+/// Store values (pixels in [0, 1] for integer dtypes, anything finite for floats) as `dtype`:
+/// u8/u16 as `round(v * 255)` / `round(v * 65535)` (so `k / 255` gives back `k`), f16 rounded to
+/// nearest, f32 as they are.
+pub fn encode_scaled(values: &[f32], dtype: Dtype, out: &mut [u8]) -> Result<(), ScaleError> {
+    for (i, &v) in values.iter().enumerate() {
+        if !v.is_finite() {
+            return Err(ScaleError::NotFinite(i, v));
+        }
+        match dtype {
+            Dtype::U8 | Dtype::U16 if !(0.0..=1.0).contains(&v) => {
+                return Err(ScaleError::OutOfRange(i, v))
+            }
+            Dtype::U8 => out[i] = (v * 255.0).round() as u8,
+            Dtype::U16 => out[2 * i..2 * i + 2]
+                .copy_from_slice(&((v * 65535.0).round() as u16).to_le_bytes()),
+            Dtype::F16 => {
+                let h = half::f16::from_f32(v);
+                if h.is_infinite() {
+                    return Err(ScaleError::TooLarge(i, v));
+                }
+                out[2 * i..2 * i + 2].copy_from_slice(&h.to_le_bytes());
+            }
+            Dtype::F32 => out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes()),
+        }
+    }
+    Ok(())
+}
+
+/// A stored sample value as the colmajor layout holds it: `k / max` for u8/u16 pixels (one
+/// float32 division, as the writer does), the value itself for f16/f32.
+#[inline]
+pub fn value_of(dtype: Dtype, px: &[u8], i: usize) -> f32 {
+    dtype.get(px, i) / dtype.divisor() as f32
 }
