@@ -263,43 +263,60 @@ fn bytemuck_f32(map: &mut MmapMut) -> &mut [f32] {
 }
 
 /// The splits of a directory in the seed layout, found by their file names: `images_<split>.bin`
-/// beside `labels_<split>.bin`, sorted by split name. An images file without its labels file is
-/// an error; other files are ignored.
+/// beside `labels_<split>.bin`, sorted by split name. An images file without its labels file (or
+/// labels without images) is an error naming it; other files are ignored.
 pub fn find_splits(dir: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>> {
     let mut out = Vec::new();
+    let mut names = Vec::new();
     for e in std::fs::read_dir(dir).at(dir)? {
         let e = e.at(dir)?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(split) = name
-            .strip_prefix("images_")
-            .and_then(|s| s.strip_suffix(".bin"))
-        else {
-            continue;
-        };
-        if split.is_empty()
-            || !split
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            continue;
-        }
-        let labels = dir.join(labels_name(split));
-        if !labels.is_file() {
-            return Err(Error::Source(format!(
-                "{}: no {} beside it: the column-major layout has one labels file per images file",
-                e.path().display(),
-                labels_name(split)
-            )));
-        }
-        out.push((split.to_string(), e.path(), labels));
+        names.push(e.file_name().to_string_lossy().into_owned());
     }
-    out.sort();
+    names.sort();
+    for name in &names {
+        for (prefix, other) in [("images_", "labels_"), ("labels_", "images_")] {
+            let Some(split) = seed_split(name, prefix) else {
+                continue;
+            };
+            let partner = format!("{other}{split}.bin");
+            if !dir.join(&partner).is_file() {
+                return Err(Error::Source(format!(
+                    "{}: no {partner} beside it: the column-major layout has one images_<split>.bin and one labels_<split>.bin per split",
+                    dir.join(name).display(),
+                )));
+            }
+            if prefix == "images_" {
+                out.push((
+                    split.to_string(),
+                    dir.join(name),
+                    dir.join(labels_name(split)),
+                ));
+            }
+        }
+    }
     Ok(out)
 }
 
-/// Whether `dir` holds files of the seed layout (an `images_<split>.bin` and its labels).
+/// The split of a seed-layout file name `<prefix><split>.bin`.
+fn seed_split<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
+    let split = name.strip_prefix(prefix)?.strip_suffix(".bin")?;
+    (!split.is_empty()
+        && split
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+    .then_some(split)
+}
+
+/// Whether `dir` holds files of the seed layout: an `images_<split>.bin` or a
+/// `labels_<split>.bin` (`find_splits` then says what is missing).
 pub fn looks_like_seed(dir: &Path) -> bool {
-    matches!(find_splits(dir), Ok(v) if !v.is_empty())
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        seed_split(&name, "images_").is_some() || seed_split(&name, "labels_").is_some()
+    })
 }
 
 /// Samples read together: about 4 MiB of float32 values, a power of two (so that each feature's
@@ -324,69 +341,127 @@ pub struct ColmajorSplitReader {
 }
 
 impl ColmajorSplitReader {
-    /// Open a split of a prep colmajor dataset: the files named by the manifest, of the sizes it
-    /// says.
+    /// Open a split of a prep colmajor dataset: the files named by the manifest, of exactly the
+    /// sizes it says (a file of another size is an error naming it and both sizes).
     pub fn open(dir: &Path, m: &ColmajorManifest, split: &str) -> Result<Self> {
         let s = m
             .splits
             .get(split)
             .ok_or_else(|| Error::manifest(dir, format!("no split '{split}'")))?;
-        let r = Self::open_files(&dir.join(&s.images), &dir.join(&s.labels), &m.sample.shape)?;
-        if r.samples as u64 != s.samples {
-            let want = s
-                .samples
-                .checked_mul(r.features as u64 * 4)
-                .map_or("more than 2^64".into(), |b| b.to_string());
-            return Err(Error::manifest(
-                &r.images_path,
-                format!(
-                    "is {} bytes ({} samples), the manifest says {} samples ({want} bytes)",
-                    r.samples * r.features * 4,
-                    r.samples,
-                    s.samples
-                ),
-            ));
-        }
-        Ok(r)
+        Self::open_sized(
+            &dir.join(&s.images),
+            &dir.join(&s.labels),
+            &m.sample.shape,
+            Some(s.samples),
+        )
     }
 
-    /// Open an images file and its labels file holding samples of `shape`: the images file must be
-    /// a whole, non-zero number of samples of `4 * F` bytes and the labels file exactly 4 bytes per
-    /// sample. Nothing is read but the sizes.
+    /// Open an images file and its labels file holding samples of `shape` given by `--shape`
+    /// (the files do not say it): the images file must be a whole, non-zero number of samples of
+    /// `4 * F` bytes and the labels file exactly 4 bytes per sample. Nothing is read but the
+    /// sizes. A shape that does not fit the files is a usage error (`Error::Invalid`) naming
+    /// both numbers; files that disagree otherwise (a truncated labels file) are `Error::Source`.
     pub fn open_files(images: &Path, labels: &Path, shape: &crate::shard::Shape) -> Result<Self> {
+        Self::open_sized(images, labels, shape, None)
+    }
+
+    fn open_sized(
+        images: &Path,
+        labels: &Path,
+        shape: &crate::shard::Shape,
+        manifest_samples: Option<u64>,
+    ) -> Result<Self> {
         let features = shape.elems();
         let sample_bytes = (features as u64)
             .checked_mul(4)
             .ok_or_else(|| Error::Invalid(format!("a {shape} sample is too large")))?;
         let f = File::open(images).at(images)?;
         let len = f.metadata().at(images)?.len();
-        if len % sample_bytes != 0 {
-            return Err(Error::Source(format!(
-                "{}: {len} bytes is not a whole number of {shape} samples of float32 ({sample_bytes} bytes each); check --shape",
-                images.display()
-            )));
-        }
-        let n = len / sample_bytes;
-        if n == 0 {
-            return Err(Error::Source(format!(
-                "{}: holds no samples",
-                images.display()
-            )));
-        }
         let lf = File::open(labels).at(labels)?;
         let llen = lf.metadata().at(labels)?.len();
-        if llen != n.saturating_mul(4) {
-            return Err(Error::Source(format!(
-                "{}: {llen} bytes is {} int32 labels, but {} holds {n} samples of {shape}",
-                labels.display(),
-                if llen % 4 == 0 {
-                    (llen / 4).to_string()
-                } else {
-                    format!("not a whole number of ({})", llen as f64 / 4.0)
-                },
-                images.display()
-            )));
-        }
+        let n = match manifest_samples {
+            Some(n) => {
+                let want = n.checked_mul(sample_bytes).ok_or_else(|| {
+                    Error::manifest(images, format!("{n} samples of {shape} overflow a file size"))
+                })?;
+                if len != want {
+                    return Err(Error::manifest(
+                        images,
+                        format!(
+                            "is {len} bytes, but the manifest's {n} samples of {shape} float32 make {want} bytes{}",
+                            if len < want { " (truncated?)" } else { "" }
+                        ),
+                    ));
+                }
+                if llen != n * 4 {
+                    return Err(Error::manifest(
+                        labels,
+                        format!(
+                            "is {llen} bytes, but the manifest's {n} int32 labels make {} bytes{}",
+                            n * 4,
+                            if llen < n * 4 { " (truncated?)" } else { "" }
+                        ),
+                    ));
+                }
+                n
+            }
+            None => {
+                if llen % 4 != 0 {
+                    return Err(Error::Source(format!(
+                        "{}: its size, {llen} bytes, is not a multiple of 4 bytes, the size of one int32 label: the file is truncated or not labels",
+                        labels.display()
+                    )));
+                }
+                let nl = llen / 4;
+                // The labels count the samples: when the images file divides into that many,
+                // the shape is the likely mistake, and the message says what would fit.
+                let fits = (nl > 0 && len % (nl * 4) == 0).then(|| len / (nl * 4));
+                let hint = |v: u64| {
+                    format!(
+                        "{nl} int32 labels in {} make {v} float32 values per sample, not the {features} of {shape}: check --shape",
+                        labels.display()
+                    )
+                };
+                if len % sample_bytes != 0 {
+                    let what = format!(
+                        "{}: its size, {len} bytes, is not a multiple of {sample_bytes} bytes, the size of one {shape} float32 sample",
+                        images.display()
+                    );
+                    return Err(match fits {
+                        Some(v) => Error::Invalid(format!("{what}; {}", hint(v))),
+                        None if len < nl.saturating_mul(sample_bytes) => Error::Source(format!(
+                            "{what}, and short of the {} bytes that {nl} samples (as {} counts) take: truncated?",
+                            nl.saturating_mul(sample_bytes),
+                            labels.display()
+                        )),
+                        None => Error::Invalid(format!(
+                            "{what}: --shape does not fit this file, or the file is truncated"
+                        )),
+                    });
+                }
+                let n = len / sample_bytes;
+                if n == 0 {
+                    return Err(Error::Source(format!(
+                        "{}: is empty: it holds no samples",
+                        images.display()
+                    )));
+                }
+                if nl != n {
+                    let what = format!(
+                        "{}: {nl} int32 labels ({llen} bytes), but {} holds {n} samples of {shape} ({len} bytes)",
+                        labels.display(),
+                        images.display()
+                    );
+                    return Err(match fits {
+                        Some(v) => Error::Invalid(format!("{what}; {}", hint(v))),
+                        None => Error::Source(format!(
+                            "{what}: one of the files is truncated, or --shape does not fit them"
+                        )),
+                    });
+                }
+                n
+            }
+        };
         let samples = usize::try_from(n)
             .map_err(|_| Error::Source(format!("{}: too many samples", images.display())))?;
         // SAFETY: read-only maps of files we do not modify; a concurrent truncation by another

@@ -368,6 +368,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
             input.display(),
             match kind {
                 Kind::Auto => "a folder of files".to_string(),
+                Kind::Shards => "a prep shard dataset, whose manifest says its shape".to_string(),
                 k => format!("a {k:?} dataset"),
             }
         )));
@@ -1073,7 +1074,7 @@ fn decode_stored(
                         lb.push(l as u32);
                         idx.push(i);
                     }
-                    Err((k, val)) if *values == Values::Auto => {
+                    Err((k, val)) if *values == Values::Auto && val.is_finite() => {
                         return Err(Failed::NotU8(format!(
                             "{} feature {k} holds {val}, not a u8 pixel / 255",
                             sample_name(src, start, i)
