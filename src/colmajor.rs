@@ -382,7 +382,10 @@ impl ColmajorSplitReader {
         let n = match manifest_samples {
             Some(n) => {
                 let want = n.checked_mul(sample_bytes).ok_or_else(|| {
-                    Error::manifest(images, format!("{n} samples of {shape} overflow a file size"))
+                    Error::manifest(
+                        images,
+                        format!("{n} samples of {shape} overflow a file size"),
+                    )
                 })?;
                 if len != want {
                     return Err(Error::manifest(
@@ -497,7 +500,10 @@ impl ColmajorSplitReader {
     /// so that each sample's slice of `out` is written a cache line at a time.
     pub fn read_chunk(&self, start: usize, m: usize, out: &mut [f32]) {
         let (n, f) = (self.samples, self.features);
-        assert!(start + m <= n && out.len() == m * f, "chunk inside the split");
+        assert!(
+            start + m <= n && out.len() == m * f,
+            "chunk inside the split"
+        );
         let img: &[u8] = &self.images;
         let mut runs: Vec<&[u8]> = Vec::with_capacity(TILE);
         for f0 in (0..f).step_by(TILE) {
@@ -803,7 +809,9 @@ impl std::fmt::Display for ScaleError {
 impl ScaleError {
     pub fn index(&self) -> usize {
         match *self {
-            ScaleError::NotFinite(i, _) | ScaleError::OutOfRange(i, _) | ScaleError::TooLarge(i, _) => i,
+            ScaleError::NotFinite(i, _)
+            | ScaleError::OutOfRange(i, _)
+            | ScaleError::TooLarge(i, _) => i,
         }
     }
 }
@@ -821,8 +829,9 @@ pub fn encode_scaled(values: &[f32], dtype: Dtype, out: &mut [u8]) -> Result<(),
                 return Err(ScaleError::OutOfRange(i, v))
             }
             Dtype::U8 => out[i] = (v * 255.0).round() as u8,
-            Dtype::U16 => out[2 * i..2 * i + 2]
-                .copy_from_slice(&((v * 65535.0).round() as u16).to_le_bytes()),
+            Dtype::U16 => {
+                out[2 * i..2 * i + 2].copy_from_slice(&((v * 65535.0).round() as u16).to_le_bytes())
+            }
             Dtype::F16 => {
                 let h = half::f16::from_f32(v);
                 if h.is_infinite() {

@@ -640,7 +640,11 @@ fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             }
             splits.insert(split.clone(), units);
         }
-        (m.classes.clone(), m.sample.shape.clone(), Some(m.sample.dtype))
+        (
+            m.classes.clone(),
+            m.sample.shape.clone(),
+            Some(m.sample.dtype),
+        )
     } else {
         let manifest_path = input.join(manifest::FILE_NAME);
         let (found, shape, dtype, classes) = if manifest_path.is_file() {
@@ -1350,6 +1354,16 @@ fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> Result<Targe
 }
 
 pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
+    // A run that fails removes the output directory it created (when nothing else is in it).
+    let created = !o.out.exists();
+    let r = convert_into(o);
+    if r.is_err() && created {
+        let _ = std::fs::remove_dir(&o.out);
+    }
+    r
+}
+
+fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
     let t0 = Instant::now();
     if !(0.0..=1.0).contains(&o.test_fraction) {
         return Err(Error::Invalid(format!(

@@ -375,7 +375,8 @@ impl Source {
                             k % f,
                             match dtype {
                                 Dtype::U8 => "a u8 pixel / 255, as the dataset's dtype u8 says",
-                                Dtype::U16 => "a u16 pixel / 65535, as the dataset's dtype u16 says",
+                                Dtype::U16 =>
+                                    "a u16 pixel / 65535, as the dataset's dtype u16 says",
                                 Dtype::F16 => "an f16 value, as the dataset's dtype f16 says",
                                 Dtype::F32 => "finite",
                             }
