@@ -336,9 +336,19 @@ pub struct ColmajorSplitReader {
     pub labels_path: PathBuf,
     images: memmap2::Mmap,
     labels: memmap2::Mmap,
-    /// Bytes read through the maps since their pages were last released.
+    /// Bytes the maps have (about) brought into the process since their pages were last
+    /// released.
     since_release: std::sync::atomic::AtomicUsize,
+    /// The fault-around window (`FAULT_AROUND` bytes of a feature's run) where the last chunk
+    /// read ended; `usize::MAX` before the first.
+    last_window: std::sync::atomic::AtomicUsize,
 }
+
+/// Bytes of a file the kernel maps into the process around a page that faults when the page
+/// cache holds them ("fault-around": 64 KiB by default on Linux): a chunk that reads a few
+/// values of each feature far from the last chunk costs up to this much resident memory per
+/// feature, not the bytes read.
+const FAULT_AROUND: usize = 64 << 10;
 
 impl ColmajorSplitReader {
     /// Open a split of a prep colmajor dataset: the files named by the manifest, of exactly the
@@ -480,6 +490,7 @@ impl ColmajorSplitReader {
             images: images_map,
             labels: labels_map,
             since_release: Default::default(),
+            last_window: usize::MAX.into(),
         })
     }
 
@@ -504,6 +515,22 @@ impl ColmajorSplitReader {
             start + m <= n && out.len() == m * f,
             "chunk inside the split"
         );
+        // Resident memory: a chunk far from the last one (a shuffled block when training) maps
+        // a new fault-around window in every feature's run, so the pages mapped by earlier
+        // chunks are dropped first; a chunk next to the last one (reading in order) adds its
+        // bytes. The estimate is counted towards the next release.
+        use std::sync::atomic::Ordering;
+        let (w0, w1) = (4 * start / FAULT_AROUND, 4 * (start + m) / FAULT_AROUND);
+        let last = self.last_window.swap(w1, Ordering::Relaxed);
+        let near = last != usize::MAX && last.abs_diff(w0) <= 1;
+        if !near {
+            self.release();
+        }
+        let per_feature = if near {
+            4 * m
+        } else {
+            (4 * m).max(FAULT_AROUND)
+        };
         let img: &[u8] = &self.images;
         let mut runs: Vec<&[u8]> = Vec::with_capacity(TILE);
         for f0 in (0..f).step_by(TILE) {
@@ -517,7 +544,7 @@ impl ColmajorSplitReader {
                 }
             }
         }
-        self.read_bytes(m * f * 4);
+        self.read_bytes(per_feature.saturating_mul(f));
     }
 
     /// Labels of samples `start..start + m`, as stored.
@@ -527,23 +554,31 @@ impl ColmajorSplitReader {
             .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
     }
 
-    /// Count bytes read; past `RELEASE_EVERY`, drop the maps' pages from the process (the page
-    /// cache keeps them), so that resident memory does not grow to the file size.
+    /// Count bytes brought into the process; past `RELEASE_EVERY`, release the maps' pages, so
+    /// that resident memory does not grow to the file size.
     fn read_bytes(&self, bytes: usize) {
         use std::sync::atomic::Ordering;
         let before = self.since_release.fetch_add(bytes, Ordering::Relaxed);
-        if before + bytes >= RELEASE_EVERY {
-            self.since_release.store(0, Ordering::Relaxed);
-            // SAFETY: read-only, file-backed maps: dropping their pages loses nothing, and a
-            // thread reading them meanwhile faults them back in from the page cache.
-            unsafe {
-                let _ = self
-                    .images
-                    .unchecked_advise(memmap2::UncheckedAdvice::DontNeed);
-                let _ = self
-                    .labels
-                    .unchecked_advise(memmap2::UncheckedAdvice::DontNeed);
-            }
+        if before.saturating_add(bytes) >= RELEASE_EVERY {
+            self.release();
+        }
+    }
+
+    /// Drop the maps' pages from the process (the page cache keeps them).
+    fn release(&self) {
+        use std::sync::atomic::Ordering;
+        if self.since_release.swap(0, Ordering::Relaxed) == 0 {
+            return;
+        }
+        // SAFETY: read-only, file-backed maps: dropping their pages loses nothing, and a
+        // thread reading them meanwhile faults them back in from the page cache.
+        unsafe {
+            let _ = self
+                .images
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed);
+            let _ = self
+                .labels
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed);
         }
     }
 
@@ -850,4 +885,197 @@ pub fn encode_scaled(values: &[f32], dtype: Dtype, out: &mut [u8]) -> Result<(),
 #[inline]
 pub fn value_of(dtype: Dtype, px: &[u8], i: usize) -> f32 {
     dtype.get(px, i) / dtype.divisor() as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::Shape;
+
+    #[test]
+    fn exact_u8_takes_exactly_the_values_the_writer_stores() {
+        for k in 0..=255u8 {
+            let v = u8_value(k);
+            assert_eq!(exact_u8(v), Some(k), "{k}");
+            // The neighbouring floats are not pixels.
+            assert_eq!(
+                exact_u8(f32::from_bits(v.to_bits() + 1)),
+                None,
+                "{k} + 1 ulp"
+            );
+            if k > 0 {
+                assert_eq!(
+                    exact_u8(f32::from_bits(v.to_bits() - 1)),
+                    None,
+                    "{k} - 1 ulp"
+                );
+            }
+            let w = (k as u16 * 257) as f32 / 65535.0;
+            assert_eq!(exact_u16(w), Some(k as u16 * 257), "{k} as u16");
+        }
+        for v in [
+            -0.0,
+            -1e-45,
+            0.5,
+            1.0 + f32::EPSILON,
+            2.0,
+            f32::NAN,
+            f32::INFINITY,
+        ] {
+            assert_eq!(exact_u8(v), None, "{v}");
+        }
+        assert_eq!(exact_u16(1.0), Some(65535));
+        assert_eq!(exact_u16(-0.0), None);
+    }
+
+    #[test]
+    fn encode_exact_and_scaled_name_the_first_value_they_cannot_store() {
+        let mut out = [0u8; 16];
+        let v = [0.0, 1.0 / 255.0, 1.0, 0.5];
+        assert_eq!(encode_exact(&v, Dtype::U8, &mut out), Err((3, 0.5)));
+        assert_eq!(&out[..3], &[0, 1, 255]);
+        assert_eq!(encode_exact(&v[..3], Dtype::U8, &mut out), Ok(()));
+        assert_eq!(
+            encode_exact(&v, Dtype::F16, &mut out),
+            Err((1, 1.0 / 255.0))
+        );
+        assert_eq!(encode_exact(&[0.5, -2.0], Dtype::F16, &mut out), Ok(()));
+        assert!(matches!(
+            encode_exact(&[1.0, f32::NAN], Dtype::F32, &mut out),
+            Err((1, x)) if x.is_nan()
+        ));
+        assert_eq!(
+            encode_scaled(&[0.2, 1.5], Dtype::U8, &mut out),
+            Err(ScaleError::OutOfRange(1, 1.5))
+        );
+        assert_eq!(out[0], 51);
+        assert_eq!(
+            encode_scaled(&[1e6], Dtype::F16, &mut out),
+            Err(ScaleError::TooLarge(0, 1e6))
+        );
+        assert!(matches!(
+            encode_scaled(&[0.0, 0.0, f32::INFINITY], Dtype::F32, &mut out),
+            Err(ScaleError::NotFinite(2, _))
+        ));
+        // u8 -> value -> u8 and u16 -> value -> u16 give back the pixels.
+        for k in 0..=255u8 {
+            encode_scaled(&[value_of(Dtype::U8, &[k], 0)], Dtype::U8, &mut out).unwrap();
+            assert_eq!(out[0], k);
+            let p = (k as u16 * 251).to_le_bytes();
+            encode_scaled(&[value_of(Dtype::U16, &p, 0)], Dtype::U16, &mut out).unwrap();
+            assert_eq!(out[..2], p);
+        }
+    }
+
+    fn write(dir: &Path, split: &str, n: usize, f: usize) {
+        let img: Vec<u8> = (0..n * f)
+            .flat_map(|j| {
+                // Element (sample i, feature k) at j = k * n + i holds i * 1000 + k.
+                let (k, i) = (j / n, j % n);
+                ((i * 1000 + k) as f32).to_le_bytes()
+            })
+            .collect();
+        std::fs::write(dir.join(images_name(split)), img).unwrap();
+        let l: Vec<u8> = (0..n).flat_map(|i| (i as i32 % 3).to_le_bytes()).collect();
+        std::fs::write(dir.join(labels_name(split)), l).unwrap();
+    }
+
+    #[test]
+    fn chunks_read_back_sample_after_sample_across_releases() {
+        let t = tempfile::tempdir().unwrap();
+        // 70 features: one whole tile of 64 and part of another.
+        let (n, f) = (5000, 70);
+        write(t.path(), "train", n, f);
+        let shape: Shape = "1x7x10".parse().unwrap();
+        let found = find_splits(t.path()).unwrap();
+        assert_eq!(found.len(), 1);
+        let r = ColmajorSplitReader::open_files(&found[0].1, &found[0].2, &shape).unwrap();
+        assert_eq!((r.samples, r.features), (n, f));
+        // In order, then out of order (each far chunk drops the pages mapped before).
+        let starts: Vec<usize> = (0..n).step_by(333).chain([4000, 7, 2500, 0]).collect();
+        for s in starts {
+            let m = 333.min(n - s);
+            let mut out = vec![0f32; m * f];
+            r.read_chunk(s, m, &mut out);
+            for i in 0..m {
+                for k in 0..f {
+                    assert_eq!(out[i * f + k], ((s + i) * 1000 + k) as f32, "{s} {i} {k}");
+                }
+            }
+            let l: Vec<i32> = r.labels(s, m).collect();
+            assert_eq!(l, (s..s + m).map(|i| i as i32 % 3).collect::<Vec<_>>());
+        }
+        assert_eq!(r.check_labels(None).unwrap(), vec![1667, 1667, 1666]);
+        let scan = r.scan(&shape).unwrap();
+        // Values 0 and 1 are pixels 0 and 255; 2 is not.
+        assert_eq!(scan.not_u8.map(|x| (x.0, x.1)), Some((0, 2)));
+    }
+
+    #[test]
+    fn find_splits_names_a_file_without_its_partner() {
+        let t = tempfile::tempdir().unwrap();
+        write(t.path(), "train", 4, 3);
+        write(t.path(), "test", 2, 3);
+        std::fs::write(t.path().join("images_.bin"), b"").unwrap();
+        std::fs::write(t.path().join("notes.txt"), b"").unwrap();
+        let found = find_splits(t.path()).unwrap();
+        let names: Vec<&str> = found.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(names, ["test", "train"]);
+        assert!(looks_like_seed(t.path()));
+        std::fs::remove_file(t.path().join("images_test.bin")).unwrap();
+        let e = find_splits(t.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("labels_test.bin: no images_test.bin beside it"),
+            "{e}"
+        );
+        assert!(looks_like_seed(t.path()));
+        std::fs::remove_file(t.path().join("labels_test.bin")).unwrap();
+        std::fs::remove_file(t.path().join("labels_train.bin")).unwrap();
+        let e = find_splits(t.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("images_train.bin: no labels_train.bin beside it"),
+            "{e}"
+        );
+        let empty = tempfile::tempdir().unwrap();
+        assert!(!looks_like_seed(empty.path()));
+    }
+
+    #[test]
+    fn sizes_that_do_not_fit_the_shape_are_usage_errors_naming_both_numbers() {
+        let t = tempfile::tempdir().unwrap();
+        write(t.path(), "train", 10, 12);
+        let (ip, lp) = (
+            t.path().join("images_train.bin"),
+            t.path().join("labels_train.bin"),
+        );
+        let open = |s: &str| ColmajorSplitReader::open_files(&ip, &lp, &s.parse().unwrap());
+        assert!(open("3x2x2").is_ok());
+        // 480 bytes: 5 samples of 1x4x6 (96 bytes) for 10 labels.
+        let e = open("1x4x6").err().unwrap();
+        assert!(matches!(e, Error::Invalid(_)), "{e}");
+        let e = e.to_string();
+        assert!(e.contains("10 int32 labels (40 bytes), but"), "{e}");
+        assert!(e.contains("holds 5 samples of 1x4x6 (480 bytes)"), "{e}");
+        assert!(
+            e.contains("make 12 float32 values per sample, not the 24 of 1x4x6"),
+            "{e}"
+        );
+        // 480 bytes is not a whole number of 1x5x5 samples (100 bytes).
+        let e = open("1x5x5").err().unwrap();
+        assert!(matches!(e, Error::Invalid(_)), "{e}");
+        assert!(
+            e.to_string()
+                .contains("480 bytes, is not a multiple of 100 bytes"),
+            "{e}"
+        );
+        // One label short: the labels are truncated (exit 1, not a usage error).
+        let l = std::fs::read(&lp).unwrap();
+        std::fs::write(&lp, &l[..36]).unwrap();
+        let e = open("3x2x2").err().unwrap();
+        assert!(matches!(e, Error::Source(_)), "{e}");
+        assert!(
+            e.to_string().contains("9 int32 labels (36 bytes), but"),
+            "{e}"
+        );
+    }
 }
