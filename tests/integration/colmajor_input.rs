@@ -576,8 +576,6 @@ fn train_json(data: &Path, out: &Path, extra: &[&str]) -> (serde_json::Value, St
         data.to_str().unwrap(),
         "--device",
         "cpu",
-        "--epochs",
-        "2",
         "--batch",
         "64",
         "--lr",
@@ -588,6 +586,9 @@ fn train_json(data: &Path, out: &Path, extra: &[&str]) -> (serde_json::Value, St
         out.to_str().unwrap(),
         "--json",
     ];
+    if !extra.contains(&"--epochs") {
+        args.extend_from_slice(&["--epochs", "2"]);
+    }
     args.extend_from_slice(extra);
     let o = run(&args, 0);
     (serde_json::from_slice(&o.stdout).unwrap(), stderr(&o))
@@ -719,6 +720,33 @@ fn training_on_colmajor_equals_training_on_its_shards() {
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(s["test_accuracy"].as_f64().unwrap(), acc);
     assert!(w == tensors(&stopped), "resumed weights differ");
+
+    // Float values: bare files read as f32 train as their f32 shards do (the one pass over the
+    // files gives the mean and std the shard writer computes).
+    let fl = t.path().join("float");
+    let labels: Vec<i32> = (0..1100).map(|i| (i * 7 % 3) as i32).collect();
+    let vals: Vec<Vec<f32>> = float_samples(1100, 64)
+        .into_iter()
+        .zip(&labels)
+        .map(|(v, &l)| v.iter().map(|x| x + 50.0 * l as f32).collect())
+        .collect();
+    write_colmajor(&fl, "train", &vals[..1000], &labels[..1000]);
+    write_colmajor(&fl, "test", &vals[1000..], &labels[1000..]);
+    let fs = t.path().join("float-shards");
+    convert(&fl, &fs, &["--shape", "1x8x8", "--quiet"], 0);
+    assert_eq!(manifest(&fs).sample.dtype, Dtype::F32);
+    let (a, _) = train_json(&fs, &t.path().join("run-fs"), &["--epochs", "1"]);
+    let (b, e) = train_json(
+        &fl,
+        &t.path().join("run-fl"),
+        &["--epochs", "1", "--shape", "1x8x8"],
+    );
+    assert!(e.contains("input: read as f32"), "{e}");
+    assert_eq!(a["test_accuracy"], b["test_accuracy"]);
+    assert!(
+        tensors(&t.path().join("run-fs")) == tensors(&t.path().join("run-fl")),
+        "float colmajor weights differ"
+    );
 }
 
 #[test]
