@@ -129,6 +129,11 @@ pub enum KindArg {
     Nifti,
     Tiff,
     Npy,
+    /// images_<split>.bin + labels_<split>.bin (float32 feature-major, int32), with or without
+    /// prep's manifest.
+    Colmajor,
+    /// A prep shard dataset.
+    Shards,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -154,10 +159,14 @@ pub struct ConvertArgs {
     /// Output directory.
     #[arg(long, short, value_name = "DIR", default_value = "shards")]
     pub out: PathBuf,
-    /// What the input is (auto: IDX, CIFAR and .npy datasets by their file names, else a tree of
-    /// images, videos and scans by extension).
+    /// What the input is (auto: a prep dataset by its manifest.json; column-major, IDX, CIFAR and
+    /// .npy datasets by their file names; else a tree of images, videos and scans by extension).
     #[arg(long, value_enum, default_value = "auto")]
     pub kind: KindArg,
+    /// Sample shape of column-major files without prep's manifest.json (images_<split>.bin,
+    /// labels_<split>.bin), which do not say it.
+    #[arg(long, value_name = "CxHxW")]
+    pub shape: Option<Shape>,
     /// Sample size (default: the source's own).
     #[arg(long, value_name = "HxW")]
     pub size: Option<String>,
@@ -168,7 +177,10 @@ pub struct ConvertArgs {
     /// Pixel type on disk; u16 keeps 16-bit data (scans, 16-bit PNG/TIFF) at full precision.
     /// f32/f16 keep the source's values with no window: float .npy as stored (float64 rounded to
     /// float32), NIfTI after scl_slope/scl_inter, DICOM in modality units (Rescale Slope and
-    /// Intercept); f16 rounds to nearest. Images keep their integer values.
+    /// Intercept); f16 rounds to nearest. Images keep their integer values. Column-major files
+    /// and prep datasets: values pixel / max; u8/u16 from values in [0, 1] (rounded), default
+    /// the dataset's own, or for column-major files without a manifest u8 when every value is
+    /// k / 255, else f32.
     #[arg(long, value_enum)]
     pub dtype: Option<DtypeArg>,
     /// How an image of another aspect ratio reaches --size.
@@ -217,9 +229,13 @@ use prep::nn::model::MODELS;
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    /// Dataset directory (not needed with --resume).
+    /// Dataset directory: prep shards, or column-major files (read memory-mapped; not needed
+    /// with --resume).
     #[arg(required_unless_present = "resume")]
     pub data: Option<PathBuf>,
+    /// Sample shape of column-major files without prep's manifest.json, which do not say it.
+    #[arg(long, value_name = "CxHxW", conflicts_with = "resume")]
+    pub shape: Option<Shape>,
     /// The network: small (three convolutions, for small images and quick runs) or resnet18
     /// (7x7/2 stem and max-pool from 96 px up, a 3x3/1 stem below).
     #[arg(long, default_value = "small", value_parser = MODELS)]

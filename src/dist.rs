@@ -269,9 +269,11 @@ pub fn join(
         let line = line.trim_end();
         let payload = match line.strip_prefix("ok ") {
             Some(h) => from_hex(h).ok_or("rendezvous: rank 0 sent a malformed id")?,
-            None if line.is_empty() => return Err(format!(
+            None if line.is_empty() => {
+                return Err(format!(
                 "rendezvous: rank 0 at {addr} closed the connection before the world was complete"
-            )),
+            ))
+            }
             None => return Err(format!("rendezvous: rank 0 refused: {line}")),
         };
         Ok(Joined {
