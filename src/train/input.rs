@@ -77,7 +77,7 @@ pub struct Data {
 }
 
 enum Inner {
-    Shards(Dataset),
+    Shards(Box<Dataset>),
     Colmajor(BTreeMap<String, Arc<ColmajorSplitReader>>),
 }
 
@@ -128,7 +128,7 @@ impl Data {
                 mean: m.mean.clone(),
                 std: m.std.clone(),
                 notes: vec![],
-                inner: Inner::Shards(ds),
+                inner: Inner::Shards(Box::new(ds)),
             });
         }
         let found = if dir.is_dir() {

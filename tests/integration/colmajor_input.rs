@@ -167,7 +167,7 @@ fn colmajor_to_shards_to_colmajor_is_byte_identical() {
     // Float values (negative, signed zeros, a subnormal): f32 shards, and back bit for bit.
     let fl = t.path().join("float");
     let vals = float_samples(300, 2 * 5 * 4);
-    let labels: Vec<i32> = (0..300).map(|i| (i * 7 % 3) as i32).collect();
+    let labels: Vec<i32> = (0..300).map(|i| i * 7 % 3).collect();
     write_colmajor(&fl, "train", &vals, &labels);
     write_colmajor(&fl, "test", &vals[..40], &labels[..40]);
     let fs = t.path().join("fs");
@@ -276,9 +276,9 @@ fn bare_files_take_u8_when_every_value_is_k_over_255_else_f32_or_dtype() {
 
     // Floats to f16 round to nearest; a value beyond f16's range leaves its sample out, by name.
     let fl = t.path().join("float");
-    let mut vals = float_samples(50, 1 * 4 * 4);
+    let mut vals = float_samples(50, 16);
     vals[9][3] = 1e6;
-    write_colmajor(&fl, "train", &vals, &vec![0; 50]);
+    write_colmajor(&fl, "train", &vals, &[0; 50]);
     let h = t.path().join("f16");
     let o = convert(&fl, &h, &["--shape", "1x4x4", "--dtype", "f16"], 0);
     let e = stderr(&o);
@@ -724,7 +724,7 @@ fn training_on_colmajor_equals_training_on_its_shards() {
     // Float values: bare files read as f32 train as their f32 shards do (the one pass over the
     // files gives the mean and std the shard writer computes).
     let fl = t.path().join("float");
-    let labels: Vec<i32> = (0..1100).map(|i| (i * 7 % 3) as i32).collect();
+    let labels: Vec<i32> = (0..1100).map(|i| i * 7 % 3).collect();
     let vals: Vec<Vec<f32>> = float_samples(1100, 64)
         .into_iter()
         .zip(&labels)
