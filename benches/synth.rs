@@ -2,14 +2,23 @@
 //! `cargo bench --bench synth`. Figures go to BENCHMARKS.md.
 
 use prep::shard::{Codec, Stats};
-use prep::synth::Generator;
+use prep::synth::{Generator, Version, DEFAULT_DIFFICULTY};
 use std::time::Instant;
 
 fn main() {
     let shape = std::env::var("SHAPE").unwrap_or_else(|_| "3x32x32".into());
-    let g = Generator::new(shape.parse().unwrap(), 10, 0).unwrap();
+    // GENERATOR=1 for the first generator; DIFFICULTY for version 2's.
+    let version = match std::env::var("GENERATOR").as_deref() {
+        Ok("1") => Version::V1,
+        _ => Version::V2 {
+            difficulty: std::env::var("DIFFICULTY")
+                .map_or(DEFAULT_DIFFICULTY, |v| v.parse().unwrap()),
+        },
+    };
+    println!("generator {version:?}, {shape}");
+    let g = Generator::with_version(shape.parse().unwrap(), 10, 0, version).unwrap();
     let n = 1024;
-    let reps = 20;
+    let reps: usize = std::env::var("REPS").map_or(20, |v| v.parse().unwrap());
     let time = |name: &str, f: &mut dyn FnMut()| {
         f();
         let t = Instant::now();

@@ -16,7 +16,9 @@ WORK=${WORK:-/tmp/prep-gpu}
 STAGES=${STAGES:-"tests fmnist fmnist128 fmnist_resnet sweep speed stream224 modes memory sanitizer"}
 mkdir -p "$LOGS" "$WORK"
 ROWS=()
-row() { ROWS+=("$1|$2|$3"); }
+# Each row is printed as it comes (a call cut off at its time limit keeps them) and again in the
+# table at the end.
+row() { ROWS+=("$1|$2|$3"); echo "row: $1 | $2 | $3"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print(d$2)" 2>/dev/null || echo nan; }
 train() { # name, args...: a run folder under $WORK, its log under $LOGS
@@ -238,6 +240,35 @@ if has padding; then
             row "$1 $2 PREP_PAD_INPUT=$p: samples/s" "$(printf %.0f "$v")" "-"
         done
     done
+fi
+
+if has colmajor; then
+    # Issue 11: a column-major directory trains directly (memory-mapped), as its shards do.
+    echo "== Fashion-MNIST from the column-major layout against its shards (small, batch 512, 15 epochs)"
+    [ -f "$WORK/fm/manifest.json" ] || "$PREP" convert "$FM_RAW" --out "$WORK/fm" >"$WORK/convert.log" 2>&1
+    rm -rf "$WORK/fmc"
+    "$PREP" convert "$WORK/fm" --format colmajor --out "$WORK/fmc" --quiet
+    for m in device stream; do
+        train "cm-shards-$m" "$WORK/fm" --epochs 15 --batch 512 --seed 3 --memory "$m" >/dev/null
+        train "cm-colmajor-$m" "$WORK/fmc" --epochs 15 --batch 512 --seed 3 --memory "$m" >/dev/null
+        a=$(json "$WORK/cm-shards-$m/summary.json" "['test_accuracy']"); b=$(json "$WORK/cm-colmajor-$m/summary.json" "['test_accuracy']")
+        sa=$(json "$WORK/cm-shards-$m/summary.json" "['samples_per_sec']"); sb=$(json "$WORK/cm-colmajor-$m/summary.json" "['samples_per_sec']")
+        row "FMNIST $m: shards / colmajor accuracy" "$a / $b" "$(python3 -c "print('ok' if abs($a - $b) <= 0.003 else 'FAIL')")"
+        row "FMNIST $m: shards / colmajor samples/s" "$(printf %.0f "$sa") / $(printf %.0f "$sb")" "-"
+    done
+fi
+
+if has python; then
+    # Issue 13: the Python package's torch adapter and the PyTorch loop it feeds. The wheel is built
+    # on a machine with Rust (scripts/gpu-build.sh puts it in $BIN).
+    echo "== the Python package with PyTorch"
+    python3 -m pip install --quiet --no-deps --force-reinstall "$BIN"/prep-*.whl >"$LOGS/pip.log" 2>&1 || tail -3 "$LOGS/pip.log"
+    python3 -m pytest -q python/tests >"$LOGS/pytest.log" 2>&1
+    rc=$?
+    tail -5 "$LOGS/pytest.log"
+    row "python tests (with torch)" "$(tail -1 "$LOGS/pytest.log" | cut -c1-40)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
+    synth s1m 1000000
+    python3 benches/torch_loader.py "$WORK/s1m" 2>&1 | tee "$LOGS/torch_loader.log" | tail -12
 fi
 
 if has sanitizer; then

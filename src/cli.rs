@@ -68,6 +68,14 @@ pub struct SynthArgs {
     /// Seed: every sample is a pure function of (seed, split, index).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Generator version: 2 (default) draws colours independently of the class; 1 is the original
+    /// generator, whose colours give the class away (to resume or remake datasets made with it).
+    #[arg(long, value_name = "1|2", value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub generator: Option<u32>,
+    /// How hard generator 2's classes are to tell apart: 0.0 (easiest) to 1.0 (hardest); more
+    /// noise, lower contrast, overlapping class parameters and occluding distractors [default: 0.5].
+    #[arg(long, value_name = "D", allow_negative_numbers = true, value_parser = difficulty)]
+    pub difficulty: Option<f64>,
     /// Output directory.
     #[arg(long, short, value_name = "DIR", default_value = "shards")]
     pub out: PathBuf,
@@ -79,6 +87,15 @@ pub struct SynthArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--difficulty`: a number from 0.0 to 1.0 (negative ones parsed too, so that they are refused
+/// with this message rather than taken for a flag).
+fn difficulty(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(d) if (0.0..=1.0).contains(&d) => Ok(d),
+        _ => Err(format!("{s} is not a number from 0.0 to 1.0")),
+    }
 }
 
 /// How a dataset is stored; shared by the commands that write one.
@@ -112,6 +129,11 @@ pub enum KindArg {
     Nifti,
     Tiff,
     Npy,
+    /// images_<split>.bin + labels_<split>.bin (float32 feature-major, int32), with or without
+    /// prep's manifest.
+    Colmajor,
+    /// A prep shard dataset.
+    Shards,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -137,10 +159,14 @@ pub struct ConvertArgs {
     /// Output directory.
     #[arg(long, short, value_name = "DIR", default_value = "shards")]
     pub out: PathBuf,
-    /// What the input is (auto: IDX, CIFAR and .npy datasets by their file names, else a tree of
-    /// images, videos and scans by extension).
+    /// What the input is (auto: a prep dataset by its manifest.json; column-major, IDX, CIFAR and
+    /// .npy datasets by their file names; else a tree of images, videos and scans by extension).
     #[arg(long, value_enum, default_value = "auto")]
     pub kind: KindArg,
+    /// Sample shape of column-major files without prep's manifest.json (images_<split>.bin,
+    /// labels_<split>.bin), which do not say it.
+    #[arg(long, value_name = "CxHxW")]
+    pub shape: Option<Shape>,
     /// Sample size (default: the source's own).
     #[arg(long, value_name = "HxW")]
     pub size: Option<String>,
@@ -151,7 +177,10 @@ pub struct ConvertArgs {
     /// Pixel type on disk; u16 keeps 16-bit data (scans, 16-bit PNG/TIFF) at full precision.
     /// f32/f16 keep the source's values with no window: float .npy as stored (float64 rounded to
     /// float32), NIfTI after scl_slope/scl_inter, DICOM in modality units (Rescale Slope and
-    /// Intercept); f16 rounds to nearest. Images keep their integer values.
+    /// Intercept); f16 rounds to nearest. Images keep their integer values. Column-major files
+    /// and prep datasets: values pixel / max; u8/u16 from values in [0, 1] (rounded), default
+    /// the dataset's own, or for column-major files without a manifest u8 when every value is
+    /// k / 255, else f32.
     #[arg(long, value_enum)]
     pub dtype: Option<DtypeArg>,
     /// How an image of another aspect ratio reaches --size.
@@ -200,9 +229,13 @@ use prep::nn::model::MODELS;
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    /// Dataset directory (not needed with --resume).
+    /// Dataset directory: prep shards, or column-major files (read memory-mapped; not needed
+    /// with --resume).
     #[arg(required_unless_present = "resume")]
     pub data: Option<PathBuf>,
+    /// Sample shape of column-major files without prep's manifest.json, which do not say it.
+    #[arg(long, value_name = "CxHxW", conflicts_with = "resume")]
+    pub shape: Option<Shape>,
     /// The network: small (three convolutions, for small images and quick runs) or resnet18
     /// (7x7/2 stem and max-pool from 96 px up, a 3x3/1 stem below).
     #[arg(long, default_value = "small", value_parser = MODELS)]

@@ -5,13 +5,13 @@
 //! conversion succeeded; a failed run removes its staging folder, so the output directory holds
 //! either the complete new dataset or what it held before.
 
-use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
+use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorSplitReader, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
 use crate::pipeline::ordered_map;
 use crate::shard::manifest::{self, stats_split, write_atomic, Provenance, SplitInfo};
 use crate::shard::{
-    default_block_samples, default_shard_blocks, Block, Codec, Dtype, Manifest, SampleSpec, Shape,
-    SplitWriter,
+    default_block_samples, default_shard_blocks, Block, Codec, Dataset, Dtype, Manifest,
+    SampleSpec, Shape, ShardReader, SplitWriter,
 };
 use crate::source::series::{self, SeriesPlan};
 use crate::source::transform::{to_sample, Fit, Target};
@@ -41,6 +41,11 @@ pub enum Kind {
     Nifti,
     Tiff,
     Npy,
+    /// The column-major layout (`images_<split>.bin`, `labels_<split>.bin`), with or without
+    /// prep's manifest.
+    Colmajor,
+    /// A prep shard dataset.
+    Shards,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +59,8 @@ pub struct ConvertOptions {
     pub input: PathBuf,
     pub out: PathBuf,
     pub kind: Kind,
+    /// The sample shape of column-major files without a manifest (which do not say it).
+    pub shape: Option<Shape>,
     /// (height, width); None: the source's own size.
     pub size: Option<(u32, u32)>,
     pub channels: Option<u8>,
@@ -123,13 +130,38 @@ enum Unit {
         /// What it will give, from its headers.
         probe: Probe,
     },
+    /// Block `start` of a shard, or samples `start..start + len` of a column-major split.
+    Stored {
+        name: String,
+        src: Arc<Stored>,
+        start: usize,
+        len: usize,
+    },
+}
+
+/// A dataset prep reads back: one shard of a prep dataset, or one split of column-major files.
+enum Stored {
+    Shard(ShardReader),
+    Columns(ColmajorSplitReader, Values),
+}
+
+/// What the values of column-major files are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Values {
+    /// Pixels of the manifest's dtype, each exactly as the layout stores it (`k / 255` for u8).
+    Manifest(Dtype),
+    /// No manifest and no `--dtype`: u8 while every value is `k / 255`; the first that is not
+    /// makes the conversion start again as f32.
+    Auto,
+    /// No manifest: float values, converted to `--dtype` by its rule.
+    Float,
 }
 
 impl Unit {
     fn name(&self) -> &str {
         match self {
             Unit::File { rel, .. } => rel,
-            Unit::Array { name, .. } => name,
+            Unit::Array { name, .. } | Unit::Stored { name, .. } => name,
             Unit::Series { name, .. } => name,
         }
     }
@@ -280,6 +312,9 @@ struct Plan {
     /// Trees: what the train/test split grouped inputs by (`TreeUnits::split_key`), and how many
     /// units each key split.
     split_key: Option<(String, BTreeMap<String, usize>)>,
+    /// For a prep dataset or column-major files: the samples' shape and dtype (None: the
+    /// dtype is found as the values are read).
+    stored: Option<(Shape, Option<Dtype>)>,
 }
 
 const ARRAY_CHUNK: usize = 2048;
@@ -298,6 +333,16 @@ fn array_units(name: &str, a: Arc<Array>) -> Vec<Unit> {
 
 fn detect(input: &Path) -> Kind {
     if input.is_dir() {
+        if input.join(manifest::FILE_NAME).is_file() {
+            match crate::dataset_format(input).as_deref() {
+                Ok(crate::colmajor::FORMAT) => return Kind::Colmajor,
+                Ok(manifest::FORMAT) => return Kind::Shards,
+                _ => {}
+            }
+        }
+        if crate::colmajor::looks_like_seed(input) {
+            return Kind::Colmajor;
+        }
         if idx::detect(input) {
             return Kind::Idx;
         }
@@ -331,7 +376,21 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
     let fail =
         |name: &str, r: Reject| Error::Source(format!("{}: {r}", input.join(name).display()));
-    if matches!(kind, Kind::Idx | Kind::Cifar | Kind::Npy) {
+    if o.shape.is_some() && kind != Kind::Colmajor {
+        return Err(Error::Invalid(format!(
+            "{}: --shape gives the sample shape of column-major files without a manifest; this input is {}",
+            input.display(),
+            match kind {
+                Kind::Auto => "a folder of files".to_string(),
+                Kind::Shards => "a prep shard dataset, whose manifest says its shape".to_string(),
+                k => format!("a {k:?} dataset"),
+            }
+        )));
+    }
+    if matches!(
+        kind,
+        Kind::Idx | Kind::Cifar | Kind::Npy | Kind::Colmajor | Kind::Shards
+    ) {
         for (flag, given) in [
             ("--labels", o.labels.is_some()),
             ("--label-from", o.label_from.is_some()),
@@ -396,6 +455,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 root: input.clone(),
                 notes: vec![],
                 split_key: None,
+                stored: None,
             })
         }
         Kind::Cifar => {
@@ -459,6 +519,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 root: input.clone(),
                 notes: vec![],
                 split_key: None,
+                stored: None,
             })
         }
         Kind::Npy => {
@@ -527,12 +588,207 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 root: input.clone(),
                 notes: vec![],
                 split_key: None,
+                stored: None,
             })
         }
         Kind::Auto | Kind::Images | Kind::Tiff | Kind::Video | Kind::Dicom | Kind::Nifti => {
             plan_tree(o, kind)
         }
+        Kind::Colmajor | Kind::Shards => plan_stored(o, kind),
     }
+}
+
+/// A prep dataset (shards or column-major, to change its format, dtype, size or blocks) or
+/// column-major files without a manifest: its splits and classes as they are, one unit per
+/// shard block or per chunk of column-major samples. Labels of column-major files are checked
+/// here in one pass over the labels files.
+fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
+    let input = &o.input;
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same(input, &o.out) {
+        return Err(Error::Invalid(format!(
+            "{}: --out must be another directory than the dataset converted",
+            o.out.display()
+        )));
+    }
+    let check_shape = |have: &Shape| match &o.shape {
+        Some(s) if s != have => Err(Error::Invalid(format!(
+            "{}: --shape {s}, but the manifest says {have}",
+            input.display()
+        ))),
+        _ => Ok(()),
+    };
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    let mut rejects = Vec::new();
+    let mut inputs = 0;
+    let mut notes = Vec::new();
+    let (classes, shape, dtype) = if kind == Kind::Shards {
+        let ds = Dataset::open(input)?;
+        let m = &ds.manifest;
+        check_shape(&m.sample.shape)?;
+        for (split, info) in &m.splits {
+            let mut units = Vec::new();
+            for sh in &info.shards {
+                inputs += 1;
+                let r = match ds.open_shard(sh) {
+                    Ok(r) => r,
+                    Err(e) if o.on_error == OnError::Skip => {
+                        rejects.push(RejectEntry {
+                            path: sh.file.clone(),
+                            reason: e.to_string(),
+                        });
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let src = Arc::new(Stored::Shard(r));
+                let Stored::Shard(r) = &*src else {
+                    unreachable!()
+                };
+                units.extend((0..r.num_blocks()).map(|b| Unit::Stored {
+                    name: format!("{} block {b}", sh.file),
+                    src: src.clone(),
+                    start: b,
+                    len: r.entry(b).num_samples as usize,
+                }));
+            }
+            splits.insert(split.clone(), units);
+        }
+        (
+            m.classes.clone(),
+            m.sample.shape.clone(),
+            Some(m.sample.dtype),
+        )
+    } else {
+        let manifest_path = input.join(manifest::FILE_NAME);
+        let (found, shape, dtype, classes) = if manifest_path.is_file() {
+            let m = ColmajorManifest::read(input)?;
+            check_shape(&m.sample.shape)?;
+            let mut found = Vec::new();
+            for split in m.splits.keys() {
+                let r = ColmajorSplitReader::open(input, &m, split)?;
+                r.check_labels(Some(m.classes.len()))?;
+                found.push((split.clone(), r));
+            }
+            (found, m.sample.shape, Some(m.sample.dtype), m.classes)
+        } else {
+            let pairs = crate::colmajor::find_splits(input)?;
+            if pairs.is_empty() {
+                return Err(Error::Invalid(format!(
+                    "{}: no images_<split>.bin with labels_<split>.bin: not column-major files",
+                    input.display()
+                )));
+            }
+            let shape = o.shape.clone().ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{}: column-major files without manifest.json do not say their sample shape: give it with --shape CxHxW",
+                    input.display()
+                ))
+            })?;
+            let mut found = Vec::new();
+            let mut k = 1;
+            for (split, ip, lp) in pairs {
+                let r = ColmajorSplitReader::open_files(&ip, &lp, &shape)?;
+                k = k.max(r.check_labels(None)?.len());
+                found.push((split, r));
+            }
+            notes.push(format!(
+                "no manifest.json: {shape} samples from --shape, {k} classes (0 to {}) from the labels",
+                k - 1
+            ));
+            let classes = (0..k).map(|c| c.to_string()).collect();
+            (found, shape, None, classes)
+        };
+        let values = match (dtype, o.dtype) {
+            (Some(d), _) => Values::Manifest(d),
+            (None, None) => Values::Auto,
+            (None, Some(_)) => Values::Float,
+        };
+        for (split, r) in found {
+            inputs += 2;
+            let (n, chunk) = (r.samples, crate::colmajor::chunk_samples(r.features));
+            let file = crate::colmajor::images_name(&split);
+            let src = Arc::new(Stored::Columns(r, values));
+            splits.insert(
+                split,
+                (0..n)
+                    .step_by(chunk)
+                    .map(|start| Unit::Stored {
+                        name: format!("{file}[{start}..]"),
+                        src: src.clone(),
+                        start,
+                        len: chunk.min(n - start),
+                    })
+                    .collect(),
+            );
+        }
+        (classes, shape, dtype)
+    };
+    Ok(Plan {
+        kind,
+        classes,
+        splits,
+        native: None,
+        rejects,
+        inputs,
+        root: input.clone(),
+        notes,
+        split_key: None,
+        stored: Some((shape, dtype)),
+    })
+}
+
+/// The target of a conversion of stored samples: their shape (the last two dimensions resized
+/// by `--size`, for C x H x W samples) and their dtype unless `--dtype`; channels are kept.
+/// Returns whether the dtype is u8 only as long as the values allow it (`Values::Auto`).
+fn stored_target(
+    o: &ConvertOptions,
+    shape: &Shape,
+    dtype: Option<Dtype>,
+) -> Result<(Target, SampleSpec, bool)> {
+    let dims = &shape.0;
+    let c = dims[0];
+    if let Some(ch) = o.channels {
+        if ch as u32 != c {
+            return Err(Error::Invalid(format!(
+                "--channels {ch}: converting a prep dataset or column-major files keeps the samples' {c} channels"
+            )));
+        }
+    }
+    let (h, w) = match dims.len() {
+        3 => (dims[1], dims[2]),
+        _ => (1, *dims.last().expect("a shape has dimensions")),
+    };
+    let (th, tw) = match o.size {
+        Some(sz) if dims.len() != 3 && sz != (h, w) => {
+            return Err(Error::Invalid(format!(
+                "--size resizes C x H x W images; these samples are {shape}"
+            )))
+        }
+        Some(sz) => sz,
+        None => (h, w),
+    };
+    let out_shape = if dims.len() == 3 {
+        Shape::new(vec![c, th, tw])?
+    } else {
+        shape.clone()
+    };
+    let auto = o.dtype.is_none() && dtype.is_none();
+    let t = Target {
+        channels: c.min(u8::MAX as u32) as u8,
+        height: th,
+        width: tw,
+        dtype: o.dtype.or(dtype).unwrap_or(Dtype::U8),
+        fit: o.fit,
+    };
+    let spec = SampleSpec {
+        shape: out_shape,
+        dtype: t.dtype,
+    };
+    Ok((t, spec, auto))
 }
 
 /// How the files of a tree get their classes.
@@ -703,6 +959,7 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         root: tree.root.clone(),
         notes,
         split_key: Some((tu.split_key, tu.split_keys)),
+        stored: None,
     })
 }
 
@@ -864,9 +1121,23 @@ fn tree_units(
 /// Samples and labels decoded from one unit, and the samples of an array left out (by name).
 type Decoded = (Vec<u8>, Vec<u32>, Vec<RejectEntry>);
 
+/// Why a unit gave no samples.
+enum Failed {
+    /// The unit cannot be used (its reason).
+    Reject(Reject),
+    /// Column-major values read as u8 (`Values::Auto`) met one that is not a u8 pixel / 255: where.
+    NotU8(String),
+}
+
+impl From<Reject> for Failed {
+    fn from(r: Reject) -> Self {
+        Failed::Reject(r)
+    }
+}
+
 /// Decode one unit into target samples. A file is used whole or rejected whole; an array unit
-/// leaves out the samples that cannot be used.
-fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Reject> {
+/// and a stored one leave out the samples that cannot be used.
+fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Failed> {
     let mut px = Vec::new();
     let mut labels = Vec::new();
     let mut left_out = Vec::new();
@@ -874,6 +1145,9 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Rejec
         Unit::Array {
             array, start, len, ..
         } => left_out = array.samples(*start, *len, t, &mut px, &mut labels)?,
+        Unit::Stored {
+            src, start, len, ..
+        } => left_out = decode_stored(src, *start, *len, t, &mut px, &mut labels)?,
         Unit::File {
             path, kind, label, ..
         } => {
@@ -890,10 +1164,10 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Rejec
             }));
             match r {
                 Ok(r) => r?,
-                Err(_) => return Err(Reject::new("the decoder crashed on this file")),
+                Err(_) => return Err(Reject::new("the decoder crashed on this file").into()),
             }
             if labels.is_empty() {
-                return Err(Reject::new("holds no images"));
+                return Err(Reject::new("holds no images").into());
             }
         }
         Unit::Series { plan, label, .. } => {
@@ -932,6 +1206,201 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Rejec
         }
     }
     Ok((px, labels, left_out))
+}
+
+/// Samples of a stored unit (a shard block, or a chunk of column-major samples) in the target:
+/// kept as they are when shape and dtype agree, else each value taken as `value / divisor`
+/// (pixels in [0, 1], float values as they are) and stored by `colmajor::encode_scaled`, resized
+/// plane by plane when `--size` asks (integer to integer pixels as images are resized, anything
+/// else through float planes). A sample that cannot be stored is left out with its reason.
+fn decode_stored(
+    src: &Stored,
+    start: usize,
+    len: usize,
+    t: &Target,
+    out: &mut Vec<u8>,
+    labels: &mut Vec<u32>,
+) -> Result<Vec<RejectEntry>, Failed> {
+    let mut rejects = Vec::new();
+    // The samples as stored (dtype, shape, pixels, labels), and the index in the unit of each.
+    let (dtype, shape, px, lb, idx) = match src {
+        Stored::Shard(r) => {
+            let b = r
+                .read_block(start)
+                .map_err(|e| Reject::new(e.to_string()))?;
+            let n = b.len();
+            let lb: Vec<u32> = b.labels().collect();
+            let mut px = b.into_data();
+            px.truncate(n * r.spec().bytes());
+            (r.spec().dtype, &r.spec().shape, px, lb, (0..n).collect())
+        }
+        Stored::Columns(r, values) => {
+            let f = r.features;
+            let mut vals = vec![0f32; len * f];
+            r.read_chunk(start, len, &mut vals);
+            let (d, strict) = match *values {
+                Values::Manifest(d) => (d, true),
+                Values::Auto => (Dtype::U8, true),
+                Values::Float => (Dtype::F32, false),
+            };
+            let sb = f * d.size();
+            let mut px = vec![0u8; len * sb];
+            let mut lb = Vec::with_capacity(len);
+            let mut idx = Vec::with_capacity(len);
+            let mut at = 0;
+            // Labels were checked when planning.
+            for (i, (v, l)) in vals.chunks_exact(f).zip(r.labels(start, len)).enumerate() {
+                let p = &mut px[at..at + sb];
+                let res = crate::colmajor::encode_exact(v, if strict { d } else { Dtype::F32 }, p);
+                match res {
+                    Ok(()) => {
+                        at += sb;
+                        lb.push(l as u32);
+                        idx.push(i);
+                    }
+                    Err((k, val)) if *values == Values::Auto && val.is_finite() => {
+                        return Err(Failed::NotU8(format!(
+                            "{} feature {k} holds {val}, not a u8 pixel / 255",
+                            sample_name(src, start, i)
+                        )))
+                    }
+                    Err((k, val)) => rejects.push(RejectEntry {
+                        path: sample_name(src, start, i),
+                        reason: if val.is_finite() {
+                            format!(
+                                "feature {k}: value {val} is not a {d} value as the manifest says ({d} pixels are stored as k / {})",
+                                d.divisor()
+                            )
+                        } else {
+                            format!("feature {k}: value {val}: float samples must be finite")
+                        },
+                    }),
+                }
+            }
+            px.truncate(at);
+            (d, &r.shape, px, lb, idx)
+        }
+    };
+    let dims = &shape.0;
+    let resize = dims.len() == 3 && (t.height, t.width) != (dims[1], dims[2]);
+    let sb_in = shape.elems() * dtype.size();
+    let mut vals: Vec<f32> = Vec::new();
+    for (j, (&l, &i)) in lb.iter().zip(&idx).enumerate() {
+        let p = &px[j * sb_in..(j + 1) * sb_in];
+        let at = out.len();
+        let r = if !resize && dtype == t.dtype {
+            out.extend_from_slice(p);
+            Ok(())
+        } else if !resize {
+            vals.clear();
+            vals.extend((0..shape.elems()).map(|k| crate::colmajor::value_of(dtype, p, k)));
+            out.resize(at + vals.len() * t.dtype.size(), 0);
+            crate::colmajor::encode_scaled(&vals, t.dtype, &mut out[at..])
+                .map_err(|e| format!("feature {}: {e}", e.index()))
+        } else {
+            resize_planes(p, dtype, (dims[0] as usize, dims[1], dims[2]), t, out)
+        };
+        match r {
+            Ok(()) => labels.push(l),
+            Err(reason) => {
+                out.truncate(at);
+                rejects.push(RejectEntry {
+                    path: sample_name(src, start, i),
+                    reason,
+                });
+            }
+        }
+    }
+    Ok(rejects)
+}
+
+/// Sample `i` of a stored unit, for the rejects report: `images_train.bin[17]`, or
+/// `train-00000.shard block 3 sample 5`.
+fn sample_name(src: &Stored, start: usize, i: usize) -> String {
+    let file = |p: &Path| {
+        p.file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    };
+    match src {
+        Stored::Shard(r) => format!("{} block {start} sample {i}", file(r.path())),
+        Stored::Columns(r, _) => format!("{}[{}]", file(&r.images_path), start + i),
+    }
+}
+
+/// One C x H x W sample of `dtype` resized to the target's height and width, plane by plane
+/// (channels resize independently, so this is what resizing the whole image gives), appended to
+/// `out` as the target dtype. u8/u16 to u8/u16 goes through the image resizer as images do;
+/// otherwise each plane is a float plane of `value / divisor`.
+fn resize_planes(
+    p: &[u8],
+    dtype: Dtype,
+    (c, h, w): (usize, u32, u32),
+    t: &Target,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    use image::{DynamicImage, ImageBuffer};
+    let plane = h as usize * w as usize;
+    let one = Target {
+        channels: 1,
+        ..t.clone()
+    };
+    let ints = !dtype.is_float() && !t.dtype.is_float();
+    for ch in 0..c {
+        let range = ch * plane..(ch + 1) * plane;
+        if ints {
+            let img = match dtype {
+                Dtype::U8 => DynamicImage::ImageLuma8(
+                    ImageBuffer::from_raw(w, h, p[range].to_vec()).expect("h * w pixels"),
+                ),
+                _ => DynamicImage::ImageLuma16(
+                    ImageBuffer::from_raw(w, h, range.map(|k| dtype.get(p, k) as u16).collect())
+                        .expect("h * w pixels"),
+                ),
+            };
+            to_sample(Frame::Image(img), &one, out).map_err(|r| r.0)?;
+            continue;
+        }
+        let data: Vec<f32> = range
+            .clone()
+            .map(|k| crate::colmajor::value_of(dtype, p, k))
+            .collect();
+        if !t.dtype.is_float() {
+            // Pixels come from values in [0, 1]; the resize keeps them there (up to rounding).
+            if let Some(&v) = data.iter().find(|v| !(0.0..=1.0).contains(*v)) {
+                return Err(format!(
+                    "channel {ch}: {}",
+                    crate::colmajor::ScaleError::OutOfRange(0, v)
+                ));
+            }
+        }
+        let frame = Frame::Float(FloatFrame {
+            channels: 1,
+            height: h,
+            width: w,
+            data,
+        });
+        if t.dtype.is_float() {
+            to_sample(frame, &one, out).map_err(|r| format!("channel {ch}: {}", r.0))?;
+        } else {
+            let mut f = Vec::new();
+            let as_f32 = Target {
+                dtype: Dtype::F32,
+                ..one.clone()
+            };
+            to_sample(frame, &as_f32, &mut f).map_err(|r| format!("channel {ch}: {}", r.0))?;
+            let vals: Vec<f32> = f
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).clamp(0.0, 1.0))
+                .collect();
+            let at = out.len();
+            out.resize(at + vals.len() * t.dtype.size(), 0);
+            crate::colmajor::encode_scaled(&vals, t.dtype, &mut out[at..])
+                .map_err(|e| format!("channel {ch}: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// What the headers of every file of a tree say: how many give colour and grey images, and the
@@ -1068,6 +1537,16 @@ fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> Result<Targe
 }
 
 pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
+    // A run that fails removes the output directory it created (when nothing else is in it).
+    let created = !o.out.exists();
+    let r = convert_into(o);
+    if r.is_err() && created {
+        let _ = std::fs::remove_dir(&o.out);
+    }
+    r
+}
+
+fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
     let t0 = Instant::now();
     if !(0.0..=1.0).contains(&o.test_fraction) {
         return Err(Error::Invalid(format!(
@@ -1082,16 +1561,22 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
     check_out(out, o.force)?;
     let plan = plan(o)?;
     let mut notes = plan.notes.clone();
-    let t = target(o, &plan, &mut notes)?;
+    let (t, spec, auto_u8) = match &plan.stored {
+        Some((shape, dtype)) => stored_target(o, shape, *dtype)?,
+        None => {
+            let t = target(o, &plan, &mut notes)?;
+            let spec = SampleSpec {
+                shape: Shape::new(vec![t.channels as u32, t.height, t.width])?,
+                dtype: t.dtype,
+            };
+            (t, spec, false)
+        }
+    };
     if !o.quiet {
         for n in &notes {
             eprintln!("{n}");
         }
     }
-    let spec = SampleSpec {
-        shape: Shape::new(vec![t.channels as u32, t.height, t.width])?,
-        dtype: t.dtype,
-    };
     spec.check()?;
     // Float targets take scans in their own units, unwindowed.
     let decode = DecodeOptions {
@@ -1118,6 +1603,8 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
         std::fs::remove_dir_all(&staging).at(&staging)?;
     }
     std::fs::create_dir_all(&staging).at(&staging)?;
+    // Where a value of column-major files read as u8 (`Values::Auto`) was not a u8 pixel / 255.
+    let mut not_u8: Option<String> = None;
     let result = (|| -> Result<(BTreeMap<String, SplitInfo>, Vec<RejectEntry>)> {
         let total: usize = plan.splits.values().map(Vec::len).sum();
         let pb = crate::progress::bar(total as u64, "convert", "inputs", o.quiet);
@@ -1154,7 +1641,12 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
                 |i, r| {
                     pb.inc(1);
                     match r {
-                        Err(reason) => {
+                        Err(Failed::NotU8(why)) => {
+                            let e = Error::Invalid(why.clone());
+                            not_u8 = Some(why);
+                            return Err(e);
+                        }
+                        Err(Failed::Reject(reason)) => {
                             if o.on_error == OnError::Fail {
                                 return Err(reject_to_error(&plan.root, units[i].name(), reason));
                             }
@@ -1220,9 +1712,30 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
         Ok(r) => r,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&staging);
+            if let (true, Some(why)) = (auto_u8, not_u8) {
+                // Checked as the values are read: the first that is not k / 255 decides f32, and
+                // the conversion starts again (nothing has been published).
+                let note = format!("dtype: f32 ({why})");
+                if !o.quiet {
+                    eprintln!("{note}");
+                }
+                let mut r = convert(&ConvertOptions {
+                    dtype: Some(Dtype::F32),
+                    ..o.clone()
+                })?;
+                r.notes.insert(0, note);
+                return Ok(r);
+            }
             return Err(e);
         }
     };
+    if auto_u8 {
+        let note = "dtype: u8 (every value is a u8 pixel / 255)".to_string();
+        if !o.quiet {
+            eprintln!("{note}");
+        }
+        notes.push(note);
+    }
     let mut source = serde_json::json!({
         "converter": "prep-convert/1",
         "input": o.input.display().to_string(),

@@ -3,6 +3,7 @@
 
 pub mod colmajor;
 pub mod convert;
+pub mod dist;
 pub mod error;
 pub mod inspect;
 pub mod mem;

@@ -1,17 +1,30 @@
-use super::thousands;
+use super::{thousands, UsageError};
 use crate::cli::SynthArgs;
 use anyhow::Context;
 use prep::mem::human;
-use prep::synth::{synthesize, SynthOptions};
+use prep::synth::{synthesize, SynthOptions, Version, DEFAULT_DIFFICULTY};
 use std::process::ExitCode;
 
 pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let generator = match (a.generator, a.difficulty) {
+        (Some(1), Some(_)) => {
+            return Err(UsageError(
+                "--difficulty applies to --generator 2 only (version 1 has none)".into(),
+            )
+            .into())
+        }
+        (Some(1), None) => Version::V1,
+        (_, d) => Version::V2 {
+            difficulty: d.unwrap_or(DEFAULT_DIFFICULTY),
+        },
+    };
     let opts = SynthOptions {
         out: a.out.clone(),
         splits: vec![("train".into(), a.train), ("test".into(), a.test)],
         shape: a.shape.clone(),
         classes: a.classes,
         seed: a.seed,
+        generator,
         format: a.store.format(),
         codec: a.store.codec(),
         block_samples: a.store.block_samples,

@@ -21,6 +21,7 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     }
     let opts = TrainOptions {
         data: a.data.clone().unwrap_or_default(),
+        shape: a.shape.clone(),
         out: a.out.clone(),
         resume: a.resume.clone(),
         model: a.model.clone(),
@@ -51,10 +52,11 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(s)?);
         } else if !quiet {
             println!(
-                "{}: test accuracy {:.4} after {} epochs, {:.0} samples/s on {}, {:.1} s, peak RSS {}",
+                "{}: test accuracy {:.4} after {} epochs on {} data, {:.0} samples/s on {}, {:.1} s, peak RSS {}",
                 t.dir.display(),
                 s.test_accuracy,
                 s.epochs,
+                s.layout.name(),
                 s.samples_per_sec,
                 s.device,
                 s.seconds,

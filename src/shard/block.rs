@@ -42,6 +42,17 @@ impl Block {
             sample_bytes,
         }
     }
+    /// A block for `n` samples in the allocation of `buf` (its contents are not kept), to be
+    /// filled like a `zeroed` one.
+    pub fn reuse(mut buf: Vec<u8>, n: usize, sample_bytes: usize) -> Self {
+        buf.clear();
+        buf.resize(n * (sample_bytes + LABEL_BYTES), 0);
+        Block {
+            data: buf,
+            num_samples: n,
+            sample_bytes,
+        }
+    }
     pub fn len(&self) -> usize {
         self.num_samples
     }

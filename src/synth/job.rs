@@ -2,7 +2,7 @@
 //! a rerun after a crash keeps every shard that was completed (renamed into place), rewrites the
 //! rest, and ends byte-identical to an uninterrupted run.
 
-use super::{split_id, Generator};
+use super::{split_id, Generator, Version};
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
 use crate::pipeline::ordered_map;
@@ -31,6 +31,8 @@ pub struct SynthOptions {
     pub shape: Shape,
     pub classes: u32,
     pub seed: u64,
+    /// Which generator; `Version::V1` reproduces datasets made before version 2 byte for byte.
+    pub generator: Version,
     pub format: OutputFormat,
     pub codec: Codec,
     pub block_samples: Option<u32>,
@@ -56,7 +58,7 @@ pub struct SynthReport {
 
 pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
     let t0 = Instant::now();
-    let gen = Generator::new(opts.shape.clone(), opts.classes, opts.seed)?;
+    let gen = Generator::with_version(opts.shape.clone(), opts.classes, opts.seed, opts.generator)?;
     let spec = gen.spec.clone();
     let splits: Vec<(String, u64)> = opts
         .splits
@@ -83,20 +85,29 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
         .shard_blocks
         .unwrap_or_else(|| default_shard_blocks(bs, spec.bytes()))
         .max(1);
-    let params = json!({
-        "generator": "prep-synth/1",
-        "seed": opts.seed,
-        "shape": spec.shape,
-        "classes": opts.classes,
-        "splits": splits.iter().map(|(s, n)| (s.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
-        "format": opts.format.name(),
-        "codec": opts.codec,
-        "block_samples": bs,
-        "shard_blocks": sb,
-    });
+    let params_of = |version: Version| {
+        let mut p = json!({
+            "generator": version.name(),
+            "seed": opts.seed,
+            "shape": spec.shape,
+            "classes": opts.classes,
+            "splits": splits.iter().map(|(s, n)| (s.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+            "format": opts.format.name(),
+            "codec": opts.codec,
+            "block_samples": bs,
+            "shard_blocks": sb,
+        });
+        // Version 1's parameters stay exactly what they were before version 2 existed, so its
+        // datasets are recognised (complete: nothing to do; partial: resumed).
+        if let Version::V2 { difficulty } = version {
+            p["difficulty"] = json!(difficulty);
+        }
+        p
+    };
+    let params = params_of(opts.generator);
     let out = &opts.out;
     std::fs::create_dir_all(out).at(out)?;
-    if prepare_dir(out, &params, opts.force)? {
+    if prepare_dir(out, &params, &params_of(Version::V1), opts.force)? {
         return Ok(SynthReport {
             out: out.clone(),
             samples: splits.iter().map(|s| s.1).sum(),
@@ -183,47 +194,60 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
 /// Decide what to do with what `out` already holds. Returns true when it already holds exactly the
 /// requested dataset, complete. Otherwise leaves the directory ready for (re)generation, with the
 /// partial marker written.
-fn prepare_dir(out: &Path, params: &serde_json::Value, force: bool) -> Result<bool> {
+///
+/// `v1_params` are these parameters with generator version 1: a dataset made with them (by a prep
+/// before version 2, say, whose default they were) is refused like any other, with a hint.
+fn prepare_dir(
+    out: &Path,
+    params: &serde_json::Value,
+    v1_params: &serde_json::Value,
+    force: bool,
+) -> Result<bool> {
     let manifest_path = out.join(manifest::FILE_NAME);
     let marker = out.join(PARTIAL_MARKER);
-    let refuse = |why: String| {
-        Err(Error::Invalid(format!(
-            "{why}; choose another --out, or pass --force to replace it"
-        )))
+    let refuse = |why: String, found: Option<serde_json::Value>| {
+        let hint = if found.as_ref() == Some(v1_params) && params != v1_params {
+            "; it was made by generator version 1 with otherwise the same parameters: pass \
+             --generator 1 to keep or resume it, choose another --out, or pass --force to replace it"
+        } else {
+            "; choose another --out, or pass --force to replace it"
+        };
+        Err(Error::Invalid(format!("{why}{hint}")))
     };
     if manifest_path.exists() {
-        let same = read_source(&manifest_path)
-            .map(|s| &s == params)
-            .unwrap_or(false);
+        let source = read_source(&manifest_path).ok();
+        let same = source.as_ref() == Some(params);
         if same && complete(out)? {
             return Ok(true);
         }
         if !same && !force {
-            return refuse(format!(
-                "{} already holds a different dataset",
-                out.display()
-            ));
+            return refuse(
+                format!("{} already holds a different dataset", out.display()),
+                source,
+            );
         }
     } else if marker.exists() {
-        let same = read_capped(&marker)
+        let source = read_capped(&marker)
             .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .map(|v| &v == params)
-            .unwrap_or(false);
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        let same = source.as_ref() == Some(params);
         if !same && !force {
-            return refuse(format!(
-                "{} holds an unfinished dataset made with other parameters",
-                out.display()
-            ));
+            return refuse(
+                format!(
+                    "{} holds an unfinished dataset made with other parameters",
+                    out.display()
+                ),
+                source,
+            );
         }
         if !same {
             clean(out)?;
         }
     } else if std::fs::read_dir(out).at(out)?.next().is_some() && !force {
-        return refuse(format!(
-            "{} is not empty and holds no prep dataset",
-            out.display()
-        ));
+        return refuse(
+            format!("{} is not empty and holds no prep dataset", out.display()),
+            None,
+        );
     }
     if force
         && manifest_path.exists()
@@ -277,6 +301,8 @@ pub fn test_dataset(out: &Path, samples: u64, shape: &str) {
         shape: shape.parse().unwrap(),
         classes: 10,
         seed: 3,
+        // The data the training tests were written against.
+        generator: super::Version::V1,
         format: crate::OutputFormat::Shards,
         codec: crate::shard::Codec::Zstd { level: 1 },
         block_samples: Some(64),

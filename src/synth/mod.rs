@@ -2,8 +2,9 @@
 
 mod generator;
 mod job;
+mod v2;
 
-pub use generator::{split_id, Generator};
+pub use generator::{split_id, Generator, Version, DEFAULT_DIFFICULTY};
 #[cfg(test)]
 pub use job::test_dataset;
 pub use job::{clean, dir_bytes, synthesize, SynthOptions, SynthReport};

@@ -332,6 +332,8 @@ mod tests {
             std: ds.manifest.std.iter().map(|&v| v as f32).collect(),
             classes: ds.manifest.classes.clone(),
             tool: "test".into(),
+            layout: Default::default(),
+            input_dtype: None,
         };
         let mut host = HostFeed::new(src.clone(), &r, 2);
         let mut dev = DeviceFeed::new(&mut g, src, &r, 2).unwrap();
@@ -380,6 +382,7 @@ mod tests {
         crate::synth::test_dataset(&ds, 3000, "3x16x16");
         let opts = |out: &str, memory: &str, stop_after: Option<usize>| TrainOptions {
             data: ds.clone(),
+            shape: None,
             out: Some(t.path().join(out)),
             resume: None,
             model: "small".into(),

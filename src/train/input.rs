@@ -4,10 +4,14 @@
 //! dataset; the order is a pure function of (seed, epoch), so a run resumes mid-epoch from a
 //! cursor of (epoch, batches done).
 
-use crate::error::{Error, Result};
+use crate::colmajor::{self, ColmajorManifest, ColmajorSplitReader};
+use crate::error::{Error, Region, Result};
 use crate::pipeline::ordered_map;
-use crate::shard::{Block, Dataset, SampleSpec, ShardReader};
+use crate::shard::{manifest, Block, Dataset, Dtype, SampleSpec, Shape, ShardReader};
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex};
 
@@ -23,15 +27,256 @@ pub fn lookahead_blocks(block_bytes: usize, workers: usize) -> usize {
     (LOOKAHEAD_BYTES / block_bytes.max(1)).clamp(2, 2 * workers.max(2))
 }
 
-/// One split of a dataset, open for reading.
+/// How a dataset directory stores its samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// prep shard files (`formats/shard.md`).
+    #[default]
+    Shards,
+    /// float32 feature-major files (`formats/colmajor.md`), with or without prep's manifest.
+    Colmajor,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Shards => "shards",
+            Layout::Colmajor => "colmajor",
+        }
+    }
+}
+
+/// What a run already knows about its data (from its recipe), so that a column-major directory
+/// without a manifest is not scanned again: the dtype its samples are read as, and the classes.
+#[derive(Debug, Clone)]
+pub struct Known {
+    pub dtype: Dtype,
+    pub classes: Vec<String>,
+}
+
+/// A dataset directory open for training or evaluation: prep shards, or the column-major layout
+/// (memory-mapped, with or without prep's manifest).
+pub struct Data {
+    pub dir: PathBuf,
+    pub layout: Layout,
+    /// False for column-major files without prep's `manifest.json`.
+    pub manifest: bool,
+    /// Samples as training reads them. Column-major files are read as the manifest's dtype (the
+    /// values the files hold are exactly those pixels); without a manifest as u8 when every
+    /// value is a u8 pixel / 255, else f32.
+    pub spec: SampleSpec,
+    pub classes: Vec<String>,
+    /// Per-channel mean and std of the training split (of value / divisor): the manifest's, or
+    /// computed in one pass over a column-major directory without one; empty when `Known`.
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
+    /// How the data was read, for the log.
+    pub notes: Vec<String>,
+    inner: Inner,
+}
+
+enum Inner {
+    Shards(Box<Dataset>),
+    Colmajor(BTreeMap<String, Arc<ColmajorSplitReader>>),
+}
+
+impl Data {
+    /// Open `dir`. `shape` is required for column-major files without a manifest (they do not
+    /// say it) and otherwise must match the dataset's. `known` spares such a directory its pass
+    /// over every value (dtype, classes, mean and std).
+    pub fn open(dir: &Path, shape: Option<&Shape>, known: Option<Known>) -> Result<Self> {
+        let check_shape = |have: &Shape| match shape {
+            Some(s) if s != have => Err(Error::Invalid(format!(
+                "{}: its samples are {have}, not {s}",
+                dir.display()
+            ))),
+            _ => Ok(()),
+        };
+        if dir.join(manifest::FILE_NAME).is_file() {
+            if crate::dataset_format(dir)? == colmajor::FORMAT {
+                let m = ColmajorManifest::read(dir)?;
+                check_shape(&m.sample.shape)?;
+                let mut splits = BTreeMap::new();
+                for s in m.splits.keys() {
+                    splits.insert(s.clone(), Arc::new(ColmajorSplitReader::open(dir, &m, s)?));
+                }
+                return Ok(Data {
+                    dir: dir.to_path_buf(),
+                    layout: Layout::Colmajor,
+                    manifest: true,
+                    notes: vec![format!(
+                        "column-major files, memory-mapped (manifest.json: {} {})",
+                        m.sample.dtype, m.sample.shape
+                    )],
+                    spec: m.sample,
+                    classes: m.classes,
+                    mean: m.mean,
+                    std: m.std,
+                    inner: Inner::Colmajor(splits),
+                });
+            }
+            let ds = Dataset::open(dir)?;
+            check_shape(&ds.manifest.sample.shape)?;
+            let m = &ds.manifest;
+            return Ok(Data {
+                dir: dir.to_path_buf(),
+                layout: Layout::Shards,
+                manifest: true,
+                spec: m.sample.clone(),
+                classes: m.classes.clone(),
+                mean: m.mean.clone(),
+                std: m.std.clone(),
+                notes: vec![],
+                inner: Inner::Shards(Box::new(ds)),
+            });
+        }
+        let found = if dir.is_dir() {
+            colmajor::find_splits(dir)?
+        } else {
+            vec![]
+        };
+        if found.is_empty() {
+            // The shard reader's own error names what is missing.
+            Dataset::open(dir)?;
+        }
+        let shape = shape.ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: column-major files without manifest.json do not say their sample shape: give it with --shape CxHxW",
+                dir.display()
+            ))
+        })?;
+        let mut splits = BTreeMap::new();
+        for (name, ip, lp) in &found {
+            splits.insert(
+                name.clone(),
+                Arc::new(ColmajorSplitReader::open_files(ip, lp, shape)?),
+            );
+        }
+        let mut notes = vec![format!(
+            "column-major files without manifest.json, memory-mapped: {shape} samples from --shape"
+        )];
+        let (dtype, classes, mean, std) = match known {
+            Some(k) => (k.dtype, k.classes, vec![], vec![]),
+            None => {
+                let mut counts = BTreeMap::new();
+                let mut k = 1;
+                for (name, r) in &splits {
+                    let c = r.check_labels(None)?;
+                    k = k.max(c.len());
+                    counts.insert(name.clone(), c);
+                }
+                let mut scans = BTreeMap::new();
+                for (name, r) in &splits {
+                    scans.insert(name.clone(), r.scan(shape)?);
+                }
+                let not_u8 = splits
+                    .iter()
+                    .find_map(|(n, r)| scans[n].not_u8.map(|m| (r, m)));
+                let dtype = match not_u8 {
+                    None => {
+                        notes.push("every value is a u8 pixel / 255: read as u8".into());
+                        Dtype::U8
+                    }
+                    Some((r, (i, f, v))) => {
+                        notes.push(format!(
+                            "read as f32 ({} sample {i}, feature {f} holds {v}, not a u8 pixel / 255)",
+                            r.images_path.display()
+                        ));
+                        Dtype::F32
+                    }
+                };
+                let st = manifest::stats_split(splits.keys()).to_string();
+                let mut cc = counts.remove(&st).unwrap_or_default();
+                cc.resize(k, 0);
+                let spec = SampleSpec {
+                    shape: shape.clone(),
+                    dtype,
+                };
+                let (mean, std) = scans[&st].stats(dtype, cc).mean_std(&spec);
+                notes.push(format!(
+                    "{k} classes (0 to {}) from the labels; mean and std of split {st} computed in one pass",
+                    k - 1
+                ));
+                (dtype, (0..k).map(|c| c.to_string()).collect(), mean, std)
+            }
+        };
+        let spec = SampleSpec {
+            shape: shape.clone(),
+            dtype,
+        };
+        spec.check()?;
+        Ok(Data {
+            dir: dir.to_path_buf(),
+            layout: Layout::Colmajor,
+            manifest: false,
+            spec,
+            classes,
+            mean,
+            std,
+            notes,
+            inner: Inner::Colmajor(splits),
+        })
+    }
+
+    pub fn has_split(&self, split: &str) -> bool {
+        match &self.inner {
+            Inner::Shards(ds) => ds.manifest.splits.contains_key(split),
+            Inner::Colmajor(m) => m.contains_key(split),
+        }
+    }
+
+    /// One split, open for reading.
+    pub fn source(&self, split: &str) -> Result<Arc<Source>> {
+        match &self.inner {
+            Inner::Shards(ds) => Source::open(ds, split),
+            Inner::Colmajor(m) => {
+                let r = m.get(split).ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "{}: the dataset has no '{split}' split (it has: {})",
+                        self.dir.display(),
+                        m.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ))
+                })?;
+                Ok(Arc::new(Source::colmajor(
+                    r.clone(),
+                    self.spec.clone(),
+                    self.classes.len(),
+                )))
+            }
+        }
+    }
+}
+
+/// One split of a dataset, open for reading in blocks: a shard dataset's blocks, or virtual
+/// blocks of a fixed number of samples of a column-major split (as many as a shard block of
+/// these samples holds by default, so that the order of a seed is the same for a colmajor
+/// directory and its conversion to shards).
 pub struct Source {
     pub spec: SampleSpec,
     pub classes: usize,
-    readers: Vec<ShardReader>,
-    /// (reader, block, samples) of every block, in file order.
-    blocks: Vec<(usize, usize, usize)>,
     pub samples: usize,
+    /// Samples of every block, in file order.
+    sizes: Vec<usize>,
+    from: From,
 }
+
+enum From {
+    Shards {
+        readers: Vec<ShardReader>,
+        /// (reader, block) of every block, in file order.
+        blocks: Vec<(usize, usize)>,
+    },
+    /// Block `i` is samples `i * block ..` of the split.
+    Colmajor {
+        reader: Arc<ColmajorSplitReader>,
+        block: usize,
+    },
+}
+
+/// float32 values gathered at a time when reading a column-major block (1 MiB), so that the
+/// scratch memory of a reading thread does not grow with the block.
+const GATHER_VALUES: usize = 1 << 18;
 
 impl Source {
     pub fn open(ds: &Dataset, split: &str) -> Result<Arc<Self>> {
@@ -49,20 +294,37 @@ impl Source {
         })?;
         let mut readers = Vec::new();
         let mut blocks = Vec::new();
+        let mut sizes = Vec::new();
         for sh in &info.shards {
             let r = ds.open_shard(sh)?;
             for b in 0..r.num_blocks() {
-                blocks.push((readers.len(), b, r.entry(b).num_samples as usize));
+                blocks.push((readers.len(), b));
+                sizes.push(r.entry(b).num_samples as usize);
             }
             readers.push(r);
         }
         Ok(Arc::new(Source {
             spec: ds.manifest.sample.clone(),
             classes: ds.manifest.classes.len(),
-            samples: blocks.iter().map(|b| b.2).sum(),
-            readers,
-            blocks,
+            samples: sizes.iter().sum(),
+            sizes,
+            from: From::Shards { readers, blocks },
         }))
+    }
+
+    /// A column-major split read as `spec` samples (their values must be exactly values of its
+    /// dtype), labels in `0..classes`.
+    pub fn colmajor(reader: Arc<ColmajorSplitReader>, spec: SampleSpec, classes: usize) -> Self {
+        let block = crate::shard::default_block_samples(spec.bytes()) as usize;
+        let n = reader.samples;
+        let sizes = (0..n).step_by(block).map(|s| block.min(n - s)).collect();
+        Source {
+            spec,
+            classes,
+            samples: n,
+            sizes,
+            from: From::Colmajor { reader, block },
+        }
     }
 
     pub fn read(&self, i: usize) -> Result<Block> {
@@ -71,17 +333,84 @@ impl Source {
 
     /// `read` into a reused buffer (`ShardReader::read_block_into`).
     pub fn read_into(&self, i: usize, buf: Vec<u8>) -> Result<Block> {
-        let (r, b, _) = self.blocks[i];
-        self.readers[r].read_block_into(b, buf)
+        match &self.from {
+            From::Shards { readers, blocks } => {
+                let (r, b) = blocks[i];
+                readers[r].read_block_into(b, buf)
+            }
+            From::Colmajor { reader, block } => self.read_colmajor(reader, i * block, i, buf),
+        }
+    }
+
+    /// Samples `start..` of block `i`, gathered feature by feature and checked: each value must
+    /// be exactly a value of the dtype read (a u8 pixel / 255 for u8), each label a class.
+    fn read_colmajor(
+        &self,
+        r: &ColmajorSplitReader,
+        start: usize,
+        i: usize,
+        buf: Vec<u8>,
+    ) -> Result<Block> {
+        thread_local! {
+            static VALUES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let (m, f, dtype) = (self.sizes[i], r.features, self.spec.dtype);
+        let sb = self.spec.bytes();
+        let mut b = Block::reuse(buf, m, sb);
+        let step = (GATHER_VALUES / f.max(1)).max(1);
+        VALUES.with(|v| -> Result<()> {
+            let mut v = v.borrow_mut();
+            for s0 in (0..m).step_by(step) {
+                let ms = step.min(m - s0);
+                v.resize(ms * f, 0.0);
+                r.read_chunk(start + s0, ms, &mut v);
+                let px = &mut b.pixels_mut()[s0 * sb..(s0 + ms) * sb];
+                colmajor::encode_exact(&v, dtype, px).map_err(|(k, val)| {
+                    Error::corrupt(
+                        &r.images_path,
+                        Region::File,
+                        format!(
+                            "sample {}, feature {}: value {val} is not {}",
+                            start + s0 + k / f,
+                            k % f,
+                            match dtype {
+                                Dtype::U8 => "a u8 pixel / 255, as the dataset's dtype u8 says",
+                                Dtype::U16 =>
+                                    "a u16 pixel / 65535, as the dataset's dtype u16 says",
+                                Dtype::F16 => "an f16 value, as the dataset's dtype f16 says",
+                                Dtype::F32 => "finite",
+                            }
+                        ),
+                    )
+                })?;
+            }
+            Ok(())
+        })?;
+        let k = self.classes;
+        for (j, l) in r.labels(start, m).enumerate() {
+            if l < 0 || l as usize >= k {
+                return Err(Error::corrupt(
+                    &r.labels_path,
+                    Region::File,
+                    format!(
+                        "label {l} at index {} is not a class (there are {k}: 0 to {})",
+                        start + j,
+                        k.saturating_sub(1)
+                    ),
+                ));
+            }
+            b.set_label(j, l as u32);
+        }
+        Ok(b)
     }
 
     pub fn num_blocks(&self) -> usize {
-        self.blocks.len()
+        self.sizes.len()
     }
 
     /// Samples in each block, in file order.
     pub fn block_sizes(&self) -> Vec<usize> {
-        self.blocks.iter().map(|b| b.2).collect()
+        self.sizes.clone()
     }
 }
 
@@ -339,7 +668,7 @@ pub fn epoch_share(
         while w0 * WINDOW_BLOCKS < nb {
             let wsize: usize = order[w0 * WINDOW_BLOCKS..((w0 + 1) * WINDOW_BLOCKS).min(nb)]
                 .iter()
-                .map(|&b| src.blocks[b].2)
+                .map(|&b| src.sizes[b])
                 .sum();
             if skip < wsize {
                 break;
@@ -420,7 +749,7 @@ pub fn epoch_share(
                 .extend(window.drain(..).map(Block::into_data));
             true
         };
-        let biggest = src.blocks.iter().map(|b| b.2).max().unwrap_or(1) * sb;
+        let biggest = src.sizes.iter().copied().max().unwrap_or(1) * sb;
         let ahead = lookahead_blocks(biggest, workers);
         let r = ordered_map(
             todo.len(),

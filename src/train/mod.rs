@@ -13,9 +13,9 @@ use crate::nn::cpu::Cpu;
 use crate::nn::model::init_values;
 use crate::nn::{Aug, Backend, Model, ModelConfig, RawBatch};
 use crate::shard::manifest::write_atomic;
-use crate::shard::{Dataset, Dtype};
+use crate::shard::{Dtype, Shape};
 use checkpoint::Cursor;
-use input::{mix, OnDamage, Source};
+use input::{mix, Data, Known, Layout, OnDamage, Source};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -53,16 +53,26 @@ pub struct Recipe {
     #[serde(default = "bf16")]
     pub precision: String,
     pub skip_damaged: bool,
-    /// Per-channel mean and std of the training split, from the manifest.
+    /// Per-channel mean and std of the training split, from the manifest (or computed in one
+    /// pass over column-major files without one).
     pub mean: Vec<f32>,
     pub std: Vec<f32>,
     pub classes: Vec<String>,
     pub tool: String,
+    /// How the data directory stores its samples (runs before this was recorded read shards).
+    #[serde(default)]
+    pub layout: Layout,
+    /// The dtype samples were read as: a column-major directory without a manifest is then not
+    /// scanned again by `--resume` and `eval`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_dtype: Option<Dtype>,
 }
 
 #[derive(Debug, Clone)]
 pub struct TrainOptions {
     pub data: PathBuf,
+    /// Sample shape of column-major files without a manifest (which do not say it).
+    pub shape: Option<Shape>,
     pub out: Option<PathBuf>,
     pub resume: Option<PathBuf>,
     /// `small` or `resnet18` (`nn::model::MODELS`).
@@ -113,6 +123,8 @@ pub struct Summary {
     pub peak_rss_bytes: u64,
     pub peak_gpu_mem_bytes: u64,
     pub device: String,
+    /// The layout of the data trained on: shards or colmajor.
+    pub layout: Layout,
     pub confusion: Vec<Vec<u64>>,
     pub classes: Vec<String>,
 }
@@ -227,17 +239,21 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             (dir.clone(), recipe, Some(state))
         }
         None => {
-            let ds = Dataset::open(&o.data)?;
-            let m = &ds.manifest;
-            let dims = &m.sample.shape.0;
+            let data = Data::open(&o.data, o.shape.as_ref(), None)?;
+            if !o.quiet {
+                for n in &data.notes {
+                    eprintln!("input: {n}");
+                }
+            }
+            let dims = &data.spec.shape.0;
             if dims.len() != 3 {
                 return Err(Error::Invalid(format!(
                     "model `{}` takes CxHxW images; this dataset's samples are {}",
-                    o.model, m.sample.shape
+                    o.model, data.spec.shape
                 )));
             }
             let (c, h, w) = (dims[0] as usize, dims[1] as usize, dims[2] as usize);
-            let model = ModelConfig::new(&o.model, c, h, w, m.classes.len())
+            let model = ModelConfig::new(&o.model, c, h, w, data.classes.len())
                 .map_err(|e| Error::Invalid(format!("{}: {e}", o.data.display())))?;
             let device = pick_device(&o.device, o.quiet)?;
             let recipe = Recipe {
@@ -269,10 +285,16 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 },
                 device,
                 skip_damaged: o.skip_damaged,
-                mean: m.mean.iter().map(|&v| v as f32).collect(),
-                std: m.std.iter().map(|&v| norm_std(v, m.sample.dtype)).collect(),
-                classes: m.classes.clone(),
+                mean: data.mean.iter().map(|&v| v as f32).collect(),
+                std: data
+                    .std
+                    .iter()
+                    .map(|&v| norm_std(v, data.spec.dtype))
+                    .collect(),
+                classes: data.classes.clone(),
                 tool: format!("prep {}", env!("CARGO_PKG_VERSION")),
+                layout: data.layout,
+                input_dtype: (data.layout == Layout::Colmajor).then_some(data.spec.dtype),
             };
             let dir = match &o.out {
                 Some(d) => d.clone(),
@@ -291,7 +313,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 &dir.join("config.json"),
                 serde_json::to_string_pretty(&recipe).unwrap().as_bytes(),
             )?;
-            let r = run(o, &dir, &recipe, None);
+            let r = run(o, &dir, &recipe, None, data);
             // A run that failed before its first checkpoint (a batch too large for the GPU, say)
             // leaves nothing behind, so that the same command with the fix can run again.
             if r.is_err() && !dir.join(checkpoint::FILE).exists() {
@@ -305,7 +327,36 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             return r;
         }
     };
-    run(o, &dir, &recipe, resume_state)
+    let data = open_run_data(&recipe, &recipe.data)?;
+    run(o, &dir, &recipe, resume_state, data)
+}
+
+/// Open `path` for a run made with `r`: the run's image shape, and for column-major files
+/// without a manifest the dtype and classes the run recorded (when `path` is its data; else
+/// read as f32, whose values normalise to the same numbers), so that they are not scanned again.
+fn open_run_data(r: &Recipe, path: &Path) -> Result<Data> {
+    let shape = Shape::new(
+        [r.model.channels, r.model.height, r.model.width]
+            .iter()
+            .map(|&d| d as u32)
+            .collect(),
+    )?;
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    let dtype = r
+        .input_dtype
+        .filter(|_| same(path, &r.data))
+        .unwrap_or(Dtype::F32);
+    Data::open(
+        path,
+        Some(&shape),
+        Some(Known {
+            dtype,
+            classes: r.classes.clone(),
+        }),
+    )
 }
 
 /// Where training batches come from and how they reach the backend: the host pipeline
@@ -441,11 +492,11 @@ fn run(
     dir: &Path,
     r: &Recipe,
     resume: Option<(Vec<(String, Vec<f32>)>, Cursor)>,
+    data: Data,
 ) -> Result<Trained> {
-    let ds = Dataset::open(&r.data)?;
-    let train_src = Source::open(&ds, "train")?;
-    let test_src = if ds.manifest.splits.contains_key("test") {
-        Some(Source::open(&ds, "test")?)
+    let train_src = data.source("train")?;
+    let test_src = if data.has_split("test") {
+        Some(data.source("test")?)
     } else {
         None
     };
@@ -693,6 +744,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         peak_rss_bytes: crate::mem::peak_rss_bytes(),
         peak_gpu_mem_bytes: peak_gpu,
         device: device_desc,
+        layout: r.layout,
         confusion: confusion.clone(),
         classes: r.classes.clone(),
     };
@@ -810,13 +862,13 @@ pub fn eval(
     let r: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
         .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
     let (state, _) = checkpoint::load(&run.join(checkpoint::FILE))?;
-    let ds = Dataset::open(data)?;
-    let src = Source::open(&ds, split)?;
-    if ds.manifest.classes.len() != r.model.classes {
+    let d = open_run_data(&r, data)?;
+    let src = d.source(split)?;
+    if d.classes.len() != r.model.classes {
         return Err(Error::Invalid(format!(
             "{}: {} classes, the model has {}",
             data.display(),
-            ds.manifest.classes.len(),
+            d.classes.len(),
             r.model.classes
         )));
     }

@@ -41,6 +41,9 @@ fn v1_fixture_regenerates_identically() {
             "64",
             "--shard-blocks",
             "2",
+            // The fixture predates generator version 2, the default since.
+            "--generator",
+            "1",
             "--out",
             out.to_str().unwrap(),
             "--quiet",

@@ -2,6 +2,7 @@
 //! a test needs to reach inside files.
 
 mod colmajor;
+mod colmajor_input;
 mod convert;
 mod corruption;
 mod fashion;

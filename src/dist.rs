@@ -1,0 +1,731 @@
+//! The world of a data-parallel run: which rank this process is, how many there are, and how
+//! they find each other.
+//!
+//! A world comes from the launcher's variables: torchrun's `WORLD_SIZE`/`RANK`/`LOCAL_RANK`/
+//! `MASTER_ADDR`/`MASTER_PORT`, or Slurm's `SLURM_NTASKS`/`SLURM_PROCID`/`SLURM_LOCALID` (with
+//! `MASTER_ADDR`/`MASTER_PORT` from the batch script, or a rendezvous file). `prep train --gpus N`
+//! sets torchrun's variables for the processes it starts, so there is one code path.
+//!
+//! Rendezvous: rank 0 listens on `MASTER_ADDR:MASTER_PORT` (or on a free port it writes to the
+//! rendezvous file), every other rank connects and says who it is, and rank 0 answers each with
+//! the payload (NCCL's unique id) once all have joined. The connections then stay open as the
+//! world's liveness: a process that dies, however it dies, closes its socket; rank 0 then tells
+//! every other rank which rank ended and why, and each exits instead of waiting forever in a
+//! collective. No home-made collective: the gradients go through NCCL.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Protocol tag of every hello, so that a stray connection is refused.
+const MAGIC: &str = "prep-rendezvous-1";
+/// How long ranks wait for each other at the start.
+pub const JOIN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Where rank 0 is found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rendezvous {
+    Tcp {
+        host: String,
+        port: u16,
+    },
+    /// Rank 0 writes `host:port` here; it must not exist before the job starts.
+    File(PathBuf),
+}
+
+impl std::str::FromStr for Rendezvous {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(p) = s.strip_prefix("file:") {
+            if p.is_empty() {
+                return Err("--rendezvous file: needs a path (file:/shared/job.rdv)".into());
+            }
+            return Ok(Rendezvous::File(PathBuf::from(p)));
+        }
+        if let Some(a) = s.strip_prefix("tcp:") {
+            let (host, port) = a
+                .rsplit_once(':')
+                .ok_or_else(|| format!("--rendezvous {s}: expected tcp:HOST:PORT"))?;
+            let port = port
+                .parse()
+                .map_err(|_| format!("--rendezvous {s}: port `{port}` is not 1..65535"))?;
+            return Ok(Rendezvous::Tcp {
+                host: host.into(),
+                port,
+            });
+        }
+        Err(format!(
+            "--rendezvous {s}: expected file:PATH or tcp:HOST:PORT"
+        ))
+    }
+}
+
+/// This process's place in the world.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct World {
+    pub rank: usize,
+    pub size: usize,
+    /// Rank on this host: the GPU it uses.
+    pub local_rank: usize,
+    pub rendezvous: Rendezvous,
+    /// Which launcher's variables described it.
+    pub launcher: &'static str,
+}
+
+fn var<'a>(
+    get: &dyn Fn(&str) -> Option<String>,
+    name: &'a str,
+) -> Result<Option<(usize, &'a str)>, String> {
+    match get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
+            .map(|n| Some((n, name)))
+            .map_err(|_| format!("{name}={v} is not a whole number")),
+    }
+}
+
+/// The world the environment describes, or `None` for a one-process run. `get` reads a variable
+/// (`std::env::var` in the binary; a map in tests); `flag` is `--rendezvous`.
+pub fn from_env(
+    get: &dyn Fn(&str) -> Option<String>,
+    flag: Option<&Rendezvous>,
+) -> Result<Option<World>, String> {
+    let (size, rank, local, launcher) = if let Some((size, sn)) = var(get, "WORLD_SIZE")? {
+        let (rank, _) = var(get, "RANK")?.ok_or_else(|| format!("{sn} is set but RANK is not"))?;
+        let local = var(get, "LOCAL_RANK")?.map_or(rank, |v| v.0);
+        (size, rank, local, "torchrun")
+    } else if let Some((size, _)) = var(get, "SLURM_NTASKS")? {
+        let (rank, _) =
+            var(get, "SLURM_PROCID")?.ok_or("SLURM_NTASKS is set but SLURM_PROCID is not")?;
+        let local = var(get, "SLURM_LOCALID")?.map_or(0, |v| v.0);
+        (size, rank, local, "slurm")
+    } else {
+        return Ok(None);
+    };
+    if size == 0 {
+        return Err("the world size is 0".into());
+    }
+    if rank >= size {
+        return Err(format!("rank {rank} is not below the world size {size}"));
+    }
+    if size == 1 {
+        return Ok(None);
+    }
+    let rendezvous = match flag {
+        Some(r) => r.clone(),
+        None => {
+            let host = get("MASTER_ADDR").ok_or(
+                "a multi-process run needs MASTER_ADDR and MASTER_PORT (rank 0's host and a free port), or --rendezvous file:PATH on shared storage",
+            )?;
+            let port = get("MASTER_PORT").ok_or("MASTER_ADDR is set but MASTER_PORT is not")?;
+            let port = port
+                .trim()
+                .parse()
+                .map_err(|_| format!("MASTER_PORT={port} is not a port (1..65535)"))?;
+            Rendezvous::Tcp { host, port }
+        }
+    };
+    Ok(Some(World {
+        rank,
+        size,
+        local_rank: local,
+        rendezvous,
+        launcher,
+    }))
+}
+
+/// The joined world: rank 0 holds a connection to every rank, the others one to rank 0.
+pub struct Joined {
+    pub world: World,
+    /// What rank 0 handed out (NCCL's unique id).
+    pub payload: Vec<u8>,
+    links: Vec<(usize, TcpStream)>,
+    file: Option<PathBuf>,
+}
+
+fn io(what: &str, e: std::io::Error) -> String {
+    format!("rendezvous: {what}: {e}")
+}
+
+/// Join the world: rank 0 hands `payload()` (called once, on rank 0 only) to all. `key` names the
+/// job (the same on every rank: data path and arguments), so that ranks of two jobs sharing a port
+/// or a file never join each other.
+pub fn join(
+    world: &World,
+    key: &str,
+    payload: impl FnOnce() -> Result<Vec<u8>, String>,
+) -> Result<Joined, String> {
+    let deadline = Instant::now() + JOIN_TIMEOUT;
+    if world.rank == 0 {
+        let (listener, file) = match &world.rendezvous {
+            Rendezvous::Tcp { port, .. } => (
+                TcpListener::bind(("0.0.0.0", *port))
+                    .map_err(|e| io(&format!("listening on port {port}"), e))?,
+                None,
+            ),
+            Rendezvous::File(p) => {
+                let l = TcpListener::bind(("0.0.0.0", 0)).map_err(|e| io("listening", e))?;
+                let port = l.local_addr().map_err(|e| io("listening", e))?.port();
+                let host = hostname();
+                write_rendezvous_file(p, &format!("{host}:{port} {key}\n"))?;
+                (l, Some(p.clone()))
+            }
+        };
+        let payload = payload()?;
+        let mut links: Vec<(usize, TcpStream)> = Vec::new();
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| io("listening", e))?;
+        while links.len() + 1 < world.size {
+            match listener.accept() {
+                Ok((s, peer)) => {
+                    s.set_nonblocking(false).map_err(|e| io("accepting", e))?;
+                    s.set_read_timeout(Some(Duration::from_secs(30)))
+                        .map_err(|e| io("accepting", e))?;
+                    let line = read_line(&s, 4096)
+                        .map_err(|e| io(&format!("reading the hello of {peer}"), e))?;
+                    let r = parse_hello(&line, world.size, key)
+                        .map_err(|e| format!("rendezvous: {peer}: {e}"))?;
+                    if r == 0 || links.iter().any(|(k, _)| *k == r) {
+                        return Err(format!(
+                            "rendezvous: rank {r} joined twice (from {peer}): are two jobs using the same rendezvous?"
+                        ));
+                    }
+                    links.push((r, s));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        let mut missing: Vec<usize> = (1..world.size)
+                            .filter(|r| !links.iter().any(|(k, _)| k == r))
+                            .collect();
+                        missing.truncate(8);
+                        return Err(format!(
+                            "rendezvous: ranks {missing:?} did not join within {} s",
+                            JOIN_TIMEOUT.as_secs()
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(io("accepting", e)),
+            }
+        }
+        let hex = to_hex(&payload);
+        for (r, s) in &mut links {
+            s.set_read_timeout(None).map_err(|e| io("joining", e))?;
+            writeln!(s, "ok {hex}").map_err(|e| io(&format!("answering rank {r}"), e))?;
+        }
+        Ok(Joined {
+            world: world.clone(),
+            payload,
+            links,
+            file,
+        })
+    } else {
+        let addr = loop {
+            let a = match &world.rendezvous {
+                Rendezvous::Tcp { host, port } => Some(format!("{host}:{port}")),
+                Rendezvous::File(p) => read_rendezvous_file(p, key),
+            };
+            if let Some(a) = a {
+                break a;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "rendezvous: rank 0 did not write {} within {} s",
+                    match &world.rendezvous {
+                        Rendezvous::File(p) => p.display().to_string(),
+                        _ => String::new(),
+                    },
+                    JOIN_TIMEOUT.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // Rank 0 may not listen yet: try again until the deadline.
+        let mut s = loop {
+            let tried = addr
+                .to_socket_addrs()
+                .map_err(|e| io(&format!("resolving {addr}"), e))?
+                .find_map(|a| TcpStream::connect_timeout(&a, Duration::from_secs(5)).ok());
+            if let Some(s) = tried {
+                break s;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "rendezvous: could not reach rank 0 at {addr} within {} s",
+                    JOIN_TIMEOUT.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        writeln!(s, "{MAGIC} {} {} {}", world.rank, world.size, key)
+            .map_err(|e| io(&format!("greeting rank 0 at {addr}"), e))?;
+        let line =
+            read_line(&s, 1 << 16).map_err(|e| io(&format!("waiting for rank 0 at {addr}"), e))?;
+        let line = line.trim_end();
+        let payload = match line.strip_prefix("ok ") {
+            Some(h) => from_hex(h).ok_or("rendezvous: rank 0 sent a malformed id")?,
+            None if line.is_empty() => {
+                return Err(format!(
+                "rendezvous: rank 0 at {addr} closed the connection before the world was complete"
+            ))
+            }
+            None => return Err(format!("rendezvous: rank 0 refused: {line}")),
+        };
+        Ok(Joined {
+            world: world.clone(),
+            payload,
+            links: vec![(0, s)],
+            file: None,
+        })
+    }
+}
+
+/// One line, read a byte at a time: a buffered reader could swallow what follows it (the first
+/// message of the watch), which belongs to the watcher.
+fn read_line(mut s: &TcpStream, limit: usize) -> std::io::Result<String> {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while line.len() < limit {
+        if s.read(&mut b)? == 0 || b[0] == b'\n' {
+            break;
+        }
+        line.push(b[0]);
+    }
+    Ok(String::from_utf8_lossy(&line).into_owned())
+}
+
+fn parse_hello(line: &str, size: usize, key: &str) -> Result<usize, String> {
+    let mut it = line.trim_end().splitn(4, ' ');
+    if it.next() != Some(MAGIC) {
+        return Err("not a prep rank (wrong hello)".into());
+    }
+    let rank: usize = it
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or("hello without a rank")?;
+    let their: usize = it
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or("hello without a world size")?;
+    if their != size {
+        return Err(format!(
+            "rank {rank} says the world has {their} ranks, rank 0 says {size}"
+        ));
+    }
+    if rank >= size {
+        return Err(format!("rank {rank} is not below the world size {size}"));
+    }
+    if it.next().unwrap_or("") != key {
+        return Err(format!(
+            "rank {rank} runs another job (its data or arguments differ from rank 0's)"
+        ));
+    }
+    Ok(rank)
+}
+
+fn write_rendezvous_file(p: &Path, text: &str) -> Result<(), String> {
+    if p.exists() {
+        return Err(format!(
+            "rendezvous: {} already exists (left by an earlier job?): remove it or name a new file",
+            p.display()
+        ));
+    }
+    let tmp = p.with_extension("tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, p))
+        .map_err(|e| io(&format!("writing {}", p.display()), e))
+}
+
+fn read_rendezvous_file(p: &Path, key: &str) -> Option<String> {
+    let t = std::fs::read_to_string(p).ok()?;
+    let (addr, k) = t.trim_end().split_once(' ')?;
+    (k == key).then(|| addr.to_string())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "127.0.0.1".into())
+}
+
+fn to_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Why the world ended, as the watcher saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    pub rank: usize,
+    pub reason: String,
+}
+
+impl Joined {
+    /// Watch the world from a thread: when another rank ends (its connection closes, or it says
+    /// why), `on_end` runs once with which rank and why; the caller's `on_end` exits the process,
+    /// since the main thread may be inside a collective that will never complete.
+    pub fn watch(&self, on_end: impl Fn(Ended) + Send + Sync + 'static) -> Result<Watch, String> {
+        let on_end = Arc::new(on_end);
+        let fired = Arc::new(Mutex::new(false));
+        let me = self.world.rank;
+        let mut writers = Vec::new();
+        for (r, s) in &self.links {
+            let r = *r;
+            let read = s.try_clone().map_err(|e| io("watching", e))?;
+            writers.push((r, s.try_clone().map_err(|e| io("watching", e))?));
+            let (on_end, fired) = (on_end.clone(), fired.clone());
+            // Rank 0 relays the end of a rank to all others.
+            let relay: Vec<(usize, TcpStream)> = if me == 0 {
+                self.links
+                    .iter()
+                    .filter(|(k, _)| *k != r)
+                    .filter_map(|(k, s)| Some((*k, s.try_clone().ok()?)))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            std::thread::Builder::new()
+                .name(format!("prep-watch-{r}"))
+                .spawn(move || {
+                    let mut line = String::new();
+                    let n = BufReader::new(read).read_line(&mut line).unwrap_or(0);
+                    if line.trim_end() == "bye" {
+                        return;
+                    }
+                    let ended = match line.trim_end().strip_prefix("end ") {
+                        Some(rest) => {
+                            let (who, why) = rest.split_once(' ').unwrap_or((rest, ""));
+                            Ended {
+                                rank: who.parse().unwrap_or(r),
+                                reason: why.to_string(),
+                            }
+                        }
+                        None if n == 0 => Ended {
+                            rank: r,
+                            reason: "its process ended without a word (killed, or out of memory)"
+                                .into(),
+                        },
+                        None => Ended {
+                            rank: r,
+                            reason: format!("unexpected message `{}`", line.trim_end()),
+                        },
+                    };
+                    {
+                        let mut f = fired.lock().unwrap();
+                        if *f {
+                            return;
+                        }
+                        *f = true;
+                    }
+                    for (_, mut s) in relay {
+                        let _ = writeln!(s, "end {} {}", ended.rank, one_line(&ended.reason));
+                    }
+                    on_end(ended);
+                })
+                .map_err(|e| io("starting the watcher", e))?;
+        }
+        Ok(Watch {
+            rank: me,
+            writers,
+            fired,
+        })
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+/// The sending side of the watch: say why this rank ends, or that it finished.
+pub struct Watch {
+    rank: usize,
+    writers: Vec<(usize, TcpStream)>,
+    fired: Arc<Mutex<bool>>,
+}
+
+impl Watch {
+    /// Tell the others that this rank stops, and why (before exiting with an error).
+    pub fn fail(&mut self, reason: &str) {
+        *self.fired.lock().unwrap() = true;
+        for (_, s) in &mut self.writers {
+            let _ = writeln!(s, "end {} {}", self.rank, one_line(reason));
+        }
+    }
+
+    /// A normal end: the others read a goodbye, not a closed connection, so none of them takes
+    /// this rank's exit for a failure.
+    pub fn finish(mut self) {
+        *self.fired.lock().unwrap() = true;
+        for (_, s) in &mut self.writers {
+            let _ = writeln!(s, "bye");
+            let _ = s.shutdown(std::net::Shutdown::Write);
+        }
+    }
+}
+
+impl Joined {
+    /// Close every connection as a process's death does (threads of one test process share the
+    /// descriptors a real exit would close).
+    #[cfg(test)]
+    fn sever(&self) {
+        for (_, s) in &self.links {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Joined {
+    fn drop(&mut self) {
+        if let Some(f) = &self.file {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// A free TCP port on this host, for the processes `--gpus N` starts.
+pub fn free_port() -> Result<u16, String> {
+    TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| io("finding a free port", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::mpsc;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn launcher_variables_describe_the_world() {
+        let t = env(&[
+            ("WORLD_SIZE", "4"),
+            ("RANK", "3"),
+            ("LOCAL_RANK", "1"),
+            ("MASTER_ADDR", "node7"),
+            ("MASTER_PORT", "29500"),
+        ]);
+        let w = from_env(&t, None).unwrap().unwrap();
+        assert_eq!(
+            (w.rank, w.size, w.local_rank, w.launcher),
+            (3, 4, 1, "torchrun")
+        );
+        assert_eq!(
+            w.rendezvous,
+            Rendezvous::Tcp {
+                host: "node7".into(),
+                port: 29500
+            }
+        );
+        let s = env(&[
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_PROCID", "1"),
+            ("SLURM_LOCALID", "0"),
+        ]);
+        let f: Rendezvous = "file:/shared/j.rdv".parse().unwrap();
+        let w = from_env(&s, Some(&f)).unwrap().unwrap();
+        assert_eq!((w.rank, w.size, w.launcher), (1, 2, "slurm"));
+        assert_eq!(w.rendezvous, f);
+        // No launcher, or a world of one: a plain run.
+        assert_eq!(from_env(&env(&[]), None).unwrap(), None);
+        assert_eq!(
+            from_env(&env(&[("WORLD_SIZE", "1"), ("RANK", "0")]), None).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn inconsistent_variables_are_named() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("WORLD_SIZE", "2")], "RANK is not"),
+            (&[("WORLD_SIZE", "two"), ("RANK", "0")], "WORLD_SIZE=two"),
+            (&[("WORLD_SIZE", "2"), ("RANK", "2")], "rank 2 is not below"),
+            (&[("WORLD_SIZE", "0"), ("RANK", "0")], "world size is 0"),
+            (&[("WORLD_SIZE", "2"), ("RANK", "1")], "MASTER_ADDR"),
+            (
+                &[
+                    ("WORLD_SIZE", "2"),
+                    ("RANK", "1"),
+                    ("MASTER_ADDR", "a"),
+                    ("MASTER_PORT", "99999"),
+                ],
+                "MASTER_PORT=99999",
+            ),
+            (&[("SLURM_NTASKS", "2")], "SLURM_PROCID"),
+        ];
+        for (vars, want) in cases {
+            let e = from_env(&env(vars), None).unwrap_err();
+            assert!(e.contains(want), "{vars:?}: {e}");
+        }
+        for bad in ["file:", "tcp:host", "tcp:h:port", "nfs:/x"] {
+            assert!(bad.parse::<Rendezvous>().is_err(), "{bad}");
+        }
+    }
+
+    fn world(rank: usize, size: usize, r: &Rendezvous) -> World {
+        World {
+            rank,
+            size,
+            local_rank: rank,
+            rendezvous: r.clone(),
+            launcher: "torchrun",
+        }
+    }
+
+    /// Three ranks in threads join through TCP and through a file; all get rank 0's payload.
+    #[test]
+    fn ranks_join_and_share_the_payload() {
+        let t = tempfile::tempdir().unwrap();
+        let rdvs = [
+            Rendezvous::Tcp {
+                host: "127.0.0.1".into(),
+                port: free_port().unwrap(),
+            },
+            Rendezvous::File(t.path().join("job.rdv")),
+        ];
+        for r in rdvs {
+            let hs: Vec<_> = (0..3)
+                .rev()
+                .map(|rank| {
+                    let w = world(rank, 3, &r);
+                    std::thread::spawn(move || {
+                        let j = join(&w, "job", || Ok(vec![7, 0, 255, 42])).unwrap();
+                        (rank, j.payload.clone(), j.links.len())
+                    })
+                })
+                .collect();
+            for h in hs {
+                let (rank, p, links) = h.join().unwrap();
+                assert_eq!(p, vec![7, 0, 255, 42], "rank {rank}");
+                assert_eq!(links, if rank == 0 { 2 } else { 1 });
+            }
+            if let Rendezvous::File(p) = &r {
+                assert!(!p.exists(), "rank 0 removes its rendezvous file");
+            }
+        }
+    }
+
+    #[test]
+    fn a_rank_of_another_job_is_refused() {
+        let r = Rendezvous::Tcp {
+            host: "127.0.0.1".into(),
+            port: free_port().unwrap(),
+        };
+        let w0 = world(0, 2, &r);
+        let h = std::thread::spawn(move || join(&w0, "job-a", || Ok(vec![1])).map(|_| ()));
+        let w1 = world(1, 2, &r);
+        let e1 = join(&w1, "job-b", || unreachable!()).err().unwrap();
+        let e0 = h.join().unwrap().unwrap_err();
+        assert!(e0.contains("runs another job"), "{e0}");
+        assert!(e1.contains("closed the connection"), "{e1}");
+    }
+
+    /// A rank that dies (its socket closes) or says why it stops is reported to every other rank.
+    #[test]
+    fn the_end_of_one_rank_reaches_every_other() {
+        for say_why in [false, true] {
+            let r = Rendezvous::Tcp {
+                host: "127.0.0.1".into(),
+                port: free_port().unwrap(),
+            };
+            let (tx, rx) = mpsc::channel::<(usize, Ended)>();
+            let hs: Vec<_> = (0..3)
+                .map(|rank| {
+                    let w = world(rank, 3, &r);
+                    let tx = tx.clone();
+                    std::thread::spawn(move || {
+                        let j = join(&w, "job", || Ok(vec![1])).unwrap();
+                        let mut watch = j
+                            .watch(move |e| {
+                                let _ = tx.send((rank, e));
+                            })
+                            .unwrap();
+                        if rank == 2 {
+                            if say_why {
+                                watch.fail("damaged block 3 of train-00001.shard");
+                            }
+                            j.sever();
+                        } else {
+                            std::thread::sleep(Duration::from_secs(2));
+                        }
+                    })
+                })
+                .collect();
+            // (Rank 2's own watcher sees its severed links too; a dead process would not.)
+            let mut seen: Vec<(usize, Ended)> = Vec::new();
+            while seen.len() < 2 {
+                let (who, e) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+                if who != 2 {
+                    seen.push((who, e));
+                }
+            }
+            seen.sort_by_key(|s| s.0);
+            assert_eq!(seen[0].0, 0);
+            assert_eq!(seen[1].0, 1);
+            for (_, e) in &seen {
+                assert_eq!(e.rank, 2);
+                if say_why {
+                    assert_eq!(e.reason, "damaged block 3 of train-00001.shard");
+                } else {
+                    assert!(e.reason.contains("without a word"), "{}", e.reason);
+                }
+            }
+            for h in hs {
+                h.join().unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_normal_finish_raises_no_alarm() {
+        let r = Rendezvous::Tcp {
+            host: "127.0.0.1".into(),
+            port: free_port().unwrap(),
+        };
+        let (tx, rx) = mpsc::channel::<Ended>();
+        let hs: Vec<_> = (0..2)
+            .map(|rank| {
+                let w = world(rank, 2, &r);
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let j = join(&w, "job", || Ok(vec![1])).unwrap();
+                    let watch = j
+                        .watch(move |e| {
+                            let _ = tx.send(e);
+                        })
+                        .unwrap();
+                    watch.finish();
+                    std::thread::sleep(Duration::from_millis(300));
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
+    }
+}
