@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build what scripts/gpu-check.sh runs, on a machine with Rust (the GPU machine has none):
-# stripped prep, library-test and input-benchmark executables in .dev/, and Fashion-MNIST's IDX
-# files beside them.
+# stripped prep, library-test and input-benchmark executables in .dev/, Fashion-MNIST's IDX
+# files beside them, and in .dev/py the Python package's abi3 wheel with pytest's wheels (the GPU
+# machine has Python and torch but no internet).
 set -euo pipefail
 cargo build --release
 t=$(cargo test --release --lib --no-run --message-format=json 2>/dev/null |
@@ -21,4 +22,11 @@ strip -o .dev/prep target/release/prep
 strip -o .dev/prep-lib-tests "$t"
 strip -o .dev/prep-bench-input "$b"
 cp -u /usr/share/datasets/fashion-mnist/*.gz .dev/fm/ 2>/dev/null || echo "note: Fashion-MNIST not installed here (apt-get install dataset-fashion-mnist)"
+rm -rf .dev/py && mkdir -p .dev/py
+if command -v maturin >/dev/null || python3 -m pip install --quiet maturin; then
+    (cd python && maturin build --release --quiet --out ../.dev/py 2>&1 | tail -2)
+    python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 -d .dev/py pytest
+else
+    echo "note: no maturin here: stage python of scripts/gpu-check.sh will fail"
+fi
 du -sh .dev

@@ -259,16 +259,29 @@ if has colmajor; then
 fi
 
 if has python; then
-    # Issue 13: the Python package's torch adapter and the PyTorch loop it feeds. The wheel is built
-    # on a machine with Rust (scripts/gpu-build.sh puts it in $BIN).
+    # Issue 13: the Python package's tests with torch, and the PyTorch loop it feeds against the
+    # same loop with the data on the GPU and a DataLoader over a NumPy memmap. The GPU machine has
+    # Python and torch but no internet: scripts/gpu-build.sh puts the abi3 wheel and pytest's wheels
+    # in $BIN/py; wheels are zip files, unpacked onto PYTHONPATH (no pip, no venv).
     echo "== the Python package with PyTorch"
-    python3 -m pip install --quiet --no-deps --force-reinstall "$BIN"/prep-*.whl >"$LOGS/pip.log" 2>&1 || tail -3 "$LOGS/pip.log"
-    python3 -m pytest -q python/tests >"$LOGS/pytest.log" 2>&1
+    py=$WORK/pylib; rm -rf "$py"; mkdir -p "$py"
+    for w in "$BIN"/py/*.whl; do python3 -m zipfile -e "$w" "$py"; done
+    cp python/python/prep/*.py "$py/prep/"   # this checkout's sources over the wheel's
+    python3 -c "import sys, torch, numpy; print(sys.version.split()[0], 'torch', torch.__version__, 'numpy', numpy.__version__)"
+    PYTHONPATH=$py PREP_BIN=$PWD/$PREP timeout 300 python3 -m pytest python/tests -q -rs -p no:cacheprovider >"$LOGS/pytest.log" 2>&1
     rc=$?
-    tail -5 "$LOGS/pytest.log"
-    row "python tests (with torch)" "$(tail -1 "$LOGS/pytest.log" | cut -c1-40)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
+    tail -8 "$LOGS/pytest.log"
+    row "python tests (torch included)" "$(tail -1 "$LOGS/pytest.log" | tr -d = | cut -c1-48)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
     synth s1m 1000000
-    python3 benches/torch_loader.py "$WORK/s1m" 2>&1 | tee "$LOGS/torch_loader.log" | tail -12
+    PYTHONPATH=$py timeout 420 python3 benches/torch_loader.py "$WORK/s1m" --workers ${WORKERS:-8} --batch 512 \
+        --memmap-steps 300 2>&1 | tee "$LOGS/torch_loader.log"
+    sum=$LOGS/torch_loader.log
+    pj() { python3 -c "import json; s=[json.loads(l) for l in open('$sum') if l.startswith('{')]; s=[d for d in s if d.get('summary')][-1]; print($1)" 2>/dev/null || echo nan; }
+    r=$(pj "s['prep_over_device']")
+    row "1M 3x32x32 PyTorch loop: prep.torch / data on GPU" "$r" "$(python3 -c "print('ok' if $r >= 0.95 else 'FAIL')" 2>/dev/null || echo FAIL)"
+    row "1M 3x32x32 PyTorch loop: memmap DataLoader / data on GPU" "$(pj "s['memmap_over_device']")" "-"
+    row "samples/s device / prep / memmap" "$(pj "'%.0f / %.0f / %.0f' % (s['device_samples_per_sec'], s['prep_samples_per_sec'], s['memmap_samples_per_sec'])")" "-"
+    row "peak host PSS prep / memmap (MiB)" "$(pj "'%.0f / %.0f' % (s['prep_peak_tree_pss_bytes']/2**20, s['memmap_peak_tree_pss_bytes']/2**20)")" "-"
 fi
 
 if has sanitizer; then
