@@ -118,7 +118,7 @@ if has speed; then
     synth sp128 16384 3x128x128 256
     for cfg in "resnet18 sp224 3x224x224" "small sp128 3x128x128"; do
         set -- $cfg
-        train "speed-$1" "$WORK/$2" --model "$1" --epochs 3 --batch 256 --memory device >/dev/null
+        train "speed-$1" "$WORK/$2" --model "$1" --epochs $4 --batch 256 --memory device >/dev/null
         p=$(python3 -c "import json; print(max(json.loads(l)['samples_per_sec'] for l in open('$WORK/speed-$1/metrics.jsonl')))" 2>/dev/null || echo nan)
         t=$(python3 benches/torch_train.py --model "$1" --shape "$3" --batch 256 2>/dev/null | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['samples_per_sec'])" || echo nan)
         c=$(timeout 300 python3 benches/torch_train.py --model "$1" --shape "$3" --batch 256 --compile 2>/dev/null | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['samples_per_sec'])" || echo nan)
@@ -140,15 +140,15 @@ if has inputbench; then
 fi
 
 if has stream224; then
-    for cfg in "resnet18 3x224x224 s224" "small 3x128x128 s128"; do
+    for cfg in "resnet18 3x224x224 s224 2" "small 3x128x128 s128 4"; do
         set -- $cfg
         # Epochs after the first are compared: the first holds cuDNN's algorithm search and the
         # warm-up of both modes, and one epoch of small at 128 px lasts about 3 s.
-        echo "== stream against device, $1 $2 batch 256: 200,000 and 50,000 samples (epochs 2-3)"
+        echo "== stream against device, $1 $2 batch 256: 200,000 and 50,000 samples (epochs 2-$4)"
         synth "$3-200k" 200000 "$2" 1000
         synth "$3-50k" 50000 "$2" 1000
-        train "$3-device" "$WORK/$3-200k" --model "$1" --epochs 3 --batch 256 --memory device >/dev/null
-        train "$3-stream" "$WORK/$3-200k" --model "$1" --epochs 3 --batch 256 --memory stream >/dev/null
+        train "$3-device" "$WORK/$3-200k" --model "$1" --epochs $4 --batch 256 --memory device >/dev/null
+        train "$3-stream" "$WORK/$3-200k" --model "$1" --epochs $4 --batch 256 --memory stream >/dev/null
         train "$3-stream50" "$WORK/$3-50k" --model "$1" --epochs 1 --batch 256 --memory stream >/dev/null
         later() { python3 -c "import json; v=[json.loads(l)['samples_per_sec'] for l in open('$1/metrics.jsonl')][1:]; print(sum(v)/len(v))" 2>/dev/null || echo nan; }
         d=$(later "$WORK/$3-device"); st=$(later "$WORK/$3-stream")
@@ -237,7 +237,7 @@ if has padding; then
         set -- $cfg
         for p in 0 4 8; do
             export PREP_PAD_INPUT=$p
-            train "pad-$1-$p" "$WORK/$2" --model "$1" --epochs 3 --batch 256 --memory device >/dev/null
+            train "pad-$1-$p" "$WORK/$2" --model "$1" --epochs $4 --batch 256 --memory device >/dev/null
             unset PREP_PAD_INPUT
             v=$(python3 -c "import json; print(max(json.loads(l)['samples_per_sec'] for l in open('$WORK/pad-$1-$p/metrics.jsonl')))" 2>/dev/null || echo nan)
             row "$1 $2 PREP_PAD_INPUT=$p: samples/s" "$(printf %.0f "$v")" "-"
