@@ -261,6 +261,24 @@ if has colmajor; then
     done
 fi
 
+if has synthspeed; then
+    # prep synth's 10M-sample figure (at least 150,000 samples/s on 2 cores into tmpfs, peak RSS at
+    # most 256 MiB) on a quiet machine: two of this machine's cores (taskset), /dev/shm, generator
+    # 1 and 2 one after the other.
+    echo "== prep synth, 10M 3x32x32 samples on 2 cores into /dev/shm"
+    df -h /dev/shm | tail -1
+    for g in 1 2; do
+        rm -rf /dev/shm/s10m
+        taskset -c 0,1 "$PREP" synth --train 10000000 --test 10000 --generator $g --out /dev/shm/s10m --json >"$LOGS/synth10m-g$g.json" 2>"$LOGS/synth10m-g$g.err"
+        tail -2 "$LOGS/synth10m-g$g.err"
+        sps=$(json "$LOGS/synth10m-g$g.json" "['samples_per_sec']"); rss=$(json "$LOGS/synth10m-g$g.json" "['peak_rss_bytes']")
+        du -sh /dev/shm/s10m | cut -f1
+        row "synth 10M generator $g, 2 cores: samples/s" "$(printf %.0f "$sps")" "$(python3 -c "print('ok' if $sps >= 150000 else 'FAIL')")"
+        row "synth 10M generator $g: peak RSS MiB" "$(python3 -c "print(f'{$rss/2**20:.1f}')")" "$(python3 -c "print('ok' if $rss <= 256*2**20 else 'FAIL')")"
+    done
+    rm -rf /dev/shm/s10m
+fi
+
 if has python; then
     # Issue 13: the Python package's tests with torch, and the PyTorch loop it feeds against the
     # same loop with the data on the GPU and a DataLoader over a NumPy memmap. The GPU machine has
