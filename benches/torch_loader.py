@@ -177,9 +177,10 @@ def timed(batches, trainer, warmup, steps, to_device):
 
 def feed_prep(a, epoch):
     data = pt.ShardDataset(a.data, "train", batch_size=a.batch, seed=0, drop_last=True,
-                           pin_memory=a.device == "cuda")
+                           pin_memory=a.device == "cuda", threads=a.threads)
     data.set_epoch(epoch)
-    loader = pt.DataLoader(data, num_workers=a.workers, prefetch_factor=a.prefetch)
+    extra = {"prefetch_factor": a.prefetch} if a.workers > 0 else {}  # refused without workers
+    loader = pt.DataLoader(data, num_workers=a.workers, **extra)
     return loader
 
 
@@ -244,6 +245,8 @@ def main():
     ap.add_argument("data", help="a prep dataset with a uint8 train split")
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    ap.add_argument("--threads", type=int, default=None,
+                    help="prep's Rust threads per process (default: the cores divided among workers)")
     ap.add_argument("--prefetch", type=int, default=4, help="DataLoader prefetch_factor")
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--steps", type=int, default=10**9, help="at most this many timed steps")
