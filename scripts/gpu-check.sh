@@ -118,7 +118,7 @@ if has speed; then
     synth sp128 16384 3x128x128 256
     for cfg in "resnet18 sp224 3x224x224" "small sp128 3x128x128"; do
         set -- $cfg
-        train "speed-$1" "$WORK/$2" --model "$1" --epochs $4 --batch 256 --memory device >/dev/null
+        train "speed-$1" "$WORK/$2" --model "$1" --epochs 3 --batch 256 --memory device >/dev/null
         p=$(python3 -c "import json; print(max(json.loads(l)['samples_per_sec'] for l in open('$WORK/speed-$1/metrics.jsonl')))" 2>/dev/null || echo nan)
         t=$(python3 benches/torch_train.py --model "$1" --shape "$3" --batch 256 2>/dev/null | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['samples_per_sec'])" || echo nan)
         c=$(timeout 300 python3 benches/torch_train.py --model "$1" --shape "$3" --batch 256 --compile 2>/dev/null | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['samples_per_sec'])" || echo nan)
