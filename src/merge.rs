@@ -120,24 +120,24 @@ fn check_together(mut parts: Vec<Loaded>) -> Result<Vec<Loaded>> {
     for p in &parts {
         if p.part.job != job {
             return Err(Error::Invalid(format!(
-                "{}: part {} of another job (job {}; {} is part {} of job {job}): its \
-                 command differs in an option that shapes the data, or in its input",
+                "{}: {} of another job (job {}; {} is {} of job {job}): its command \
+                 differs in an option that shapes the data, or in its input",
                 p.name(),
-                p.part.spec(),
+                p.part.spec().describe(),
                 p.part.job,
                 r.name(),
-                r.part.spec(),
+                r.part.spec().describe(),
             )));
         }
     }
     for p in &parts {
         if p.part.count != r.part.count {
             return Err(Error::Invalid(format!(
-                "{}: part {} but {} is part {}: the job was cut into a different number of parts",
+                "{}: {}, but {} is {}: the job was cut into a different number of parts",
                 p.name(),
-                p.part.spec(),
+                p.part.spec().describe(),
                 r.name(),
-                r.part.spec()
+                r.part.spec().describe()
             )));
         }
         // The job digest covers these; a hand-edited manifest might still disagree.
@@ -160,10 +160,10 @@ fn check_together(mut parts: Vec<Loaded>) -> Result<Vec<Loaded>> {
     for p in &parts {
         if let Some(q) = by_index.insert(p.part.index, p) {
             return Err(Error::Invalid(format!(
-                "{} and {} are both part {}: give each part once",
+                "{} and {} are both {}: give each part once",
                 q.name(),
                 p.name(),
-                p.part.spec()
+                p.part.spec().describe()
             )));
         }
     }

@@ -49,6 +49,13 @@ impl FromStr for PartSpec {
     }
 }
 
+impl PartSpec {
+    /// "part 1 of 3", for messages.
+    pub fn describe(&self) -> String {
+        format!("part {} of {}", self.index, self.count)
+    }
+}
+
 impl fmt::Display for PartSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.index, self.count)
