@@ -56,8 +56,8 @@ not go together, exit 1 for an incomplete or damaged part), and OUT is left as i
 Then each part's shards are hard-linked into OUT (copied where a link is impossible, as across
 file systems), renamed as a single run names them (split by split, the parts in index order),
 and one manifest is written without the `part` member. The parts are left as they were: delete
-them once the merge is done (hard links share the data, so this frees no space until both are
-gone). OUT must be new or empty; everything is staged in OUT/.prep-staging/ and moved into place
+them once the merge is done (with hard links the merged dataset holds the same files, so the
+merge took no space and deleting the parts frees none). OUT must be new or empty; everything is staged in OUT/.prep-staging/ and moved into place
 at the end. The merge of synth parts is byte for byte the dataset a single run of the same
 command writes, apart from the manifest's `provenance.command`; a merge of convert parts has the
 same samples in the same order as a single conversion (its block and shard boundaries differ),
