@@ -100,6 +100,8 @@ fn synth_parts_merged_in_any_order_are_a_single_run_byte_for_byte() {
     assert_eq!(manifest(&p[2])["part"]["ranges"]["test"]["end"], 500);
     // A part is a dataset of its own, and resumes like one.
     run(&["verify", p[1].to_str().unwrap(), "--quiet"], 0);
+    let o = run(&["inspect", p[1].to_str().unwrap()], 0);
+    assert!(stdout(&o).contains("part 1 of 3 of job"), "{}", stdout(&o));
     let o = run_into(&SYNTH[..13], &p[1], &["--part", "1/3"], 0);
     assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
     // Killed mid-way: the manifest not yet written, a shard missing.
