@@ -7,6 +7,7 @@
 
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorSplitReader, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
+use crate::part::{Part, PartRange, PartSpec};
 use crate::pipeline::ordered_map;
 use crate::shard::manifest::{self, stats_split, write_atomic, Provenance, SplitInfo};
 use crate::shard::{
@@ -18,7 +19,6 @@ use crate::source::transform::{to_sample, Fit, Target};
 use crate::source::{
     cifar, dicom, idx, npy, tree, DecodeOptions, FileKind, FloatFrame, Frame, Probe, Reject,
 };
-use crate::part::{Part, PartRange, PartSpec};
 use crate::OutputFormat;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -1610,13 +1610,11 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
     // The whole input was planned and the target decided from it, so every part agrees on
     // them; now keep this part's range.
     let part = match o.part {
-        Some(_) if auto_u8 => {
-            return Err(Error::Invalid(format!(
-                "{}: with --part, column-major files without manifest.json need --dtype (u8 or f32): \
+        Some(_) if auto_u8 => return Err(Error::Invalid(format!(
+            "{}: with --part, column-major files without manifest.json need --dtype (u8 or f32): \
                  each part would otherwise decide the dtype from its own values",
-                o.input.display()
-            )))
-        }
+            o.input.display()
+        ))),
         Some(p) => {
             let job = serde_json::json!({
                 "converter": "prep-convert/1",

@@ -420,7 +420,11 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
     Ok(MergeReport {
         out: out.to_path_buf(),
         parts: parts.len() as u32,
-        splits: m.splits.iter().map(|(s, i)| (s.clone(), i.samples)).collect(),
+        splits: m
+            .splits
+            .iter()
+            .map(|(s, i)| (s.clone(), i.samples))
+            .collect(),
         shards: plan.len(),
         linked,
         copied,

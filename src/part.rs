@@ -137,7 +137,13 @@ mod tests {
 
     #[test]
     fn shares_tile_the_whole_at_chunk_boundaries() {
-        for (total, chunk, n) in [(10u64, 3u64, 3u32), (1, 8, 4), (100, 1, 7), (0, 5, 2), (9, 3, 3)] {
+        for (total, chunk, n) in [
+            (10u64, 3u64, 3u32),
+            (1, 8, 4),
+            (100, 1, 7),
+            (0, 5, 2),
+            (9, 3, 3),
+        ] {
             let mut at = 0;
             for i in 0..n {
                 let (a, b) = share(total, chunk, PartSpec { index: i, count: n });
@@ -148,6 +154,9 @@ mod tests {
             }
             assert_eq!(at, total);
         }
-        assert_eq!(share(u64::MAX, 1 << 40, PartSpec { index: 1, count: 2 }).1, u64::MAX);
+        assert_eq!(
+            share(u64::MAX, 1 << 40, PartSpec { index: 1, count: 2 }).1,
+            u64::MAX
+        );
     }
 }

@@ -5,13 +5,13 @@
 use super::{split_id, Generator, Version};
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
+use crate::part::{Part, PartRange, PartSpec};
 use crate::pipeline::ordered_map;
 use crate::shard::manifest::{self, read_capped, write_atomic, Provenance, ShardInfo, SplitInfo};
 use crate::shard::{
     default_block_samples, default_shard_blocks, shard_file_name, Codec, Manifest, SampleSpec,
     Shape, ShardReader, ShardWriter, Stats,
 };
-use crate::part::{Part, PartRange, PartSpec};
 use crate::OutputFormat;
 use indicatif::ProgressBar;
 use rayon::prelude::*;
@@ -135,7 +135,12 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
     let params = with_part(job.clone())?;
     let out = &opts.out;
     std::fs::create_dir_all(out).at(out)?;
-    if prepare_dir(out, &params, &with_part(params_of(Version::V1))?, opts.force)? {
+    if prepare_dir(
+        out,
+        &params,
+        &with_part(params_of(Version::V1))?,
+        opts.force,
+    )? {
         return Ok(SynthReport {
             out: out.clone(),
             samples: ranges.iter().map(|r| r.3 - r.2).sum(),

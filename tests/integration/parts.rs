@@ -68,7 +68,12 @@ fn without_command(mut m: serde_json::Value) -> serde_json::Value {
 fn samples(d: &Path, split: &str) -> Vec<(Vec<u8>, u32)> {
     let ds = Dataset::open(d).unwrap();
     let mut out = Vec::new();
-    for info in ds.manifest.splits.get(split).map_or(&[][..], |s| &s.shards[..]) {
+    for info in ds
+        .manifest
+        .splits
+        .get(split)
+        .map_or(&[][..], |s| &s.shards[..])
+    {
         let r = ds.open_shard(info).unwrap();
         for b in 0..r.num_blocks() {
             let block = r.read_block(b).unwrap();
@@ -106,7 +111,11 @@ fn synth_parts_merged_in_any_order_are_a_single_run_byte_for_byte() {
     assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
     // Killed mid-way: the manifest not yet written, a shard missing.
     std::fs::remove_file(p[1].join("train/train-00003.shard")).unwrap();
-    std::fs::write(p[1].join(".prep-partial.json"), manifest(&p[1])["provenance"]["source"].to_string()).unwrap();
+    std::fs::write(
+        p[1].join(".prep-partial.json"),
+        manifest(&p[1])["provenance"]["source"].to_string(),
+    )
+    .unwrap();
     std::fs::remove_file(p[1].join("manifest.json")).unwrap();
     run_into(&SYNTH, &p[1], &["--part", "1/3"], 0);
 
@@ -134,7 +143,11 @@ fn tree(root: &Path) {
             let path = root.join(class).join(format!("{class}{i:02}.png"));
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             RgbImage::from_fn(8, 8, |x, y| {
-                Rgb([(x * 29 + i * 7) as u8, (y * 31 + c as u32 * 50) as u8, (x ^ y) as u8 * 16])
+                Rgb([
+                    (x * 29 + i * 7) as u8,
+                    (y * 31 + c as u32 * 50) as u8,
+                    (x ^ y) as u8 * 16,
+                ])
             })
             .save(path)
             .unwrap();
@@ -199,7 +212,14 @@ fn convert_parts_of_a_tree_merged_in_any_order_have_a_single_runs_samples() {
     // The merged dataset trains.
     let runs = t.path().join("run");
     let merged = t.path().join("merged0");
-    let args = ["train", merged.to_str().unwrap(), "--device", "cpu", "--epochs", "1"];
+    let args = [
+        "train",
+        merged.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--epochs",
+        "1",
+    ];
     let mut args = args.to_vec();
     args.extend_from_slice(&["--batch", "8", "--quiet", "--out", runs.to_str().unwrap()]);
     run(&args, 0);
@@ -220,12 +240,24 @@ fn convert_parts_of_idx_files_split_their_samples() {
     let src = t.path().join("digits");
     std::fs::create_dir(&src).unwrap();
     for (split, n) in [("train", 700u32), ("t10k", 100)] {
-        let px: Vec<u8> = (0..n * 100).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+        let px: Vec<u8> = (0..n * 100)
+            .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+            .collect();
         let lb: Vec<u8> = (0..n).map(|i| (i * 7 % 10) as u8).collect();
-        write_idx(&src.join(format!("{split}-images-idx3-ubyte")), &[n, 10, 10], &px);
+        write_idx(
+            &src.join(format!("{split}-images-idx3-ubyte")),
+            &[n, 10, 10],
+            &px,
+        );
         write_idx(&src.join(format!("{split}-labels-idx1-ubyte")), &[n], &lb);
     }
-    let base = ["convert", src.to_str().unwrap(), "--block-samples", "64", "--quiet"];
+    let base = [
+        "convert",
+        src.to_str().unwrap(),
+        "--block-samples",
+        "64",
+        "--quiet",
+    ];
     let single = t.path().join("single");
     run_into(&base, &single, &[], 0);
     let p = parts(&base, t.path(), 3, &[]);
@@ -283,7 +315,11 @@ fn parts_that_do_not_go_together_are_refused_by_name() {
         root,
         &[&p[0], &p[1], &p[2], &p[1]],
         2,
-        &[&format!("{} and {} are both part 1 of 3", name(&p[1]), name(&p[1]))],
+        &[&format!(
+            "{} and {} are both part 1 of 3",
+            name(&p[1]),
+            name(&p[1])
+        )],
     );
     // From another job (another seed), and from a job cut in another number of parts.
     let other = root.join("other");
@@ -296,11 +332,21 @@ fn parts_that_do_not_go_together_are_refused_by_name() {
     );
     let four = root.join("four");
     run_into(&SMALL, &four, &["--part", "3/4"], 0);
-    refused(root, &[&p[0], &p[1], &p[2], &four], 2, &[&name(&four), "part 3 of 4", "part 0 of 3"]);
+    refused(
+        root,
+        &[&p[0], &p[1], &p[2], &four],
+        2,
+        &[&name(&four), "part 3 of 4", "part 0 of 3"],
+    );
     // Not a part at all.
     let whole = root.join("whole");
     run_into(&SMALL, &whole, &[], 0);
-    refused(root, &[&p[0], &p[1], &whole], 2, &[&name(&whole), "not a part"]);
+    refused(
+        root,
+        &[&p[0], &p[1], &whole],
+        2,
+        &[&name(&whole), "not a part"],
+    );
 
     // Incomplete: a shard gone, a shard cut short, a generation not finished.
     let broken = root.join("broken");
@@ -315,17 +361,37 @@ fn parts_that_do_not_go_together_are_refused_by_name() {
     };
     let gone = copy(&p[1]);
     std::fs::remove_file(gone.join("train/train-00002.shard")).unwrap();
-    refused(root, &[&p[0], &gone, &p[2]], 1, &[&name(&gone), "incomplete", "train-00002.shard"]);
+    refused(
+        root,
+        &[&p[0], &gone, &p[2]],
+        1,
+        &[&name(&gone), "incomplete", "train-00002.shard"],
+    );
     std::fs::remove_dir_all(&gone).unwrap();
     let short = copy(&p[1]);
     let f = short.join("train/train-00001.shard");
     let len = std::fs::metadata(&f).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&f).unwrap().set_len(len - 1).unwrap();
-    refused(root, &[&p[0], &short, &p[2]], 1, &[&name(&short), "train-00001.shard"]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(len - 1)
+        .unwrap();
+    refused(
+        root,
+        &[&p[0], &short, &p[2]],
+        1,
+        &[&name(&short), "train-00001.shard"],
+    );
     std::fs::remove_dir_all(&short).unwrap();
     let unfinished = copy(&p[2]);
     std::fs::write(unfinished.join(".prep-partial.json"), "{}").unwrap();
-    refused(root, &[&p[0], &p[1], &unfinished], 1, &[&name(&unfinished), "incomplete part", "not finished"]);
+    refused(
+        root,
+        &[&p[0], &p[1], &unfinished],
+        1,
+        &[&name(&unfinished), "incomplete part", "not finished"],
+    );
 
     // OUT must be new or empty; then it merges.
     let out = root.join("out");
@@ -351,11 +417,25 @@ fn bad_part_arguments_are_usage_errors() {
         let o = run_into(&SMALL, &out, &["--part", bad], 2);
         assert!(stderr(&o).contains(want), "{bad}: {}", stderr(&o));
         let src = t.path().to_str().unwrap();
-        let o = run(&["convert", src, "--out", out.to_str().unwrap(), "--part", bad], 2);
+        let o = run(
+            &[
+                "convert",
+                src,
+                "--out",
+                out.to_str().unwrap(),
+                "--part",
+                bad,
+            ],
+            2,
+        );
         assert!(stderr(&o).contains(want), "{bad}: {}", stderr(&o));
         assert!(!out.exists());
     }
     // Column-major files cannot be appended: parts are shards.
     let o = run_into(&SMALL, &out, &["--part", "0/2", "--format", "colmajor"], 2);
-    assert!(stderr(&o).contains("--part writes shards"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--part writes shards"),
+        "{}",
+        stderr(&o)
+    );
 }
