@@ -1921,8 +1921,8 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
 
 /// Keep part `p` of every split of `plan`: the units (arrays: the samples) of a contiguous
 /// range, in order. Returns the manifest's `part` member; its `job` digest covers `job` (what
-/// shapes the output) and every unit of the whole plan in order, with what cheaply tells one
-/// input from another of the same name (a file's length, an array's labels).
+/// shapes the output) and every unit of the whole plan in order with its label, and what
+/// cheaply tells one input from another of the same name (a file's length, an array's labels).
 fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -> Part {
     use xxhash_rust::xxh3::Xxh3;
     let mut h = Xxh3::new();
@@ -1931,10 +1931,13 @@ fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -> Part {
         h.update(split.as_bytes());
         h.update(b"\0");
         // One file system call per file: done on every core.
-        let sums: Vec<u64> = units
+        let sums: Vec<[u64; 2]> = units
             .par_iter()
             .map(|u| match u {
-                Unit::File { path, .. } => std::fs::metadata(path).map_or(u64::MAX, |m| m.len()),
+                Unit::File { path, label, .. } => [
+                    std::fs::metadata(path).map_or(u64::MAX, |m| m.len()),
+                    label.map_or(u64::MAX, u64::from),
+                ],
                 Unit::Array {
                     array, start, len, ..
                 } => {
@@ -1942,15 +1945,17 @@ fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -> Part {
                     for l in &array.labels[*start..start + len] {
                         h.update(&l.to_le_bytes());
                     }
-                    h.digest()
+                    [h.digest(), *len as u64]
                 }
-                Unit::Series { .. } | Unit::Stored { .. } => 0,
+                Unit::Series { plan, label, .. } => [plan.files() as u64, u64::from(*label)],
+                Unit::Stored { len, .. } => [0, *len as u64],
             })
             .collect();
         for (u, sum) in units.iter().zip(sums) {
             h.update(u.name().as_bytes());
             h.update(b"\0");
-            h.update(&sum.to_le_bytes());
+            h.update(&sum[0].to_le_bytes());
+            h.update(&sum[1].to_le_bytes());
         }
     }
     // Arrays are cut by sample, anything else by unit (a file, a series, a block).

@@ -209,6 +209,23 @@ fn convert_parts_of_a_tree_merged_in_any_order_have_a_single_runs_samples() {
             std::fs::read_to_string(single.join("rejects.jsonl")).unwrap()
         );
     }
+    // The same file names with one file changed are another job.
+    let other = t.path().join("pets2");
+    for (rel, bytes) in files(&src) {
+        std::fs::create_dir_all(other.join(&rel).parent().unwrap()).unwrap();
+        std::fs::write(other.join(rel), bytes).unwrap();
+    }
+    RgbImage::new(8, 8).save(other.join("dogs/dogs03.png")).unwrap();
+    let mut args = base.to_vec();
+    args[1] = other.to_str().unwrap();
+    let changed = t.path().join("changed");
+    run_into(&args, &changed, &["--part", "1/3"], 0);
+    let o = merge(&t.path().join("no"), &[&p[0], &changed, &p[2]], 2);
+    assert!(
+        stderr(&o).contains(&format!("{}: part 1 of 3 of another job", changed.display())),
+        "{}",
+        stderr(&o)
+    );
     // The merged dataset trains.
     let runs = t.path().join("run");
     let merged = t.path().join("merged0");
