@@ -1610,11 +1610,13 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
     // The whole input was planned and the target decided from it, so every part agrees on
     // them; now keep this part's range.
     let part = match o.part {
-        Some(_) if auto_u8 => return Err(Error::Invalid(format!(
+        Some(_) if auto_u8 => {
+            return Err(Error::Invalid(format!(
             "{}: with --part, column-major files without manifest.json need --dtype (u8 or f32): \
                  each part would otherwise decide the dtype from its own values",
             o.input.display()
-        ))),
+        )))
+        }
         Some(p) => {
             let job = serde_json::json!({
                 "converter": "prep-convert/1",

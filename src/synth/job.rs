@@ -124,7 +124,8 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
         if let Some(part) = opts.part {
             if opts.format == OutputFormat::Colmajor {
                 return Err(Error::Invalid(
-                    "--part writes shards (column-major files cannot be joined by appending):                      merge the parts, then `prep convert MERGED --format colmajor`"
+                    "--part writes shards (column-major files cannot be joined by appending): \
+                     merge the parts, then `prep convert MERGED --format colmajor`"
                         .into(),
                 ));
             }
