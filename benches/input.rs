@@ -40,6 +40,7 @@ fn main() {
                     block_samples: None,
                     shard_blocks: None,
                     force: false,
+                    part: None,
                     quiet: true,
                 })
                 .unwrap();

@@ -37,6 +37,35 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Estimate disk, host RAM, GPU memory and time for a dataset before making it.
     Plan(PlanArgs),
+    /// Join the parts written by `synth --part I/N` or `convert --part I/N` into one dataset.
+    #[command(long_about = MERGE_ABOUT)]
+    Merge(MergeArgs),
+}
+
+const MERGE_ABOUT: &str = "\
+Join the parts written by `prep synth ... --part I/N` or `prep convert ... --part I/N` (one per
+task of a job array) into one dataset in OUT, in any order of PART arguments.
+
+It first checks that the parts belong together: every PART is a part (its manifest has a `part`
+member) of the same job (same `job` digest, same N), each index 0..N-1 is given exactly once, and
+each part is complete: its manifest is there and checks out, and every shard it lists is there
+with the length, header, footer and footer checksum the manifest says (blocks are not read: that
+is `prep verify`). Any failure names the part folder and what is wrong (exit 2 for parts that do
+not go together, exit 1 for an incomplete or damaged part), and OUT is left as it was.
+
+Then each part's shards are hard-linked into OUT (copied where a link is impossible, as across
+file systems), renamed as a single run names them (split by split, the parts in index order),
+and one manifest is written without the `part` member. The parts are left as they were: delete
+them once the merge is done (with hard links the merged dataset holds the same files, so the
+merge took no space and deleting the parts frees none). OUT must be new or empty; everything is staged in OUT/.prep-staging/ and moved into place
+at the end. The merge of synth parts is byte for byte the dataset a single run of the same
+command writes, apart from the manifest's `provenance.command`; a merge of convert parts has the
+same samples in the same order as a single conversion (its block and shard boundaries differ),
+and the parts' rejects.jsonl joined.";
+
+/// `--part I/N`: part I (from 0) of N of a job fanned out over a job array.
+fn part(s: &str) -> Result<prep::part::PartSpec, String> {
+    s.parse().map_err(|e: prep::Error| e.to_string())
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -81,6 +110,11 @@ pub struct SynthArgs {
     pub out: PathBuf,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Write part I (from 0) of N of this dataset, for a job array: whole shards of each split,
+    /// cut into N ranges. `prep merge` joins the N parts. E.g. --part
+    /// $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
+    #[arg(long, value_name = "I/N", value_parser = part)]
+    pub part: Option<prep::part::PartSpec>,
     /// Replace a different dataset already in --out.
     #[arg(long)]
     pub force: bool,
@@ -216,6 +250,12 @@ pub struct ConvertArgs {
     pub window: Option<String>,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Convert part I (from 0) of N of the input, for a job array: every part plans the whole
+    /// input (the same classes, shape and splits), then converts a contiguous range of each
+    /// split's sorted inputs (of the samples for IDX, CIFAR and .npy). `prep merge` joins the N
+    /// parts. E.g. --part $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
+    #[arg(long, value_name = "I/N", value_parser = part)]
+    pub part: Option<prep::part::PartSpec>,
     /// Replace the dataset already in --out (only once the new one is complete).
     #[arg(long)]
     pub force: bool,
@@ -333,6 +373,18 @@ pub struct InspectArgs {
 pub struct VerifyArgs {
     /// Dataset directory.
     pub dir: PathBuf,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// Output directory (new or empty).
+    pub out: PathBuf,
+    /// The part folders, in any order.
+    #[arg(required = true, value_name = "PART")]
+    pub parts: Vec<PathBuf>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -7,6 +7,7 @@
 
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorSplitReader, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
+use crate::part::{Part, PartRange, PartSpec};
 use crate::pipeline::ordered_map;
 use crate::shard::manifest::{self, stats_split, write_atomic, Provenance, SplitInfo};
 use crate::shard::{
@@ -79,6 +80,8 @@ pub struct ConvertOptions {
     pub block_samples: Option<u32>,
     pub shard_blocks: Option<u32>,
     pub force: bool,
+    /// Convert only this part of the input (`crate::part`): a contiguous range of each split.
+    pub part: Option<PartSpec>,
     pub quiet: bool,
 }
 
@@ -1556,10 +1559,17 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
     }
     // A bad --labels/--label-from is refused before anything is created.
     labelling(o)?;
+    if o.part.is_some() && o.format == OutputFormat::Colmajor {
+        return Err(Error::Invalid(
+            "--part writes shards (column-major files cannot be joined by appending): merge the \
+             parts, then `prep convert MERGED --format colmajor`"
+                .into(),
+        ));
+    }
     let out = &o.out;
     std::fs::create_dir_all(out).at(out)?;
     check_out(out, o.force)?;
-    let plan = plan(o)?;
+    let mut plan = plan(o)?;
     let mut notes = plan.notes.clone();
     let (t, spec, auto_u8) = match &plan.stored {
         Some((shape, dtype)) => stored_target(o, shape, *dtype)?,
@@ -1596,6 +1606,39 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
         Codec::Zstd { level: 1 }
     } else {
         o.codec
+    };
+    // The whole input was planned and the target decided from it, so every part agrees on
+    // them; now keep this part's range.
+    let part = match o.part {
+        Some(_) if auto_u8 => {
+            return Err(Error::Invalid(format!(
+            "{}: with --part, column-major files without manifest.json need --dtype (u8 or f32): \
+                 each part would otherwise decide the dtype from its own values",
+            o.input.display()
+        )))
+        }
+        Some(p) => {
+            let job = serde_json::json!({
+                "converter": "prep-convert/1",
+                "kind": plan.kind,
+                "classes": plan.classes,
+                "sample": spec,
+                "target": t,
+                "format": o.format.name(),
+                "codec": codec,
+                "block_samples": bs,
+                "shard_blocks": sb,
+                "test_fraction": o.test_fraction,
+                "on_error": format!("{:?}", o.on_error),
+                "decode": format!("{decode:?}"),
+                "label_from": o.label_from,
+                "split_key": plan.split_key,
+                "inputs": plan.inputs,
+                "rejects": plan.rejects,
+            });
+            Some(take_part(&mut plan, p, &job))
+        }
+        None => None,
     };
 
     let staging = out.join(STAGING);
@@ -1695,6 +1738,13 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
             }
         }
         pb.finish_and_clear();
+        if infos.is_empty() && part.is_some() {
+            // A part may hold nothing (more parts than inputs, or all of its inputs rejected):
+            // it is still a part, and the merge decides whether the job made anything.
+            for split in plan.splits.keys() {
+                infos.insert(split.clone(), SplitInfo::from_shards(&spec, k, vec![]));
+            }
+        }
         if infos.is_empty() {
             let example = rejects
                 .first()
@@ -1749,12 +1799,16 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
         source["split_key"] = key.clone().into();
         source["split_keys"] = serde_json::json!(keys);
     }
+    if let Some(p) = o.part {
+        // Taken out again by `prep merge`, with `rejects` summed over the parts.
+        source["part"] = p.to_string().into();
+    }
     let provenance = Provenance::here(source);
     let splits: BTreeMap<String, u64> = infos.iter().map(|(s, i)| (s.clone(), i.samples)).collect();
     let finish = || -> Result<()> {
         match o.format {
             OutputFormat::Shards => {
-                let m = Manifest::new(
+                let mut m = Manifest::new(
                     spec.clone(),
                     plan.classes.clone(),
                     codec,
@@ -1762,6 +1816,7 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
                     infos.clone(),
                     provenance.clone(),
                 );
+                m.part = part.clone();
                 publish(out, o.force, |out| {
                     for s in m.splits.values().flat_map(|s| &s.shards) {
                         std::fs::create_dir_all(out.join(&s.file).parent().unwrap()).at(out)?;
@@ -1864,6 +1919,99 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
         bytes_on_disk: crate::synth::dir_bytes(out),
         peak_rss_bytes: crate::mem::peak_rss_bytes(),
     })
+}
+
+/// Keep part `p` of every split of `plan`: the units (arrays: the samples) of a contiguous
+/// range, in order. Returns the manifest's `part` member; its `job` digest covers `job` (what
+/// shapes the output) and every unit of the whole plan in order with its label, and what
+/// cheaply tells one input from another of the same name (a file's length, an array's labels).
+fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -> Part {
+    use xxhash_rust::xxh3::Xxh3;
+    let mut h = Xxh3::new();
+    h.update(&serde_json::to_vec(job).expect("serialises"));
+    for (split, units) in &plan.splits {
+        h.update(split.as_bytes());
+        h.update(b"\0");
+        // One file system call per file: done on every core.
+        let sums: Vec<[u64; 2]> = units
+            .par_iter()
+            .map(|u| match u {
+                Unit::File { path, label, .. } => [
+                    std::fs::metadata(path).map_or(u64::MAX, |m| m.len()),
+                    label.map_or(u64::MAX, u64::from),
+                ],
+                Unit::Array {
+                    array, start, len, ..
+                } => {
+                    let mut h = Xxh3::new();
+                    for l in &array.labels[*start..start + len] {
+                        h.update(&l.to_le_bytes());
+                    }
+                    [h.digest(), *len as u64]
+                }
+                Unit::Series { plan, label, .. } => [plan.files() as u64, u64::from(*label)],
+                Unit::Stored { len, .. } => [0, *len as u64],
+            })
+            .collect();
+        for (u, sum) in units.iter().zip(sums) {
+            h.update(u.name().as_bytes());
+            h.update(b"\0");
+            h.update(&sum[0].to_le_bytes());
+            h.update(&sum[1].to_le_bytes());
+        }
+    }
+    // Arrays are cut by sample, anything else by unit (a file, a series, a block).
+    let weight = |u: &Unit| match u {
+        Unit::Array { len, .. } => *len as u64,
+        _ => 1,
+    };
+    let arrays = plan
+        .splits
+        .values()
+        .flatten()
+        .any(|u| matches!(u, Unit::Array { .. }));
+    let mut ranges = BTreeMap::new();
+    for (split, units) in plan.splits.iter_mut() {
+        let total: u64 = units.iter().map(weight).sum();
+        let (a, b) = crate::part::share(total, 1, p);
+        let mut kept = Vec::new();
+        let mut at = 0u64;
+        for u in std::mem::take(units) {
+            let w = weight(&u);
+            let (s, e) = (at.max(a), (at + w).min(b));
+            if s < e {
+                kept.push(match u {
+                    Unit::Array { array, start, .. } if (s, e) != (at, at + w) => {
+                        let start = start + (s - at) as usize;
+                        Unit::Array {
+                            name: format!("{}[{start}..]", array.name),
+                            array,
+                            start,
+                            len: (e - s) as usize,
+                        }
+                    }
+                    u => u,
+                });
+            }
+            at += w;
+        }
+        *units = kept;
+        ranges.insert(
+            split.clone(),
+            PartRange {
+                start: a,
+                end: b,
+                total,
+            },
+        );
+    }
+    Part {
+        index: p.index,
+        count: p.count,
+        job: format!("{:016x}", h.digest()),
+        of: if arrays { "samples" } else { "inputs" }.into(),
+        ranges,
+    }
 }
 
 fn make_block(px: &mut Vec<u8>, labels: &mut Vec<u32>, n: usize, sb: usize) -> Block {

@@ -27,6 +27,9 @@ pub struct Summary {
     pub bytes_decoded: u64,
     pub compression_ratio: f64,
     pub provenance: serde_json::Value,
+    /// Which part of a fanned-out job this is (`--part I/N`), if it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub part: Option<crate::part::Part>,
 }
 
 #[derive(Debug, Serialize)]
@@ -82,6 +85,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
             bytes_decoded: decoded,
             compression_ratio: decoded as f64 / on_disk.max(1) as f64,
             provenance: serde_json::to_value(&m.provenance).unwrap_or_default(),
+            part: None,
         });
     }
     let ds = Dataset::open(dir)?;
@@ -121,6 +125,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
         bytes_decoded: decoded,
         compression_ratio: decoded as f64 / on_disk.max(1) as f64,
         provenance: serde_json::to_value(&m.provenance).unwrap_or_default(),
+        part: m.part.clone(),
     })
 }
 

@@ -100,6 +100,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         block_samples: a.store.block_samples,
         shard_blocks: a.store.shard_blocks,
         force: a.force,
+        part: a.part,
         quiet,
     };
     let r = convert(&opts).with_context(|| {

@@ -56,6 +56,20 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(" ")
     };
+    if let Some(p) = &s.part {
+        let ranges: Vec<String> = p
+            .ranges
+            .iter()
+            .map(|(split, r)| format!("{split} {}..{} of {}", r.start, r.end, r.total))
+            .collect();
+        println!(
+            "part        {} of job {} ({}: {}); join with prep merge",
+            p.spec().describe(),
+            p.job,
+            p.of,
+            ranges.join(", ")
+        );
+    }
     println!("mean        {}", f(&s.mean));
     println!("std         {}", f(&s.std));
     println!();

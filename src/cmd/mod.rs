@@ -3,6 +3,7 @@
 mod convert;
 mod eval;
 mod inspect;
+mod merge;
 mod plan;
 mod synth;
 mod train;
@@ -23,6 +24,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect(a) => inspect::run(a, quiet),
         Command::Verify(a) => verify::run(a, quiet),
         Command::Plan(a) => plan::run(a),
+        Command::Merge(a) => merge::run(a, quiet),
     }
 }
 

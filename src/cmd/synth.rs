@@ -30,6 +30,7 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         block_samples: a.store.block_samples,
         shard_blocks: a.store.shard_blocks,
         force: a.force,
+        part: a.part,
         quiet,
     };
     let r = synthesize(&opts).with_context(|| format!("prep synth into {}", a.out.display()))?;

@@ -33,6 +33,10 @@ pub struct Manifest {
     pub std: Vec<f64>,
     pub splits: BTreeMap<String, SplitInfo>,
     pub provenance: Provenance,
+    /// Present only in the output of `--part I/N`: which part of which job it is. Absent
+    /// otherwise, so other manifests are what they were before parts existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<crate::part::Part>,
     /// xxh3-64 of this file with these 16 hex digits set to '0'. Always the last member.
     pub checksum: String,
 }
@@ -119,6 +123,7 @@ impl Manifest {
             std,
             splits,
             provenance,
+            part: None,
             checksum: ZERO_SUM.into(),
         }
     }

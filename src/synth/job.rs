@@ -5,6 +5,7 @@
 use super::{split_id, Generator, Version};
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
+use crate::part::{Part, PartRange, PartSpec};
 use crate::pipeline::ordered_map;
 use crate::shard::manifest::{self, read_capped, write_atomic, Provenance, ShardInfo, SplitInfo};
 use crate::shard::{
@@ -39,6 +40,8 @@ pub struct SynthOptions {
     pub shard_blocks: Option<u32>,
     /// Replace a different dataset already in `out`.
     pub force: bool,
+    /// Write only this part of the job: whole shards of every split (`crate::part`).
+    pub part: Option<PartSpec>,
     pub quiet: bool,
 }
 
@@ -104,13 +107,44 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
         }
         p
     };
-    let params = params_of(opts.generator);
+    let job = params_of(opts.generator);
+    // A part's shards: whole shards, so that the parts' shards in order are a single run's.
+    let per_shard = bs as u64 * sb as u64;
+    let whole = PartSpec { index: 0, count: 1 };
+    let ranges: Vec<(String, u64, u64, u64)> = splits
+        .iter()
+        .map(|(s, n)| {
+            let (a, b) = crate::part::share(*n, per_shard, opts.part.unwrap_or(whole));
+            (s.clone(), *n, a, b)
+        })
+        .collect();
+    // A part records which it is among its parameters, so that a rerun resumes it and another
+    // part is never mistaken for it; `prep merge` takes the member out again.
+    let with_part = |mut p: serde_json::Value| {
+        if let Some(part) = opts.part {
+            if opts.format == OutputFormat::Colmajor {
+                return Err(Error::Invalid(
+                    "--part writes shards (column-major files cannot be joined by appending): \
+                     merge the parts, then `prep convert MERGED --format colmajor`"
+                        .into(),
+                ));
+            }
+            p["part"] = json!(part.to_string());
+        }
+        Ok(p)
+    };
+    let params = with_part(job.clone())?;
     let out = &opts.out;
     std::fs::create_dir_all(out).at(out)?;
-    if prepare_dir(out, &params, &params_of(Version::V1), opts.force)? {
+    if prepare_dir(
+        out,
+        &params,
+        &with_part(params_of(Version::V1))?,
+        opts.force,
+    )? {
         return Ok(SynthReport {
             out: out.clone(),
-            samples: splits.iter().map(|s| s.1).sum(),
+            samples: ranges.iter().map(|r| r.3 - r.2).sum(),
             samples_generated: 0,
             seconds: t0.elapsed().as_secs_f64(),
             samples_per_sec: 0.0,
@@ -121,7 +155,7 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
             already_complete: true,
         });
     }
-    let total: u64 = splits.iter().map(|s| s.1).sum();
+    let total: u64 = ranges.iter().map(|r| r.3 - r.2).sum();
     let pb = crate::progress::bar(total, "synth", "samples", opts.quiet);
     let mut report = SynthReport {
         out: out.clone(),
@@ -140,15 +174,51 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
     match opts.format {
         OutputFormat::Shards => {
             let mut infos = BTreeMap::new();
-            for (split, n) in &splits {
-                let shards =
-                    write_split_shards(&gen, out, split, *n, bs, sb, opts.codec, &pb, &mut report)?;
+            for (split, n, a, b) in &ranges {
+                // `a` and `b` are multiples of a shard or the end of the split.
+                let shards = a.div_ceil(per_shard) as usize..b.div_ceil(per_shard) as usize;
+                let shards = write_split_shards(
+                    &gen,
+                    out,
+                    split,
+                    *n,
+                    shards,
+                    (bs, sb),
+                    opts.codec,
+                    &pb,
+                    &mut report,
+                )?;
                 infos.insert(
                     split.clone(),
                     SplitInfo::from_shards(&spec, opts.classes, shards),
                 );
             }
-            Manifest::new(spec, names, opts.codec, bs, infos, provenance).write(out)?;
+            // A part without samples in a split leaves it out, as a single run leaves out an
+            // empty split; a part without any keeps them all, empty, to stay a dataset.
+            if infos.values().any(|s| s.samples > 0) {
+                infos.retain(|_, s| s.samples > 0);
+            }
+            let mut m = Manifest::new(spec, names, opts.codec, bs, infos, provenance);
+            if let Some(p) = opts.part {
+                m.part = Some(Part {
+                    index: p.index,
+                    count: p.count,
+                    job: crate::part::digest(&serde_json::to_vec(&job).expect("serialises")),
+                    of: "samples".into(),
+                    ranges: ranges
+                        .iter()
+                        .map(|(s, n, a, b)| {
+                            let r = PartRange {
+                                start: *a,
+                                end: *b,
+                                total: *n,
+                            };
+                            (s.clone(), r)
+                        })
+                        .collect(),
+                });
+            }
+            m.write(out)?;
         }
         OutputFormat::Colmajor => {
             let mut infos = BTreeMap::new();
@@ -308,6 +378,7 @@ pub fn test_dataset(out: &Path, samples: u64, shape: &str) {
         block_samples: Some(64),
         shard_blocks: Some(5),
         force: false,
+        part: None,
         quiet: true,
     })
     .unwrap();
@@ -374,8 +445,8 @@ fn write_split_shards(
     out: &Path,
     split: &str,
     n: u64,
-    bs: u32,
-    sb: u32,
+    shards: std::ops::Range<usize>,
+    (bs, sb): (u32, u32),
     codec: Codec,
     pb: &ProgressBar,
     report: &mut SynthReport,
@@ -383,10 +454,10 @@ fn write_split_shards(
     let spec = &gen.spec;
     let sid = split_id(split);
     let per_shard = bs as u64 * sb as u64;
-    let num_shards = n.div_ceil(per_shard) as usize;
     let mut done: BTreeMap<usize, ShardInfo> = BTreeMap::new();
     let mut todo = Vec::new();
-    for i in 0..num_shards {
+    // Shards are named by their index in the whole split, in a part too: merging renames none.
+    for i in shards {
         let start = i as u64 * per_shard;
         let samples = per_shard.min(n - start);
         let rel = shard_file_name(split, i);

@@ -7,4 +7,4 @@ mod v2;
 pub use generator::{split_id, Generator, Version, DEFAULT_DIFFICULTY};
 #[cfg(test)]
 pub use job::test_dataset;
-pub use job::{clean, dir_bytes, synthesize, SynthOptions, SynthReport};
+pub use job::{clean, dir_bytes, synthesize, SynthOptions, SynthReport, PARTIAL_MARKER};

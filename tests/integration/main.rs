@@ -9,6 +9,7 @@ mod fashion;
 mod fixtures;
 mod float;
 mod inspect;
+mod parts;
 mod scans;
 mod scans_series;
 mod synth;

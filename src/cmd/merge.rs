@@ -1,0 +1,41 @@
+use super::thousands;
+use crate::cli::MergeArgs;
+use anyhow::Context;
+use prep::mem::human;
+use std::process::ExitCode;
+
+pub fn run(a: MergeArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let r = prep::merge::merge(&a.out, &a.parts, quiet)
+        .with_context(|| format!("prep merge into {}", a.out.display()))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else if !quiet {
+        let splits: Vec<String> = r
+            .splits
+            .iter()
+            .map(|(s, n)| format!("{} {s}", thousands(*n)))
+            .collect();
+        let how = match (r.linked, r.copied) {
+            (_, 0) => "hard-linked".to_string(),
+            (0, _) => "copied".to_string(),
+            (l, c) => format!("{l} hard-linked, {c} copied"),
+        };
+        println!(
+            "merged {} parts into {}: {} samples in {} shards ({how}, {}) in {:.1} s",
+            r.parts,
+            a.out.display(),
+            splits.join(" + "),
+            r.shards,
+            human(r.bytes),
+            r.seconds
+        );
+        if r.rejects > 0 {
+            eprintln!(
+                "{} inputs or array samples were skipped, listed in {}",
+                r.rejects,
+                a.out.join(prep::convert::REJECTS).display()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
