@@ -23,8 +23,8 @@ strip -o .dev/prep-lib-tests "$t"
 strip -o .dev/prep-bench-input "$b"
 cp -u /usr/share/datasets/fashion-mnist/*.gz .dev/fm/ 2>/dev/null || echo "note: Fashion-MNIST not installed here (apt-get install dataset-fashion-mnist)"
 rm -rf .dev/py && mkdir -p .dev/py
-if command -v maturin >/dev/null || python3 -m pip install --quiet maturin; then
-    (cd python && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/../target} maturin build --release --quiet --out ../.dev/py 2>&1 | tail -2)
+if python3 -m maturin --version >/dev/null 2>&1 || python3 -m pip install --quiet maturin; then
+    (cd python && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/../target} python3 -m maturin build --release --quiet --out ../.dev/py 2>&1 | tail -2)
     python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 -d .dev/py pytest
 else
     echo "note: no maturin here: stage python of scripts/gpu-check.sh will fail"
