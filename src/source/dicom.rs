@@ -111,9 +111,8 @@ pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
     Err(last.unwrap_or_else(|| Reject::new("the header is too large to probe")))
 }
 
-/// Probe the first bytes of a file (all of it when `whole`); None when they end before Rows and
-/// Columns.
-fn probe_head(head: &[u8], whole: bool, opts: &DecodeOptions) -> Result<Option<Probe>, Reject> {
+/// The data set of a file's first bytes (all of it when `whole`) up to its pixel data.
+fn parse_head(head: &[u8], whole: bool) -> Result<DefaultDicomObject, Reject> {
     let start = if whole {
         prescan(head)?.start
     } else if head.len() >= 132 && &head[128..132] == b"DICM" {
@@ -123,13 +122,19 @@ fn probe_head(head: &[u8], whole: bool, opts: &DecodeOptions) -> Result<Option<P
     } else {
         return Err(Reject::new("not a DICOM Part 10 file"));
     };
-    let obj = guard("reading DICOM", || {
+    guard("reading DICOM", || {
         OpenFileOptions::new()
             .read_preamble(ReadPreamble::Never)
             .read_until(tags::PIXEL_DATA)
             .from_reader(&head[start..])
     })?
-    .map_err(|e| Reject::new(format!("cannot read the header: {}", chain(&e))))?;
+    .map_err(|e| Reject::new(format!("cannot read the header: {}", chain(&e))))
+}
+
+/// Probe the first bytes of a file (all of it when `whole`); None when they end before Rows and
+/// Columns.
+fn probe_head(head: &[u8], whole: bool, opts: &DecodeOptions) -> Result<Option<Probe>, Reject> {
+    let obj = parse_head(head, whole)?;
     let int = |tag| -> Option<u32> { obj.get(tag)?.to_int::<u32>().ok() };
     let (Some(rows), Some(cols)) = (int(tags::ROWS), int(tags::COLUMNS)) else {
         return Ok(None);
@@ -397,22 +402,7 @@ fn header_from_head(head: &[u8], whole: bool, last: bool) -> Option<Result<Serie
         return None;
     }
     Some((|| {
-        let start = if whole {
-            prescan(head)?.start
-        } else if head.len() >= 132 && &head[128..132] == b"DICM" {
-            128
-        } else if head.starts_with(b"DICM") {
-            0
-        } else {
-            return Err(Reject::new("not a DICOM Part 10 file"));
-        };
-        let obj = guard("reading DICOM", || {
-            OpenFileOptions::new()
-                .read_preamble(ReadPreamble::Never)
-                .read_until(tags::PIXEL_DATA)
-                .from_reader(&head[start..])
-        })?
-        .map_err(|e| Reject::new(format!("cannot read the header: {}", chain(&e))))?;
+        let obj = parse_head(head, whole)?;
         guard("reading the DICOM header", || header_of(&obj))?
     })())
 }
