@@ -834,6 +834,16 @@ mod tests {
         assert_eq!(lookahead_blocks(1 << 30, 128), 2);
     }
 
+    /// Every sample of `src` with its label, in file order.
+    fn file_order(src: &Source) -> Vec<(Vec<u8>, u32)> {
+        let mut all = Vec::new();
+        for b in 0..src.num_blocks() {
+            let bl = src.read(b).unwrap();
+            all.extend((0..bl.len()).map(|i| (bl.sample(i).to_vec(), bl.label(i))));
+        }
+        all
+    }
+
     /// `epoch_order` (the GPU-resident input) walks the samples in the order `epoch` streams them.
     #[test]
     fn epoch_order_is_the_streamed_order() {
@@ -842,12 +852,7 @@ mod tests {
         crate::synth::test_dataset(&out, 3000, "1x6x6");
         let ds = Dataset::open(&out).unwrap();
         let src = Source::open(&ds, "train").unwrap();
-        // Every sample in file order.
-        let mut all: Vec<(Vec<u8>, u32)> = Vec::new();
-        for b in 0..src.num_blocks() {
-            let bl = src.read(b).unwrap();
-            all.extend((0..bl.len()).map(|i| (bl.sample(i).to_vec(), bl.label(i))));
-        }
+        let all = file_order(&src);
         let sizes = src.block_sizes();
         for (epoch, start) in [(0, 0), (3, 7)] {
             let order = epoch_order(&sizes, &vec![true; sizes.len()], 42, epoch);
@@ -885,11 +890,7 @@ mod tests {
         crate::synth::test_dataset(&out, 3000, "1x6x6");
         let ds = Dataset::open(&out).unwrap();
         let src = Source::open(&ds, "train").unwrap();
-        let mut all: Vec<(Vec<u8>, u32)> = Vec::new();
-        for b in 0..src.num_blocks() {
-            let bl = src.read(b).unwrap();
-            all.extend((0..bl.len()).map(|i| (bl.sample(i).to_vec(), bl.label(i))));
-        }
+        let all = file_order(&src);
         let sizes = src.block_sizes();
         let present = vec![true; sizes.len()];
         let pool = Arc::new(
