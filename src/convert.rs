@@ -1559,6 +1559,10 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
     }
     // A bad --labels/--label-from is refused before anything is created.
     labelling(o)?;
+    // A dataset (or any folder) being written by another prep is not read half-written.
+    if o.input.is_dir() {
+        crate::lock::check_not_written(&o.input)?;
+    }
     if o.part.is_some() && o.format == OutputFormat::Colmajor {
         return Err(Error::Invalid(
             "--part writes shards (column-major files cannot be joined by appending): merge the \
@@ -1567,7 +1571,9 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
         ));
     }
     let out = &o.out;
-    std::fs::create_dir_all(out).at(out)?;
+    // One writer per folder, from before anything in it is looked at or removed; released (and
+    // the folder removed if this run created it and left it empty) when this returns.
+    let _lock = crate::lock::lock_dir(out)?;
     check_out(out, o.force)?;
     let mut plan = plan(o)?;
     let mut notes = plan.notes.clone();
@@ -2034,7 +2040,10 @@ fn check_out(out: &Path, force: bool) -> Result<()> {
     let busy = std::fs::read_dir(out)
         .at(out)?
         .flatten()
-        .any(|e| e.file_name() != STAGING && e.file_name() != REJECTS);
+        .any(|e| {
+            let n = e.file_name();
+            n != STAGING && n != REJECTS && n != crate::lock::LOCK_FILE
+        });
     if busy {
         return Err(Error::Invalid(format!(
             "{} is not empty; choose another --out, or pass --force to replace what it holds once the conversion succeeds",

@@ -230,8 +230,17 @@ pub struct Trained {
 
 pub fn train(o: &TrainOptions) -> Result<Trained> {
     crate::mem::purge_freed_memory_at_once();
+    let lock: Option<crate::lock::DirLock>;
     let (dir, recipe, resume_state) = match &o.resume {
         Some(dir) => {
+            if !dir.is_dir() {
+                return Err(Error::Invalid(format!(
+                    "--resume {}: no such run folder",
+                    dir.display()
+                )));
+            }
+            // One writer per run folder; held until this function returns.
+            lock = Some(crate::lock::lock_dir(dir)?);
             let cfg = dir.join("config.json");
             let recipe: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
                 .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
@@ -300,6 +309,9 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 Some(d) => d.clone(),
                 None => next_run_dir()?,
             };
+            // One writer per run folder, taken before the folder is looked at; released (and the
+            // folder removed if this run created it and left it empty) when this returns.
+            let lock = crate::lock::lock_dir(&dir)?;
             if dir.join("config.json").exists() {
                 return Err(Error::Invalid(format!(
                     "{} already holds a run; use --resume {} to continue it, or another --out",
@@ -307,8 +319,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     dir.display()
                 )));
             }
-            let created = !dir.exists();
-            std::fs::create_dir_all(&dir).at(&dir)?;
+            let created = lock.created();
             write_atomic(
                 &dir.join("config.json"),
                 serde_json::to_string_pretty(&recipe).unwrap().as_bytes(),
@@ -321,6 +332,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     let _ = std::fs::remove_file(dir.join(f));
                 }
                 if created {
+                    drop(lock);
                     let _ = std::fs::remove_dir(&dir);
                 }
             }
@@ -328,7 +340,9 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
         }
     };
     let data = open_run_data(&recipe, &recipe.data)?;
-    run(o, &dir, &recipe, resume_state, data)
+    let r = run(o, &dir, &recipe, resume_state, data);
+    drop(lock);
+    r
 }
 
 /// Open `path` for a run made with `r`: the run's image shape, and for column-major files
