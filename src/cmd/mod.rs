@@ -69,7 +69,8 @@ pub fn dataset_bytes(
         .and_then(|n| n.checked_mul(sample_bytes))
         .ok_or_else(|| {
             UsageError(format!(
-                "--train {train} --test {test} of {shape} samples ({sample_bytes} bytes each)                  is more than 2^64 bytes; ask for fewer or smaller samples"
+                "--train {train} --test {test} of {shape} samples ({sample_bytes} bytes each) \
+                 is more than 2^64 bytes; ask for fewer or smaller samples"
             ))
         })
 }

@@ -108,7 +108,7 @@ fn two_synth_writers() {
     run(&["verify", s(&out), "--quiet"], 0);
     assert!(!out.join(LOCK).exists(), "the lock file is removed at the end");
     // A rerun after the first finished works (and has nothing to do).
-    let o = run(&synth_args(s(&out), &[])[..16], 0);
+    let o = run(&synth_args(s(&out), &[])[..15], 0);
     assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
 }
 
@@ -168,7 +168,7 @@ fn two_merge_writers() {
 fn killed_holder_does_not_block() {
     let t = tempfile::tempdir().unwrap();
     // Killed while holding the lock on a folder it created: the lock file stays, locked by no one.
-    let out = t.path().join("ds");
+    let out = t.path().join("held");
     let mut first = start_holding(&synth_args(s(&out), &[]), &out, 60_000);
     first.kill().unwrap();
     first.wait().unwrap();
@@ -178,7 +178,7 @@ fn killed_holder_does_not_block() {
     assert!(!out.join(LOCK).exists());
 
     // Killed mid-run, shards written: the rerun resumes and ends as an uninterrupted run.
-    let out2 = t.path().join("ds2");
+    let out2 = t.path().join("resumed");
     let args = [
         "synth",
         "--train",
@@ -327,7 +327,8 @@ fn numeric_flags_checked() {
             "0..=1000000000000",
         ),
         (synth(&["--test", "1000000000001"]), "--test", "0..=1000000000000"),
-        (synth(&["--shape", "65535x65535x65535"]), "--shape", "2^28"),
+        (synth(&["--shape", "65535x65535x65535"]), "--shape", "cap of 4096"),
+        (synth(&["--shape", "4x65535x65535"]), "--shape", "2^28"),
         (synth(&["--shape", "0x32x32"]), "--shape", "zero"),
         (synth(&["--classes", "0"]), "--classes", "1..=65536"),
         (synth(&["--classes", "65537"]), "--classes", "1..=65536"),
