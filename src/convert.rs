@@ -1542,14 +1542,15 @@ fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> Result<Targe
 pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
     // A run that fails removes the output directory it created (when nothing else is in it).
     let created = !o.out.exists();
-    let r = convert_into(o);
+    let r = convert_into(o, false);
     if r.is_err() && created {
         let _ = std::fs::remove_dir(&o.out);
     }
     r
 }
 
-fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
+/// `locked`: the caller (this function, starting again) already holds the lock on `o.out`.
+fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     let t0 = Instant::now();
     if !(0.0..=1.0).contains(&o.test_fraction) {
         return Err(Error::Invalid(format!(
@@ -1573,7 +1574,11 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
     let out = &o.out;
     // One writer per folder, from before anything in it is looked at or removed; released (and
     // the folder removed if this run created it and left it empty) when this returns.
-    let _lock = crate::lock::lock_dir(out)?;
+    let _lock = if locked {
+        None
+    } else {
+        Some(crate::lock::lock_dir(out)?)
+    };
     check_out(out, o.force)?;
     let mut plan = plan(o)?;
     let mut notes = plan.notes.clone();
@@ -1775,10 +1780,14 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
                 if !o.quiet {
                     eprintln!("{note}");
                 }
-                let mut r = convert(&ConvertOptions {
-                    dtype: Some(Dtype::F32),
-                    ..o.clone()
-                })?;
+                // Still holding the lock on `out`.
+                let mut r = convert_into(
+                    &ConvertOptions {
+                        dtype: Some(Dtype::F32),
+                        ..o.clone()
+                    },
+                    true,
+                )?;
                 r.notes.insert(0, note);
                 return Ok(r);
             }
