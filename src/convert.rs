@@ -2046,13 +2046,10 @@ fn check_out(out: &Path, force: bool) -> Result<()> {
     if force {
         return Ok(());
     }
-    let busy = std::fs::read_dir(out)
-        .at(out)?
-        .flatten()
-        .any(|e| {
-            let n = e.file_name();
-            n != STAGING && n != REJECTS && n != crate::lock::LOCK_FILE
-        });
+    let busy = std::fs::read_dir(out).at(out)?.flatten().any(|e| {
+        let n = e.file_name();
+        n != STAGING && n != REJECTS && n != crate::lock::LOCK_FILE
+    });
     if busy {
         return Err(Error::Invalid(format!(
             "{} is not empty; choose another --out, or pass --force to replace what it holds once the conversion succeeds",

@@ -59,7 +59,10 @@ fn start_holding(args: &[&str], dir: &Path, ms: u64) -> Child {
                 stderr(&o)
             );
         }
-        assert!(t.elapsed() < Duration::from_secs(60), "prep {args:?} took no lock");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "prep {args:?} took no lock"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -106,7 +109,10 @@ fn two_synth_writers() {
     refused(&synth_args(s(&out), &["--seed", "9", "--force"]), &out, pid);
     finish(first);
     run(&["verify", s(&out), "--quiet"], 0);
-    assert!(!out.join(LOCK).exists(), "the lock file is removed at the end");
+    assert!(
+        !out.join(LOCK).exists(),
+        "the lock file is removed at the end"
+    );
     // A rerun after the first finished works (and has nothing to do).
     let o = run(&synth_args(s(&out), &[])[..15], 0);
     assert!(stdout(&o).contains("nothing to do"), "{}", stdout(&o));
@@ -133,7 +139,11 @@ fn two_train_writers() {
     let first = start_holding(&args, &run_dir, 1500);
     let pid = first.id();
     refused(&args, &run_dir, pid);
-    refused(&["train", "--resume", s(&run_dir), "--quiet"], &run_dir, pid);
+    refused(
+        &["train", "--resume", s(&run_dir), "--quiet"],
+        &run_dir,
+        pid,
+    );
     finish(first);
     assert!(run_dir.join("config.json").exists());
     assert!(!run_dir.join(LOCK).exists());
@@ -270,13 +280,20 @@ fn readers_during_force_rewrite_see_old_or_error() {
         }
         let o = run(&args, 1);
         let e = stderr(&o);
-        assert!(e.contains("is being written by another prep"), "{args:?}: {e}");
+        assert!(
+            e.contains("is being written by another prep"),
+            "{args:?}: {e}"
+        );
         assert!(e.contains(&format!("pid {pid}")), "{e}");
         assert!(!r.exists());
     }
     finish(writer);
     run(&["verify", s(&ds), "--quiet"], 0);
-    assert_ne!(crate::util::shard_files(&ds), old, "the dataset was rewritten");
+    assert_ne!(
+        crate::util::shard_files(&ds),
+        old,
+        "the dataset was rewritten"
+    );
 
     // A real rewrite (no hold), read over and over meanwhile: every verify sees a whole dataset
     // (old or new: exit 0) or stops with the writer named, never a mix.
@@ -293,7 +310,10 @@ fn readers_during_force_rewrite_see_old_or_error() {
                 || all.contains("manifest.json"),
             "{all}"
         );
-        assert!(!all.contains("is not the shard the manifest lists"), "{all}");
+        assert!(
+            !all.contains("is not the shard the manifest lists"),
+            "{all}"
+        );
     }
     assert!(w.wait().unwrap().success());
     run(&["verify", s(&ds), "--quiet"], 0);
@@ -326,16 +346,32 @@ fn numeric_flags_checked() {
             "--train",
             "0..=1000000000000",
         ),
-        (synth(&["--test", "1000000000001"]), "--test", "0..=1000000000000"),
-        (synth(&["--shape", "65535x65535x65535"]), "--shape", "cap of 4096"),
+        (
+            synth(&["--test", "1000000000001"]),
+            "--test",
+            "0..=1000000000000",
+        ),
+        (
+            synth(&["--shape", "65535x65535x65535"]),
+            "--shape",
+            "cap of 4096",
+        ),
         (synth(&["--shape", "4x65535x65535"]), "--shape", "2^28"),
         (synth(&["--shape", "0x32x32"]), "--shape", "zero"),
         (synth(&["--classes", "0"]), "--classes", "1..=65536"),
         (synth(&["--classes", "65537"]), "--classes", "1..=65536"),
         (synth(&["--level", "0"]), "--level", "1..=22"),
         (synth(&["--level", "23"]), "--level", "1..=22"),
-        (synth(&["--block-samples", "0"]), "--block-samples", "1..=1048576"),
-        (synth(&["--shard-blocks", "0"]), "--shard-blocks", "1..=1048576"),
+        (
+            synth(&["--block-samples", "0"]),
+            "--block-samples",
+            "1..=1048576",
+        ),
+        (
+            synth(&["--shard-blocks", "0"]),
+            "--shard-blocks",
+            "1..=1048576",
+        ),
         (synth(&["--difficulty", "NaN"]), "--difficulty", "[0, 1]"),
         (synth(&["--difficulty", "inf"]), "--difficulty", "[0, 1]"),
         (synth(&["--difficulty", "-0.5"]), "--difficulty", "[0, 1]"),
@@ -354,41 +390,95 @@ fn numeric_flags_checked() {
             "--train",
             "2^64",
         ),
-        (vec!["convert", i, "--test-fraction", "NaN"], "--test-fraction", "[0, 1]"),
-        (vec!["convert", i, "--test-fraction", "-0.1"], "--test-fraction", "[0, 1]"),
-        (vec!["convert", i, "--test-fraction", "1.5"], "--test-fraction", "[0, 1]"),
+        (
+            vec!["convert", i, "--test-fraction", "NaN"],
+            "--test-fraction",
+            "[0, 1]",
+        ),
+        (
+            vec!["convert", i, "--test-fraction", "-0.1"],
+            "--test-fraction",
+            "[0, 1]",
+        ),
+        (
+            vec!["convert", i, "--test-fraction", "1.5"],
+            "--test-fraction",
+            "[0, 1]",
+        ),
         (vec!["convert", i, "--size", "0x32"], "--size", "at least 1"),
-        (vec!["convert", i, "--size", "65535x65535"], "--size", "2^28"),
+        (
+            vec!["convert", i, "--size", "65535x65535"],
+            "--size",
+            "2^28",
+        ),
         (vec!["convert", i, "--channels", "0"], "--channels", "1..=3"),
         (vec!["convert", i, "--fps", "0"], "--fps", "(0, 1000]"),
         (vec!["convert", i, "--fps", "inf"], "--fps", "(0, 1000]"),
         (vec!["convert", i, "--every", "0"], "--every", "1..=1000000"),
-        (vec!["convert", i, "--window", "nan:1"], "--window", "finite"),
-        (vec!["convert", i, "--window", "5:1"], "--window", "LOW < HIGH"),
+        (
+            vec!["convert", i, "--window", "nan:1"],
+            "--window",
+            "finite",
+        ),
+        (
+            vec!["convert", i, "--window", "5:1"],
+            "--window",
+            "LOW < HIGH",
+        ),
         (vec!["convert", i, "--axis", "3"], "--axis", "0..=2"),
         (vec!["convert", i, "--level", "0"], "--level", "1..=22"),
         (vec!["convert", i, "--part", "1/0"], "--part", "0 <= I < N"),
         (vec!["train", i, "--epochs", "0"], "--epochs", "1..=1000000"),
         (vec!["train", i, "--batch", "0"], "--batch", "1..=65536"),
-        (vec!["train", i, "--batch", "100000"], "--batch", "1..=65536"),
+        (
+            vec!["train", i, "--batch", "100000"],
+            "--batch",
+            "1..=65536",
+        ),
         (vec!["train", i, "--lr", "0"], "--lr", "(0, 100]"),
         (vec!["train", i, "--lr", "NaN"], "--lr", "(0, 100]"),
         (vec!["train", i, "--lr", "-1"], "--lr", "(0, 100]"),
         (vec!["train", i, "--momentum", "1"], "--momentum", "[0, 1)"),
-        (vec!["train", i, "--weight-decay", "NaN"], "--weight-decay", "[0, 1]"),
-        (vec!["train", i, "--label-smoothing", "-0.1"], "--label-smoothing", "[0, 1)"),
+        (
+            vec!["train", i, "--weight-decay", "NaN"],
+            "--weight-decay",
+            "[0, 1]",
+        ),
+        (
+            vec!["train", i, "--label-smoothing", "-0.1"],
+            "--label-smoothing",
+            "[0, 1)",
+        ),
         (
             vec!["train", i, "--checkpoint-every", "10000000000"],
             "--checkpoint-every",
             "0..=1000000000",
         ),
-        (vec!["inspect", i, "--per-class", "0"], "--per-class", "1..=1000"),
+        (
+            vec!["inspect", i, "--per-class", "0"],
+            "--per-class",
+            "1..=1000",
+        ),
         (vec!["inspect", i, "--zoom", "0"], "--zoom", "1..=64"),
         (vec!["inspect", i, "--zoom", "1000"], "--zoom", "1..=64"),
-        (vec!["plan", "--train", "18446744073709551615"], "--train", "0..=1000000000000"),
-        (vec!["plan", "--train", "10", "--batch", "0"], "--batch", "1..=65536"),
         (
-            vec!["plan", "--train", "1000000000000", "--shape", "1x16384x16384"],
+            vec!["plan", "--train", "18446744073709551615"],
+            "--train",
+            "0..=1000000000000",
+        ),
+        (
+            vec!["plan", "--train", "10", "--batch", "0"],
+            "--batch",
+            "1..=65536",
+        ),
+        (
+            vec![
+                "plan",
+                "--train",
+                "1000000000000",
+                "--shape",
+                "1x16384x16384",
+            ],
             "--train",
             "2^64",
         ),
@@ -407,4 +497,19 @@ fn numeric_flags_checked() {
         assert!(!out.exists(), "{args:?} created {o}");
         assert!(!grid.exists(), "{args:?} created {g}");
     }
+    // Flags whose product is too large: a grid picture too wide to draw.
+    let ds = small_dataset(t.path(), &[]);
+    let args = [
+        "inspect",
+        s(&ds),
+        "--grid",
+        g,
+        "--per-class",
+        "1000",
+        "--zoom",
+        "64",
+    ];
+    let e = stderr(&run(&args, 2));
+    assert!(e.contains("--per-class") && e.contains("32768"), "{e}");
+    assert!(!grid.exists());
 }
