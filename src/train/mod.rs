@@ -305,13 +305,25 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 layout: data.layout,
                 input_dtype: (data.layout == Layout::Colmajor).then_some(data.spec.dtype),
             };
-            let dir = match &o.out {
-                Some(d) => d.clone(),
-                None => next_run_dir()?,
-            };
             // One writer per run folder, taken before the folder is looked at; released (and the
             // folder removed if this run created it and left it empty) when this returns.
-            let lock = crate::lock::lock_dir(&dir)?;
+            let (dir, lock) = match &o.out {
+                Some(d) => (d.clone(), crate::lock::lock_dir(d)?),
+                // Two runs started at once may pick the same free runs/NNN: the one that does
+                // not get its lock, or finds it already used, takes the next.
+                None => {
+                    let mut tries = 0;
+                    loop {
+                        let d = next_run_dir()?;
+                        match crate::lock::lock_dir(&d) {
+                            Ok(l) if !d.join("config.json").exists() => break (d, l),
+                            Ok(_) | Err(Error::Busy(_)) if tries < 100 => tries += 1,
+                            Ok(_) => break (d.clone(), crate::lock::lock_dir(&d)?),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+            };
             if dir.join("config.json").exists() {
                 return Err(Error::Invalid(format!(
                     "{} already holds a run; use --resume {} to continue it, or another --out",
