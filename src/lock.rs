@@ -147,7 +147,7 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock> {
         if !dir.is_dir() {
             match std::fs::create_dir_all(dir) {
                 Ok(()) => created = true,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {}
                 Err(e) => return Err(Error::io(dir, e)),
             }
         }
