@@ -17,7 +17,7 @@ pub struct Cli {
     #[arg(long, short, global = true)]
     pub quiet: bool,
     /// Worker threads (default: one per core).
-    #[arg(long, short, global = true, value_name = "N")]
+    #[arg(long, short, global = true, value_name = "N", value_parser = count::<usize>(1, MAX_JOBS))]
     pub jobs: Option<usize>,
 }
 
@@ -63,6 +63,63 @@ command writes, apart from the manifest's `provenance.command`; a merge of conve
 same samples in the same order as a single conversion (its block and shard boundaries differ),
 and the parts' rejects.jsonl joined.";
 
+// Every numeric flag is checked where it is parsed: zero, huge and non-finite values are usage
+// errors (exit 2) that name the flag (clap does) and the allowed range, before any work.
+
+/// The most worker threads `--jobs` takes.
+pub const MAX_JOBS: u64 = 4096;
+/// The most samples of one split (`--train`, `--test`): 10^12.
+pub const MAX_SAMPLES: u64 = 1_000_000_000_000;
+/// The most epochs of a run.
+pub const MAX_EPOCHS: u64 = 1_000_000;
+
+/// A whole number in `lo..=hi`, for clap (which names the flag in its message).
+fn count<T: TryFrom<u64> + Clone + Send + Sync + 'static>(
+    lo: u64,
+    hi: u64,
+) -> clap::builder::RangedU64ValueParser<T> {
+    clap::builder::RangedU64ValueParser::<T>::new().range(lo..=hi)
+}
+
+/// A finite number in a range: `[lo, hi]`, or open at an end where `open` says so. NaN and the
+/// infinities are refused with the range in the message.
+fn real(s: &str, lo: f64, hi: f64, open: (bool, bool)) -> Result<f64, String> {
+    let ok = |v: f64| {
+        v.is_finite()
+            && if open.0 { v > lo } else { v >= lo }
+            && if open.1 { v < hi } else { v <= hi }
+    };
+    match s.trim().parse::<f64>() {
+        Ok(v) if ok(v) => Ok(v),
+        _ => Err(format!(
+            "{s} is not a number in {}{lo}, {hi}{}",
+            if open.0 { "(" } else { "[" },
+            if open.1 { ")" } else { "]" }
+        )),
+    }
+}
+
+/// `--test-fraction`: 0.0 to 1.0.
+fn fraction(s: &str) -> Result<f64, String> {
+    real(s, 0.0, 1.0, (false, false))
+}
+/// `--fps`: above 0, at most 1000 frames a second.
+fn fps(s: &str) -> Result<f64, String> {
+    real(s, 0.0, 1000.0, (true, false))
+}
+/// `--lr`: above 0, at most 100.
+fn lr(s: &str) -> Result<f32, String> {
+    real(s, 0.0, 100.0, (true, false)).map(|v| v as f32)
+}
+/// `--momentum`, `--label-smoothing`: 0 up to (not including) 1.
+fn below_one(s: &str) -> Result<f32, String> {
+    real(s, 0.0, 1.0, (false, true)).map(|v| v as f32)
+}
+/// `--weight-decay`: 0 to 1.
+fn unit(s: &str) -> Result<f32, String> {
+    real(s, 0.0, 1.0, (false, false)).map(|v| v as f32)
+}
+
 /// `--part I/N`: part I (from 0) of N of a job fanned out over a job array.
 fn part(s: &str) -> Result<prep::part::PartSpec, String> {
     s.parse().map_err(|e: prep::Error| e.to_string())
@@ -83,16 +140,16 @@ pub enum CodecArg {
 #[derive(Args, Debug)]
 pub struct SynthArgs {
     /// Training samples.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = count::<u64>(0, MAX_SAMPLES))]
     pub train: u64,
     /// Test samples.
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = count::<u64>(0, MAX_SAMPLES))]
     pub test: u64,
     /// Sample shape, channels first.
     #[arg(long, value_name = "CxHxW", default_value = "3x32x32")]
     pub shape: Shape,
     /// Number of classes.
-    #[arg(long, value_name = "K", default_value_t = 10)]
+    #[arg(long, value_name = "K", default_value_t = 10, value_parser = count::<u32>(1, prep::shard::format::MAX_CLASSES as u64))]
     pub classes: u32,
     /// Seed: every sample is a pure function of (seed, split, index).
     #[arg(long, default_value_t = 0)]
@@ -126,10 +183,7 @@ pub struct SynthArgs {
 /// `--difficulty`: a number from 0.0 to 1.0 (negative ones parsed too, so that they are refused
 /// with this message rather than taken for a flag).
 fn difficulty(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(d) if (0.0..=1.0).contains(&d) => Ok(d),
-        _ => Err(format!("{s} is not a number from 0.0 to 1.0")),
-    }
+    real(s, 0.0, 1.0, (false, false))
 }
 
 /// How a dataset is stored; shared by the commands that write one.
@@ -230,16 +284,16 @@ pub struct ConvertArgs {
     pub label_from: Option<String>,
     /// Fraction of inputs put in the test split, by a hash of their path (sources with their own
     /// split keep it).
-    #[arg(long, value_name = "F", default_value_t = 0.1)]
+    #[arg(long, value_name = "F", default_value_t = 0.1, allow_negative_numbers = true, value_parser = fraction)]
     pub test_fraction: f64,
     /// What to do with an input that cannot be decoded.
     #[arg(long, value_enum, default_value = "skip")]
     pub on_error: OnErrorArg,
     /// Video: keep every Nth frame.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub every: u32,
     /// Video: sample frames at F per second (instead of --every).
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", allow_negative_numbers = true, value_parser = fps)]
     pub fps: Option<f64>,
     /// Volumes: slice along this axis (0 = x, 1 = y, 2 = z).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=2))]
@@ -280,18 +334,18 @@ pub struct TrainArgs {
     /// (7x7/2 stem and max-pool from 96 px up, a 3x3/1 stem below).
     #[arg(long, default_value = "small", value_parser = MODELS)]
     pub model: String,
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = 15, value_parser = count::<usize>(1, MAX_EPOCHS))]
     pub epochs: usize,
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub batch: u64,
     /// Peak learning rate of the one-cycle schedule (default: 1.2 for small, 0.4 for resnet18).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = lr)]
     pub lr: Option<f32>,
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = 0.9, allow_negative_numbers = true, value_parser = below_one)]
     pub momentum: f32,
-    #[arg(long, default_value_t = 5e-4)]
+    #[arg(long, default_value_t = 5e-4, allow_negative_numbers = true, value_parser = unit)]
     pub weight_decay: f32,
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true, value_parser = below_one)]
     pub label_smoothing: f32,
     /// Seed of the initial weights, the data order and the augmentation.
     #[arg(long, default_value_t = 0)]
@@ -317,7 +371,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     pub resume: Option<PathBuf>,
     /// Write a checkpoint every N steps as well as after each epoch (0: only after each epoch).
-    #[arg(long, value_name = "N", default_value_t = 100)]
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = count::<usize>(0, 1_000_000_000))]
     pub checkpoint_every: usize,
     /// Skip damaged blocks (each one logged) instead of stopping.
     #[arg(long)]
@@ -356,13 +410,13 @@ pub struct InspectArgs {
     #[arg(long, value_name = "FILE.png")]
     pub grid: Option<PathBuf>,
     /// Samples per class in the grid.
-    #[arg(long, value_name = "N", default_value_t = 12)]
+    #[arg(long, value_name = "N", default_value_t = 12, value_parser = count::<usize>(1, 1000))]
     pub per_class: usize,
     /// Split the grid takes samples from.
     #[arg(long, default_value = "train")]
     pub split: String,
     /// Pixel zoom of the grid (default: enough for about 64 pixels per sample).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = count::<u32>(1, 64))]
     pub zoom: Option<u32>,
     /// Print JSON on stdout.
     #[arg(long)]
@@ -393,10 +447,10 @@ pub struct MergeArgs {
 #[derive(Args, Debug)]
 pub struct PlanArgs {
     /// Training samples.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = count::<u64>(0, MAX_SAMPLES))]
     pub train: u64,
     /// Test samples.
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = count::<u64>(0, MAX_SAMPLES))]
     pub test: u64,
     /// Sample shape, channels first.
     #[arg(long, value_name = "CxHxW", default_value = "3x32x32")]
@@ -405,7 +459,7 @@ pub struct PlanArgs {
     #[arg(long, value_enum, default_value = "u8")]
     pub dtype: DtypeArg,
     /// Training batch size.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub batch: u64,
     /// The network to size the GPU memory for.
     #[arg(long, default_value = "small", value_parser = MODELS)]

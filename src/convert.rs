@@ -1542,14 +1542,15 @@ fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> Result<Targe
 pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
     // A run that fails removes the output directory it created (when nothing else is in it).
     let created = !o.out.exists();
-    let r = convert_into(o);
+    let r = convert_into(o, false);
     if r.is_err() && created {
         let _ = std::fs::remove_dir(&o.out);
     }
     r
 }
 
-fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
+/// `locked`: the caller (this function, starting again) already holds the lock on `o.out`.
+fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     let t0 = Instant::now();
     if !(0.0..=1.0).contains(&o.test_fraction) {
         return Err(Error::Invalid(format!(
@@ -1559,6 +1560,10 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
     }
     // A bad --labels/--label-from is refused before anything is created.
     labelling(o)?;
+    // A dataset (or any folder) being written by another prep is not read half-written.
+    if o.input.is_dir() {
+        crate::lock::check_not_written(&o.input)?;
+    }
     if o.part.is_some() && o.format == OutputFormat::Colmajor {
         return Err(Error::Invalid(
             "--part writes shards (column-major files cannot be joined by appending): merge the \
@@ -1567,7 +1572,13 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
         ));
     }
     let out = &o.out;
-    std::fs::create_dir_all(out).at(out)?;
+    // One writer per folder, from before anything in it is looked at or removed; released (and
+    // the folder removed if this run created it and left it empty) when this returns.
+    let _lock = if locked {
+        None
+    } else {
+        Some(crate::lock::lock_dir(out)?)
+    };
     check_out(out, o.force)?;
     let mut plan = plan(o)?;
     let mut notes = plan.notes.clone();
@@ -1769,10 +1780,14 @@ fn convert_into(o: &ConvertOptions) -> Result<ConvertReport> {
                 if !o.quiet {
                     eprintln!("{note}");
                 }
-                let mut r = convert(&ConvertOptions {
-                    dtype: Some(Dtype::F32),
-                    ..o.clone()
-                })?;
+                // Still holding the lock on `out`.
+                let mut r = convert_into(
+                    &ConvertOptions {
+                        dtype: Some(Dtype::F32),
+                        ..o.clone()
+                    },
+                    true,
+                )?;
                 r.notes.insert(0, note);
                 return Ok(r);
             }
@@ -2031,10 +2046,10 @@ fn check_out(out: &Path, force: bool) -> Result<()> {
     if force {
         return Ok(());
     }
-    let busy = std::fs::read_dir(out)
-        .at(out)?
-        .flatten()
-        .any(|e| e.file_name() != STAGING && e.file_name() != REJECTS);
+    let busy = std::fs::read_dir(out).at(out)?.flatten().any(|e| {
+        let n = e.file_name();
+        n != STAGING && n != REJECTS && n != crate::lock::LOCK_FILE
+    });
     if busy {
         return Err(Error::Invalid(format!(
             "{} is not empty; choose another --out, or pass --force to replace what it holds once the conversion succeeds",

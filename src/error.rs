@@ -54,6 +54,9 @@ pub enum Error {
     /// The GPU, its driver or a CUDA library is missing or failed.
     #[error("{0}")]
     Device(String),
+    /// Another prep is writing the folder (`crate::lock`); names the holder.
+    #[error("{0}")]
+    Busy(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

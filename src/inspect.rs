@@ -207,6 +207,23 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
         (m.sample.clone(), k, picks, (m.mean.clone(), m.std.clone()))
     };
     let window = display_window(&spec, &mean_std.0, &mean_std.1);
+    // The picture's sides, in 64 bits: refuse one the PNG would not hold in reason.
+    let dims = &spec.shape.0;
+    let (h, w) = (dims[dims.len() - 2] as u64, dims[dims.len() - 1] as u64);
+    let zoom = zoom.max(1);
+    let side = |n: u64, cells: u64| {
+        (n.saturating_mul(zoom as u64) + 1)
+            .saturating_mul(cells.max(1))
+            .saturating_add(1)
+    };
+    let (gw, gh) = (side(w, per_class as u64), side(h, classes as u64));
+    if gw > GRID_MAX_SIDE || gh > GRID_MAX_SIDE {
+        return Err(Error::Invalid(format!(
+            "a grid of {per_class} samples of {w}x{h} pixels per class for {classes} classes at \
+             --zoom {zoom} would be {gw}x{gh} pixels, over {GRID_MAX_SIDE} a side: ask for fewer \
+             --per-class or a smaller --zoom"
+        )));
+    }
     Ok(draw(
         &spec,
         classes,
@@ -236,6 +253,9 @@ fn display_window(spec: &SampleSpec, mean: &[f64], std: &[f64]) -> Vec<(f32, f32
         })
         .collect()
 }
+
+/// The most pixels a side of `--grid`'s picture has.
+const GRID_MAX_SIDE: u64 = 32_768;
 
 fn draw(
     spec: &SampleSpec,

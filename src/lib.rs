@@ -6,6 +6,7 @@ pub mod convert;
 pub mod dist;
 pub mod error;
 pub mod inspect;
+pub mod lock;
 pub mod mem;
 pub mod merge;
 pub mod nn;

@@ -54,6 +54,7 @@ fn load(dir: &Path) -> Result<Loaded> {
             dir.display()
         )));
     }
+    crate::lock::check_not_written(dir)?;
     let unfinished = |what: &str| {
         Err(Error::Source(format!(
             "{}: incomplete part: {what}; run its command again to finish it",
@@ -291,11 +292,15 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
             p.name()
         )));
     }
-    if out.exists() {
+    // One writer per folder: from here on OUT is ours (created if new; removed again, if it was
+    // new, when the merge fails).
+    let lock = crate::lock::lock_dir(out)?;
+    let created = lock.created();
+    {
         let busy = std::fs::read_dir(out)
             .at(out)?
             .flatten()
-            .any(|e| e.file_name() != STAGING);
+            .any(|e| e.file_name() != STAGING && e.file_name() != crate::lock::LOCK_FILE);
         if busy {
             return Err(Error::Invalid(format!(
                 "{} is not empty; merge into a new or empty folder",
@@ -354,8 +359,6 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
         Provenance::here(source),
     );
 
-    let created = !out.exists();
-    std::fs::create_dir_all(out).at(out)?;
     let staging = out.join(STAGING);
     let mut placed: Vec<PathBuf> = Vec::new();
     let result = (|| -> Result<(usize, usize)> {
@@ -405,6 +408,7 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
         Ok(r) => r,
         Err(e) => {
             if created {
+                // Still locked: the lock file goes with the folder.
                 let _ = std::fs::remove_dir_all(out);
             } else {
                 for f in &placed {

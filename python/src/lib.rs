@@ -55,6 +55,8 @@ fn py_err(py: Python<'_>, e: prep::Error) -> PyErr {
         prep::Error::Invalid(_) => PyValueError::new_err(msg),
         prep::Error::Source(_) => DatasetError::new_err(msg),
         prep::Error::Device(_) => PyRuntimeError::new_err(msg),
+        // Another prep is writing the dataset: retrying later may work.
+        prep::Error::Busy(_) => PyRuntimeError::new_err(msg),
     }
 }
 

@@ -28,16 +28,24 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             if h == 0 || w == 0 {
                 return Err(UsageError(format!("--size {s}: sides must be at least 1")).into());
             }
+            // H times W (times the channels, checked once they are known) within a sample's cap.
+            prep::shard::Shape::new(vec![1, h, w])
+                .map_err(|e| UsageError(format!("--size {s}: {e}")))?;
             Some((h, w))
         }
         None => None,
     };
     let window = match &a.window {
-        Some(s) => Some(pair::<f64>(
-            s,
-            ':',
-            "--window (expected LOW:HIGH, e.g. -1000:400)",
-        )?),
+        Some(s) => {
+            let (lo, hi) = pair::<f64>(s, ':', "--window (expected LOW:HIGH, e.g. -1000:400)")?;
+            if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+                return Err(UsageError(format!(
+                    "--window {s}: LOW and HIGH must be finite numbers with LOW < HIGH"
+                ))
+                .into());
+            }
+            Some((lo, hi))
+        }
         None => None,
     };
     let dtype = a.dtype.map(Dtype::from);

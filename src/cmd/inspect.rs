@@ -5,6 +5,7 @@ use prep::mem::human;
 use std::process::ExitCode;
 
 pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    prep::lock::check_not_written(&a.dir)?;
     let s = prep::inspect::summarize(&a.dir)
         .with_context(|| format!("inspecting {}", a.dir.display()))?;
     if let Some(path) = &a.grid {

@@ -56,6 +56,25 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// Bytes of `train + test` samples of `sample_bytes` each, refused as a usage error where the
+/// product does not fit in 64 bits (e.g. `--train 1000000000000 --shape 4x16384x16384`).
+pub fn dataset_bytes(
+    train: u64,
+    test: u64,
+    sample_bytes: u64,
+    shape: &prep::shard::Shape,
+) -> Result<u64, UsageError> {
+    train
+        .checked_add(test)
+        .and_then(|n| n.checked_mul(sample_bytes))
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--train {train} --test {test} of {shape} samples ({sample_bytes} bytes each) \
+                 is more than 2^64 bytes; ask for fewer or smaller samples"
+            ))
+        })
+}
+
 /// A flag value that does not parse: exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

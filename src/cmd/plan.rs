@@ -8,6 +8,13 @@ use std::process::ExitCode;
 pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
     let dtype = Dtype::from(a.dtype);
     let cores = rayon::current_num_threads();
+    // The sizes below are products of these: refuse what does not fit in 64 bits.
+    let spec = prep::shard::SampleSpec {
+        shape: a.shape.clone(),
+        dtype,
+    };
+    let widest = (spec.bytes() as u64).max(a.shape.elems() as u64 * 4) + 4;
+    super::dataset_bytes(a.train, a.test, widest, &a.shape)?;
     let d = &a.shape.0;
     if d.len() != 3 {
         return Err(UsageError(format!("--shape {}: expected CxHxW", a.shape)).into());

@@ -18,6 +18,14 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             difficulty: d.unwrap_or(DEFAULT_DIFFICULTY),
         },
     };
+    // Refuse a dataset whose size does not fit in 64 bits (the product of --train/--test and the
+    // sample size) before anything is written.
+    let spec = prep::shard::SampleSpec {
+        shape: a.shape.clone(),
+        dtype: prep::shard::Dtype::U8,
+    };
+    let widest = (spec.bytes() as u64).max(a.shape.elems() as u64 * 4) + 4;
+    super::dataset_bytes(a.train, a.test, widest, &a.shape)?;
     let opts = SynthOptions {
         out: a.out.clone(),
         splits: vec![("train".into(), a.train), ("test".into(), a.test)],

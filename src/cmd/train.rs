@@ -1,4 +1,3 @@
-use super::UsageError;
 use crate::cli::TrainArgs;
 use anyhow::Context;
 use prep::mem::human;
@@ -8,17 +7,7 @@ use std::process::ExitCode;
 
 pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let lr = a.lr.unwrap_or(default_lr(&a.model));
-    if !(lr > 0.0 && lr.is_finite())
-        || !(0.0..1.0).contains(&a.momentum)
-        || !(0.0..1.0).contains(&a.label_smoothing)
-        || a.weight_decay < 0.0
-    {
-        return Err(UsageError(
-            "--lr must be > 0, --momentum and --label-smoothing in [0, 1), --weight-decay >= 0"
-                .into(),
-        )
-        .into());
-    }
+    // --lr, --momentum, --label-smoothing and --weight-decay are range-checked by clap (cli.rs).
     let opts = TrainOptions {
         data: a.data.clone().unwrap_or_default(),
         shape: a.shape.clone(),

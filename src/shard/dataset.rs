@@ -37,7 +37,14 @@ impl VerifyReport {
 impl Dataset {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        let manifest = Manifest::read(&dir)?;
+        let manifest = match Manifest::read(&dir) {
+            Ok(m) => m,
+            // A manifest removed or not yet written by a writer at work: say so.
+            Err(e) => {
+                crate::lock::check_not_written(&dir)?;
+                return Err(e);
+            }
+        };
         Ok(Dataset { dir, manifest })
     }
 
@@ -47,6 +54,16 @@ impl Dataset {
 
     /// Open a shard and check that it is the one the manifest describes.
     pub fn open_shard(&self, info: &ShardInfo) -> Result<ShardReader> {
+        let r = self.open_shard_checked(info);
+        if r.is_err() {
+            // A shard replaced or removed by a writer at work (`--force`): say so, rather than
+            // calling the dataset damaged. Either way the old and new data are never mixed.
+            crate::lock::check_not_written(&self.dir)?;
+        }
+        r
+    }
+
+    fn open_shard_checked(&self, info: &ShardInfo) -> Result<ShardReader> {
         let path = self.shard_path(info);
         let r = ShardReader::open(&path)?;
         let m = &self.manifest;

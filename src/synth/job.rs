@@ -135,7 +135,8 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
     };
     let params = with_part(job.clone())?;
     let out = &opts.out;
-    std::fs::create_dir_all(out).at(out)?;
+    // One writer per folder, from before anything in it is looked at or removed.
+    let _lock = crate::lock::lock_dir(out)?;
     if prepare_dir(
         out,
         &params,
@@ -313,7 +314,12 @@ fn prepare_dir(
         if !same {
             clean(out)?;
         }
-    } else if std::fs::read_dir(out).at(out)?.next().is_some() && !force {
+    } else if std::fs::read_dir(out)
+        .at(out)?
+        .flatten()
+        .any(|e| e.file_name() != crate::lock::LOCK_FILE)
+        && !force
+    {
         return refuse(
             format!("{} is not empty and holds no prep dataset", out.display()),
             None,
@@ -425,6 +431,7 @@ fn walk_bytes(p: &Path) -> u64 {
         return 0;
     };
     rd.flatten()
+        .filter(|e| e.file_name() != crate::lock::LOCK_FILE)
         .map(|e| match e.metadata() {
             Ok(m) if m.is_dir() => walk_bytes(&e.path()),
             Ok(m) => m.len(),

@@ -86,6 +86,8 @@ impl Data {
     /// say it) and otherwise must match the dataset's. `known` spares such a directory its pass
     /// over every value (dtype, classes, mean and std).
     pub fn open(dir: &Path, shape: Option<&Shape>, known: Option<Known>) -> Result<Self> {
+        // Not a dataset another prep is writing (`crate::lock`).
+        crate::lock::check_not_written(dir)?;
         let check_shape = |have: &Shape| match shape {
             Some(s) if s != have => Err(Error::Invalid(format!(
                 "{}: its samples are {have}, not {s}",

@@ -230,8 +230,17 @@ pub struct Trained {
 
 pub fn train(o: &TrainOptions) -> Result<Trained> {
     crate::mem::purge_freed_memory_at_once();
+    let lock: Option<crate::lock::DirLock>;
     let (dir, recipe, resume_state) = match &o.resume {
         Some(dir) => {
+            if !dir.is_dir() {
+                return Err(Error::Invalid(format!(
+                    "--resume {}: no such run folder",
+                    dir.display()
+                )));
+            }
+            // One writer per run folder; held until this function returns.
+            lock = Some(crate::lock::lock_dir(dir)?);
             let cfg = dir.join("config.json");
             let recipe: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
                 .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
@@ -296,9 +305,24 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 layout: data.layout,
                 input_dtype: (data.layout == Layout::Colmajor).then_some(data.spec.dtype),
             };
-            let dir = match &o.out {
-                Some(d) => d.clone(),
-                None => next_run_dir()?,
+            // One writer per run folder, taken before the folder is looked at; released (and the
+            // folder removed if this run created it and left it empty) when this returns.
+            let (dir, lock) = match &o.out {
+                Some(d) => (d.clone(), crate::lock::lock_dir(d)?),
+                // Two runs started at once may pick the same free runs/NNN: the one that does
+                // not get its lock, or finds it already used, takes the next.
+                None => {
+                    let mut tries = 0;
+                    loop {
+                        let d = next_run_dir()?;
+                        match crate::lock::lock_dir(&d) {
+                            Ok(l) if !d.join("config.json").exists() => break (d, l),
+                            Ok(_) | Err(Error::Busy(_)) if tries < 100 => tries += 1,
+                            Ok(_) => break (d.clone(), crate::lock::lock_dir(&d)?),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
             };
             if dir.join("config.json").exists() {
                 return Err(Error::Invalid(format!(
@@ -307,8 +331,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     dir.display()
                 )));
             }
-            let created = !dir.exists();
-            std::fs::create_dir_all(&dir).at(&dir)?;
+            let created = lock.created();
             write_atomic(
                 &dir.join("config.json"),
                 serde_json::to_string_pretty(&recipe).unwrap().as_bytes(),
@@ -321,6 +344,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     let _ = std::fs::remove_file(dir.join(f));
                 }
                 if created {
+                    drop(lock);
                     let _ = std::fs::remove_dir(&dir);
                 }
             }
@@ -328,7 +352,9 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
         }
     };
     let data = open_run_data(&recipe, &recipe.data)?;
-    run(o, &dir, &recipe, resume_state, data)
+    let r = run(o, &dir, &recipe, resume_state, data);
+    drop(lock);
+    r
 }
 
 /// Open `path` for a run made with `r`: the run's image shape, and for column-major files

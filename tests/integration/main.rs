@@ -8,6 +8,7 @@ mod corruption;
 mod fashion;
 mod fixtures;
 mod float;
+mod hostile;
 mod inspect;
 mod parts;
 mod scans;
