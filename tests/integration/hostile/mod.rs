@@ -4,6 +4,11 @@
 //! The writers hold their lock a while with `PREP_TEST_HOLD_LOCK_MS` (src/lock.rs), so that a
 //! second process surely meets it whatever the speed of the machine.
 
+mod decoders;
+mod paths;
+mod signals;
+mod writes;
+
 use crate::util::{prep, run, small_dataset, stderr, stdout};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
