@@ -9,14 +9,18 @@ cudnn.benchmark, SGD with Nesterov momentum, label smoothing 0.1; each step norm
 batch on the GPU) is fed three ways:
 
   (a) prep:   prep.torch.ShardDataset through prep.torch.DataLoader with --workers workers and
-              pinned memory: prep train's order, every block checked;
+              device="cuda" (the workers fill a page-locked ring in shared memory, batches
+              arrive on the GPU): prep train's order, every block checked;
+  (a') prep-pinned: the same with pinned CPU tensors (pin_memory=True, the DataLoader's
+              own pinning thread) copied by the loop, as a torch DataLoader is usually used;
   (b) device: the whole split in GPU memory, batches gathered there by a random permutation
               (as benches/torch_train.py does): the ceiling for any loader;
   (c) memmap: torch.utils.data.DataLoader (shuffle, --workers workers, pinned memory) over a
               map-style Dataset reading samples from a NumPy memmap of the same samples (written
               from the dataset once, next to it, unless it exists).
 
-samples/s counts the steps after --warmup steps, to the end of the epoch or --steps steps. Host
+samples/s counts the steps after --warmup steps, to the end of the epoch or --steps steps; the
+modes take turns for --rounds rounds and each mode's figure is the median of its rounds. Host
 memory: the peak, over the run of each mode, of the proportional set size (PSS: shared pages
 divided among the processes sharing them, so forked workers are not counted twice) of this
 process and its DataLoader workers, sampled every 50 ms; and this process's peak RSS. Prints one
@@ -27,6 +31,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import threading
 import time
 
@@ -175,11 +180,14 @@ def timed(batches, trainer, warmup, steps, to_device):
 # -- the three feeds -----------------------------------------------------------------------------
 
 
-def feed_prep(a, epoch):
+def feed_prep(a, epoch, on_device):
+    cuda = a.device == "cuda"
     data = pt.ShardDataset(a.data, "train", batch_size=a.batch, seed=0, drop_last=True,
-                           pin_memory=a.device == "cuda", threads=a.threads)
+                           pin_memory=cuda and not on_device, threads=a.threads)
     data.set_epoch(epoch)
     extra = {"prefetch_factor": a.prefetch} if a.workers > 0 else {}  # refused without workers
+    if on_device and cuda:
+        extra["device"] = a.device
     loader = pt.DataLoader(data, num_workers=a.workers, **extra)
     return loader
 
@@ -253,8 +261,10 @@ def main():
     ap.add_argument("--memmap-steps", type=int, default=400,
                     help="timed steps of (c), which is slow (0: skip it)")
     ap.add_argument("--memmap", help="the .npy for (c) (default: DATA.train.npy)")
-    ap.add_argument("--modes", default="device,prep,memmap")
+    ap.add_argument("--modes", default="device,prep,prep-pinned,memmap")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script only")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="each mode runs this many times, the modes taking turns (memmap once)")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
 
@@ -270,60 +280,65 @@ def main():
             "batch": a.batch, "workers": a.workers, "cores": os.cpu_count(),
             "timed_steps": steps, "warmup": a.warmup}
     print(json.dumps(info), flush=True)
-    results = {}
     modes = a.modes.split(",")
-
+    x = y = None
     if "device" in modes:
         x, y = load_on_device(split, trainer.dev)
-        with MemoryWatch() as mw:
-            r = timed(feed_device(x, y, a.batch, 0), trainer, a.warmup, steps, False)
-        r.update(mode="device", peak_tree_pss_bytes=mw.peak)
-        results["device"] = r
-        print(json.dumps(r), flush=True)
-        del x, y
-        if a.device == "cuda":
-            torch.cuda.empty_cache()
-
-    if "prep" in modes:
-        loader = feed_prep(a, 1)
-        assert len(loader) == per_epoch, (len(loader), per_epoch)
-        with MemoryWatch() as mw:
-            r = timed(loader, trainer, a.warmup, steps, True)
-        r.update(mode="prep", peak_tree_pss_bytes=mw.peak)
-        results["prep"] = r
-        print(json.dumps(r), flush=True)
-        del loader
-
+    memmap = None
     if "memmap" in modes and a.memmap_steps > 0:
-        path = a.memmap or os.path.normpath(a.data) + ".train.npy"
-        if not os.path.exists(path):
+        memmap = a.memmap or os.path.normpath(a.data) + ".train.npy"
+        if not os.path.exists(memmap):
             t = time.perf_counter()
-            write_memmap(split, path)
-            print(json.dumps({"wrote": path, "s": round(time.perf_counter() - t, 1)}), flush=True)
-        loader = torch.utils.data.DataLoader(
-            MemmapDataset(path), batch_size=a.batch, shuffle=True, drop_last=True,
-            num_workers=a.workers, pin_memory=a.device == "cuda", prefetch_factor=a.prefetch)
-        with MemoryWatch() as mw:
-            r = timed(loader, trainer, a.warmup, min(steps, a.memmap_steps), True)
-        r.update(mode="memmap", peak_tree_pss_bytes=mw.peak)
-        results["memmap"] = r
-        print(json.dumps(r), flush=True)
-        del loader
+            write_memmap(split, memmap)
+            print(json.dumps({"wrote": memmap, "s": round(time.perf_counter() - t, 1)}), flush=True)
 
-    summary = {"summary": True,
+    def run(mode, epoch):
+        if mode == "device":
+            return timed(feed_device(x, y, a.batch, epoch), trainer, a.warmup, steps, False)
+        if mode in ("prep", "prep-pinned"):
+            loader = feed_prep(a, epoch, mode == "prep")
+            assert len(loader) == per_epoch, (len(loader), per_epoch)
+            return timed(loader, trainer, a.warmup, steps, True)
+        if mode == "memmap":
+            loader = torch.utils.data.DataLoader(
+                MemmapDataset(memmap), batch_size=a.batch, shuffle=True, drop_last=True,
+                num_workers=a.workers, pin_memory=a.device == "cuda", prefetch_factor=a.prefetch)
+            return timed(loader, trainer, a.warmup, min(steps, a.memmap_steps), True)
+        raise SystemExit(f"unknown mode {mode}")
+
+    # The modes take turns, round after round (the loop's speed drifts by several percent from
+    # one minute to the next on a shared host); each mode's figure is the median of its rounds.
+    runs = {m: [] for m in modes if m != "memmap" or memmap}
+    for rnd in range(a.rounds):
+        for mode in runs:
+            if mode == "memmap" and rnd > 0:
+                continue  # slow and not compared to a goal: one round
+            with MemoryWatch() as mw:
+                r = run(mode, rnd)
+            r.update(mode=mode, round=rnd, peak_tree_pss_bytes=mw.peak)
+            runs[mode].append(r)
+            print(json.dumps(r), flush=True)
+    if x is not None:
+        del x, y
+
+    summary = {"summary": True, "rounds": a.rounds,
                "peak_rss_main_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                "peak_rss_largest_child_bytes":
                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
-    for k, r in results.items():
-        summary[f"{k}_samples_per_sec"] = r["samples_per_sec"]
-        summary[f"{k}_peak_tree_pss_bytes"] = r["peak_tree_pss_bytes"]
-    if "prep" in results and "device" in results:
-        ratio = results["prep"]["samples_per_sec"] / results["device"]["samples_per_sec"]
-        summary["prep_over_device"] = round(ratio, 4)
-        summary["goal_0.95"] = "met" if ratio >= 0.95 else "not met"
-    if "memmap" in results and "device" in results:
-        summary["memmap_over_device"] = round(
-            results["memmap"]["samples_per_sec"] / results["device"]["samples_per_sec"], 4)
+    for k, rs in runs.items():
+        summary[f"{k}_samples_per_sec"] = statistics.median(r["samples_per_sec"] for r in rs)
+        summary[f"{k}_peak_tree_pss_bytes"] = max(r["peak_tree_pss_bytes"] for r in rs)
+    if "device" in runs:
+        dev = summary["device_samples_per_sec"]
+        for k in runs:
+            if k != "device":
+                summary[f"{k}_over_device"] = round(summary[f"{k}_samples_per_sec"] / dev, 4)
+                # Each round against the device run just before it.
+                summary[f"{k}_over_device_by_round"] = [
+                    round(r["samples_per_sec"] / d["samples_per_sec"], 4)
+                    for r, d in zip(runs[k], runs["device"])]
+        if "prep" in runs:
+            summary["goal_0.95"] = "met" if summary["prep_over_device"] >= 0.95 else "not met"
     print(json.dumps(summary), flush=True)
 
 

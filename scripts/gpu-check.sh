@@ -300,9 +300,18 @@ if has python; then
     pj() { python3 -c "import json; s=[json.loads(l) for l in open('$sum') if l.startswith('{')]; s=[d for d in s if d.get('summary')][-1]; print($1)" 2>/dev/null || echo nan; }
     r=$(pj "s['prep_over_device']")
     row "1M 3x32x32 PyTorch loop: prep.torch / data on GPU" "$r" "$(python3 -c "print('ok' if $r >= 0.95 else 'FAIL')" 2>/dev/null || echo FAIL)"
+    row "prep.torch / data on GPU, round by round" "$(pj "' '.join(map(str, s['prep_over_device_by_round']))")" "-"
+    row "1M 3x32x32 PyTorch loop: prep.torch pinned CPU batches / data on GPU" "$(pj "s['prep-pinned_over_device']")" "-"
     row "1M 3x32x32 PyTorch loop: memmap DataLoader / data on GPU" "$(pj "s['memmap_over_device']")" "-"
-    row "samples/s device / prep / memmap" "$(pj "'%.0f / %.0f / %.0f' % (s['device_samples_per_sec'], s['prep_samples_per_sec'], s['memmap_samples_per_sec'])")" "-"
+    row "samples/s device / prep / prep pinned / memmap" "$(pj "'%.0f / %.0f / %.0f / %.0f' % (s['device_samples_per_sec'], s['prep_samples_per_sec'], s['prep-pinned_samples_per_sec'], s['memmap_samples_per_sec'])")" "-"
     row "peak host PSS prep / memmap (MiB)" "$(pj "'%.0f / %.0f' % (s['prep_peak_tree_pss_bytes']/2**20, s['memmap_peak_tree_pss_bytes']/2**20)")" "-"
+    # Further loader settings, for where-the-time-goes runs (LOADER_RUNS="--workers 0;--workers 4").
+    IFS=';' read -ra extra <<< "${LOADER_RUNS:-}"
+    for args in "${extra[@]}"; do
+        echo "== torch_loader.py $args"
+        PYTHONPATH=$py timeout 300 python3 benches/torch_loader.py "$WORK/s1m" --batch 512 --memmap-steps 0 \
+            --modes device,prep,prep-pinned $args 2>&1 | grep -E '^\{' | tail -1
+    done
 fi
 
 if has sanitizer; then

@@ -2,6 +2,8 @@
 machine): worker x rank shares read every sample once, state_dict resumes exactly, pin_memory
 returns pinned tensors."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -130,3 +132,55 @@ def test_pin_memory(small_ds, workers):
     data = pt.ShardDataset(small_ds, batch_size=100, pin_memory=True)
     for x, y in pt.DataLoader(data, num_workers=workers):
         assert x.is_pinned() and y.is_pinned()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="device= needs CUDA")
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_device_batches_equal_cpu_batches(small_ds, workers):
+    """device="cuda": the same batches in the same order as CPU batches, on the GPU (with
+    workers through the shared-memory ring, whose slots are reused many times over here: a
+    slot refilled before its copy had completed would show here)."""
+    def loader(device):
+        data = pt.ShardDataset(small_ds, batch_size=64, seed=3)
+        data.set_epoch(1)
+        extra = {"prefetch_factor": 2} if workers else {}
+        return data, pt.DataLoader(data, num_workers=workers, device=device, **extra)
+
+    _, cpu = loader(None)
+    want = list(cpu)
+    data, gpu = loader("cuda")
+    got = []
+    for x, y in gpu:
+        assert x.is_cuda and y.is_cuda and x.dtype == torch.uint8 and y.dtype == torch.int64
+        got.append((x, y))
+    assert len(got) == len(want) == len(gpu)
+    for (x, y), (a, b) in zip(got, want):
+        assert torch.equal(x.cpu(), a) and torch.equal(y.cpu(), b)
+    assert data.state_dict()["position"] == len(want)
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith("prep-ring-")]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="device= needs CUDA")
+def test_device_loader_stopped_early_resumes(small_ds):
+    data = pt.ShardDataset(small_ds, batch_size=64, seed=3)
+    loader = pt.DataLoader(data, num_workers=2, device="cuda")
+    first = []
+    for i, (x, y) in enumerate(loader):
+        first.append(y.cpu())
+        if i == 4:
+            break
+    del loader
+    state = data.state_dict()
+    assert state["position"] == 5
+    again = pt.ShardDataset(small_ds, batch_size=64, seed=3)
+    again.load_state_dict(state)
+    rest = [y.cpu() for _, y in pt.DataLoader(again, num_workers=2, device="cuda")]
+    whole = [y for _, y in pt.DataLoader(pt.ShardDataset(small_ds, batch_size=64, seed=3),
+                                         num_workers=2)]
+    assert all(torch.equal(a, b) for a, b in zip(first + rest, whole))
+    assert len(first + rest) == len(whole)
+
+
+def test_device_must_be_cuda(small_ds):
+    with pytest.raises(ValueError, match="CUDA device"):
+        pt.DataLoader(pt.ShardDataset(small_ds, batch_size=64), device="cpu")

@@ -2,11 +2,16 @@
 
     import prep.torch
     data = prep.torch.ShardDataset("shards/", "train", batch_size=512, seed=0)
-    loader = prep.torch.DataLoader(data, num_workers=6, pin_memory=True)
+    loader = prep.torch.DataLoader(data, num_workers=6, device="cuda")
     for epoch in range(epochs):
         data.set_epoch(epoch)
-        for images, labels in loader:      # uint8 [N, C, H, W] and int64 [N] tensors
+        for images, labels in loader:      # uint8 [N, C, H, W] and int64 [N] tensors, on the GPU
             ...
+
+With ``device="cuda"`` the workers write each batch into page-locked shared memory and only a
+slot number crosses the DataLoader's queue; the main process queues the slot's copy to the GPU
+on the current stream (see :class:`DataLoader`). Without it the batches are CPU tensors, pinned
+with ``pin_memory=True``.
 
 The work is split by DataLoader worker and by data-parallel rank without duplicates: worker
 ``j`` of rank ``r`` reads share ``r * workers + j`` of ``world * workers`` of the epoch's blocks
@@ -24,7 +29,9 @@ PyTorch is imported when this module is, not by ``import prep``.
 
 from __future__ import annotations
 
+import mmap
 import os
+import tempfile
 import warnings
 from typing import Any, Dict, Iterator, Optional, Tuple
 
@@ -105,6 +112,8 @@ class ShardDataset(torch.utils.data.IterableDataset):
         self.skipped = 0
         self._split_obj: Optional[_prep_pkg.Split] = None
         self._pid: Optional[int] = None
+        # Set by DataLoader(device=...) while its workers run: where they put their batches.
+        self._ring: Optional[_RingLayout] = None
         # Opened now so that a bad path or split fails here, not in a worker.
         self._open()
 
@@ -233,6 +242,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
                            epoch=self.epoch, rank=share, world_size=count,
                            drop_last=self.drop_last, threads=threads, start=start,
                            skip_damaged=self.skip_damaged)
+        if self._ring is not None and info is not None:
+            yield from self._into_ring(it, stop - start, info.id)
+            return
+
         def tensors():
             for _ in range(stop - start):
                 try:
@@ -256,6 +269,148 @@ class ShardDataset(torch.utils.data.IterableDataset):
                 batches.close()
             self.skipped = it.skipped
             it.close()
+
+
+    def _into_ring(self, it: Any, count: int, worker: int) -> Iterator[Tuple[str, int, int, int]]:
+        """In a DataLoader worker: each batch into this worker's next free slot of the ring;
+        yields (tag, worker, slot, samples) for DataLoader.__iter__ to copy to the GPU."""
+        ring = _RingMap(self._ring)
+        try:
+            for k in range(count):
+                try:
+                    images, labels = next(it)
+                except StopIteration:
+                    return
+                slot = k % ring.layout.slots
+                ring.wait_free(worker, slot)
+                n = len(labels)
+                np.copyto(ring.images(worker, slot)[:n], images)
+                ring.labels(worker, slot)[:n] = labels
+                ring.fill(worker, slot)
+                self.skipped = it.skipped
+                yield (_RING_TAG, worker, slot, n)
+        finally:
+            self.skipped = it.skipped
+            it.close()
+            ring.close()
+
+
+_RING_TAG = "prep-ring"
+
+
+def _align(n: int, to: int = 4096) -> int:
+    return -(-n // to) * to
+
+
+class _RingLayout:
+    """Where the batches of DataLoader workers go: a file in shared memory (/dev/shm) with one
+    state word per slot (0 free, 1 filled) and then `slots` slots per worker, each holding one
+    batch's images and labels. Picklable: workers map the file by its path."""
+
+    def __init__(self, path: str, workers: int, slots: int, batch: int,
+                 shape: Tuple[int, ...], dtype: np.dtype) -> None:
+        self.path, self.workers, self.slots, self.batch = path, workers, slots, batch
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        per = int(np.prod(shape)) * self.dtype.itemsize
+        self.image_bytes = _align(batch * per)
+        self.slot_bytes = self.image_bytes + _align(batch * 8)
+        self.header = _align(workers * slots * 4)
+        self.total = self.header + workers * slots * self.slot_bytes
+
+    def offset(self, worker: int, slot: int) -> int:
+        return self.header + (worker * self.slots + slot) * self.slot_bytes
+
+
+class _RingMap:
+    """A process's mapping of a ring."""
+
+    def __init__(self, layout: _RingLayout) -> None:
+        self.layout = layout
+        with open(layout.path, "r+b") as f:
+            self.mm = mmap.mmap(f.fileno(), layout.total)
+        self.state = np.frombuffer(self.mm, dtype=np.int32, count=layout.workers * layout.slots)
+
+    def images(self, worker: int, slot: int) -> np.ndarray:
+        L = self.layout
+        return np.frombuffer(self.mm, dtype=L.dtype, count=L.batch * int(np.prod(L.shape)),
+                             offset=L.offset(worker, slot)).reshape((L.batch,) + L.shape)
+
+    def labels(self, worker: int, slot: int) -> np.ndarray:
+        L = self.layout
+        return np.frombuffer(self.mm, dtype=np.int64, count=L.batch,
+                             offset=L.offset(worker, slot) + L.image_bytes)
+
+    def wait_free(self, worker: int, slot: int) -> None:
+        # The main process frees a slot once its copy to the GPU has completed, a step or two
+        # after it was handed over; a worker that got that far ahead sleeps in short naps.
+        i = worker * self.layout.slots + slot
+        while self.state[i] != 0:
+            import time
+            time.sleep(0.0002)
+
+    def fill(self, worker: int, slot: int) -> None:
+        self.state[worker * self.layout.slots + slot] = 1
+
+    def free(self, worker: int, slot: int) -> None:
+        self.state[worker * self.layout.slots + slot] = 0
+
+    def close(self) -> None:
+        self.state = None  # type: ignore[assignment]
+        try:
+            self.mm.close()
+        except BufferError:  # a view is still alive; the mapping goes with it
+            pass
+
+
+class _ToDevice:
+    """The main process's side of the ring. The whole ring is page-locked (cudaHostRegister),
+    so copies from it are asynchronous. Each handed-over slot (images, then labels) is copied to
+    `device` in one copy on the current stream, and behind that copy, in stream order, the GPU
+    writes the slot's state word back to 0 (a 4-byte copy into the same page-locked memory): the
+    slot is freed when its copy has completed, without this process waiting for it or a thread
+    of its own polling, and a worker never refills a slot that is still being read."""
+
+    def __init__(self, layout: _RingLayout, device: torch.device) -> None:
+        self.layout = layout
+        self.ring = _RingMap(layout)
+        self.device = device
+        self._base = torch.from_numpy(np.frombuffer(self.ring.mm, dtype=np.uint8))
+        rc = torch.cuda.cudart().cudaHostRegister(self._base.data_ptr(), layout.total, 0)
+        if int(rc) != 0:
+            self._base = None  # type: ignore[assignment]
+            self.ring.close()
+            raise RuntimeError(f"cudaHostRegister of the batch ring {layout.path} failed: {rc}")
+        self._state = torch.from_numpy(self.ring.state)
+        self._zero = torch.zeros(1, dtype=torch.int32, device=device)
+        self._dtype = _torch_dtype(layout.dtype)
+        self._per = int(np.prod(layout.shape)) * layout.dtype.itemsize
+
+    def __call__(self, token: Tuple[str, int, int, int]) -> Tuple[torch.Tensor, torch.Tensor]:
+        _, w, s, n = token
+        L = self.layout
+        at = L.offset(w, s)
+        buf = self._base[at:at + L.image_bytes + 8 * n].to(self.device, non_blocking=True)
+        i = w * L.slots + s
+        self._state[i:i + 1].copy_(self._zero, non_blocking=True)
+        x = buf[:n * self._per].view(self._dtype).view((n,) + L.shape)
+        y = buf[L.image_bytes:].view(torch.int64)
+        if self._dtype is torch.int16:  # uint16 on a PyTorch without torch.uint16
+            x = x.to(torch.int32) & 0xFFFF
+        return x, y
+
+    def close(self) -> None:
+        # The last copies (and their state writes) must be done before the memory goes.
+        torch.cuda.synchronize(self.device)
+        if self._base is not None:
+            torch.cuda.cudart().cudaHostUnregister(self._base.data_ptr())
+            self._base = self._state = None  # type: ignore[assignment]
+        self.ring.close()
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    if dtype == np.uint16:
+        return getattr(torch, "uint16", torch.int16)
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
 class _Pinned:
@@ -327,10 +482,21 @@ class DataLoader(torch.utils.data.DataLoader):
     delivers, so that ``dataset.state_dict()`` (also ``loader.state_dict()``) is exact with
     worker processes too. ``batch_size`` is the dataset's (batches are made by it);
     ``pin_memory`` defaults to the dataset's. Persistent workers are refused: they would keep an
-    old epoch and position."""
+    old epoch and position.
+
+    ``device`` (e.g. ``"cuda"``): deliver the batches as tensors on that GPU, ready for the
+    current stream. With workers, each writes its batches into slots of a ring in shared memory
+    (a file in /dev/shm, ``num_workers * (prefetch_factor + 2)`` batches, page-locked by
+    cudaHostRegister in this process) and hands over only the slot's number; this process
+    queues the slot's copy to the GPU on the current stream, and the GPU itself marks the slot
+    free once the copy has completed. No batch is pickled, mapped afresh or
+    copied in this process, which otherwise takes time from the thread that launches the
+    training step. Without workers the dataset's pinned batches are copied on the current
+    stream.
+    """
 
     def __init__(self, dataset: ShardDataset, num_workers: int = 0,
-                 pin_memory: Optional[bool] = None, **kwargs: Any) -> None:
+                 pin_memory: Optional[bool] = None, device: Any = None, **kwargs: Any) -> None:
         if not isinstance(dataset, ShardDataset):
             raise TypeError("prep.torch.DataLoader takes a prep.torch.ShardDataset")
         if kwargs.get("persistent_workers"):
@@ -339,6 +505,17 @@ class DataLoader(torch.utils.data.DataLoader):
         for k in ("batch_size", "shuffle", "sampler", "batch_sampler", "collate_fn"):
             if kwargs.get(k) is not None:
                 raise ValueError(f"{k} is the dataset's business: set it on ShardDataset")
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None:
+            if self.device.type != "cuda":
+                raise ValueError(f"device must be a CUDA device, got {device!r}")
+            if not torch.cuda.is_available():
+                raise RuntimeError("device=%r but CUDA is not available" % (device,))
+            if self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            if pin_memory:
+                raise ValueError("pin_memory is for CPU batches; with device= they arrive on the GPU")
+            pin_memory = False
         if pin_memory is None:
             # Without workers the dataset pins its own batches.
             pin_memory = dataset.pin_memory and num_workers > 0 and torch.cuda.is_available()
@@ -348,6 +525,9 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:
         ds: ShardDataset = self.dataset  # type: ignore[assignment]
         workers = self.num_workers
+        if self.device is not None:
+            yield from self._on_device(ds, workers)
+            return
         if workers == 0:
             # The dataset runs here and counts for itself.
             yield from super().__iter__()
@@ -357,6 +537,45 @@ class DataLoader(torch.utils.data.DataLoader):
         for batch in super().__iter__():
             ds._delivered(workers)
             yield batch
+
+    def _on_device(self, ds: ShardDataset, workers: int) -> Iterator[Any]:
+        if workers == 0:
+            # The dataset's pinning thread, then copies on the current stream: a stream of our
+            # own would add its events and waits to every step of the launching thread.
+            pin = ds.pin_memory
+            ds.pin_memory = True
+            try:
+                for x, y in super().__iter__():
+                    yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            finally:
+                ds.pin_memory = pin
+            return
+        plan = ds._plan(workers)
+        ds.position = plan["position"]
+        split = ds._open()
+        slots = (self.prefetch_factor or 2) + 2
+        fd, path = tempfile.mkstemp(prefix="prep-ring-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        layout = _RingLayout(path, workers, slots, ds.batch_size, split.shape, split.dtype)
+        to_device = None
+        try:
+            try:
+                # Reserved now: a tmpfs that runs out later kills the writer with SIGBUS.
+                os.posix_fallocate(fd, 0, layout.total)
+            finally:
+                os.close(fd)
+            to_device = _ToDevice(layout, self.device)
+            ds._ring = layout
+            try:
+                it = super().__iter__()  # starts the workers, which take the ring with them
+            finally:
+                ds._ring = None
+            for token in it:
+                ds._delivered(workers)
+                yield to_device(token)
+        finally:
+            if to_device is not None:
+                to_device.close()
+            os.unlink(path)
 
     def __len__(self) -> int:
         ds: ShardDataset = self.dataset  # type: ignore[assignment]
