@@ -315,18 +315,27 @@ if has python; then
 fi
 
 if has sanitizer; then
+    # Issue 14: every model in every input mode (--memory device, stream, managed) on u8 shards,
+    # and the other stored types on the paths that decode them: f32 column-major files
+    # (streamed) and f16 shards (held on the GPU).
     echo "== compute-sanitizer memcheck over short training runs"
-    synth s4k 4096
+    synth san32 1024 3x32x32 64
     synth san97 512 3x97x131 64
-    for cfg in "small s4k 256" "resnet18 san97 64"; do
+    for ds in san32 san97; do
+        [ -f "$WORK/$ds-cm/manifest.json" ] || "$PREP" convert "$WORK/$ds" --format colmajor --out "$WORK/$ds-cm" --quiet
+        [ -f "$WORK/$ds-f16/manifest.json" ] || "$PREP" convert "$WORK/$ds" --dtype f16 --out "$WORK/$ds-f16" --quiet
+    done
+    for cfg in "small san32 128" "resnet18 san97 64"; do
         set -- $cfg
-        for m in device stream; do
-            rm -rf "$WORK/san-$m"
-            compute-sanitizer --tool memcheck --error-exitcode 9 "$PREP" train "$WORK/$2" --device cuda \
-                --model "$1" --epochs 1 --batch "$3" --memory "$m" --out "$WORK/san-$m" >"$WORK/sanitizer-$1-$m.log" 2>&1
+        for run in "$2 device" "$2 stream" "$2 managed" "$2-cm stream" "$2-f16 device"; do
+            set -- $cfg $run
+            rm -rf "$WORK/san-run"
+            log="$WORK/sanitizer-$1-$4-$5.log"
+            compute-sanitizer --tool memcheck --error-exitcode 9 "$PREP" train "$WORK/$4" --device cuda \
+                --model "$1" --epochs 1 --batch "$3" --memory "$5" --out "$WORK/san-run" >"$log" 2>&1
             rc=$?
-            errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$WORK/sanitizer-$1-$m.log" | tail -1)
-            row "memcheck, $1, $m mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
+            errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
+            row "memcheck, $1, $4, $5 mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
         done
     done
 fi
