@@ -32,6 +32,7 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+import time
 import warnings
 from typing import Any, Dict, Iterator, Optional, Tuple
 
@@ -345,7 +346,6 @@ class _RingMap:
         # after it was handed over; a worker that got that far ahead sleeps in short naps.
         i = worker * self.layout.slots + slot
         while self.state[i] != 0:
-            import time
             time.sleep(0.0002)
 
     def fill(self, worker: int, slot: int) -> None:
@@ -561,6 +561,11 @@ class DataLoader(torch.utils.data.DataLoader):
             try:
                 # Reserved now: a tmpfs that runs out later kills the writer with SIGBUS.
                 os.posix_fallocate(fd, 0, layout.total)
+            except OSError as e:
+                raise RuntimeError(
+                    f"cannot reserve {layout.total / 2**20:.0f} MiB for the batch ring {path}: "
+                    f"{e.strerror}; use fewer workers, a smaller prefetch_factor or batch, or "
+                    "device=None (pinned CPU batches)") from e
             finally:
                 os.close(fd)
             to_device = _ToDevice(layout, self.device)
