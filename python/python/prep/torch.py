@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import select
+import shutil
 import tempfile
 import time
 import warnings
@@ -272,28 +274,42 @@ class ShardDataset(torch.utils.data.IterableDataset):
             it.close()
 
 
-    def _into_ring(self, it: Any, count: int, worker: int) -> Iterator[Tuple[str, int, int, int]]:
-        """In a DataLoader worker: each batch into this worker's next free slot of the ring;
-        yields (tag, worker, slot, samples) for DataLoader.__iter__ to copy to the GPU."""
+    def _into_ring(self, it: Any, count: int, worker: int) -> Iterator[Tuple[str, int]]:
+        """In a DataLoader worker, at the first batch the DataLoader asks for: this worker's
+        whole share, batch after batch into its slots of the ring, each announced by one byte
+        on the worker's pipe (the main process reads the ring, not the DataLoader's queue);
+        then a single item for the DataLoader, which ends the worker."""
         ring = _RingMap(self._ring)
         try:
-            for k in range(count):
+            with open(self._ring.pipe(worker), "wb", buffering=0) as pipe:
                 try:
-                    images, labels = next(it)
-                except StopIteration:
-                    return
-                slot = k % ring.layout.slots
-                ring.wait_free(worker, slot)
-                n = len(labels)
-                np.copyto(ring.images(worker, slot)[:n], images)
-                ring.labels(worker, slot)[:n] = labels
-                ring.fill(worker, slot)
-                self.skipped = it.skipped
-                yield (_RING_TAG, worker, slot, n)
+                    for k in range(count):
+                        if ring.closed():
+                            break
+                        try:
+                            images, labels = next(it)
+                        except StopIteration:
+                            break
+                        slot = k % ring.layout.slots
+                        if not ring.wait_free(worker, slot):
+                            break
+                        n = len(labels)
+                        np.copyto(ring.images(worker, slot)[:n], images)
+                        ring.labels(worker, slot)[:n] = labels
+                        ring.fill(worker, slot, n)
+                        # The pipe, not the state word, tells the main process: the write and
+                        # its read order the slot's bytes before them on any CPU.
+                        pipe.write(b"B")
+                        self.skipped = it.skipped
+                    pipe.write(b"E")
+                except BaseException:
+                    pipe.write(b"X")  # the exception itself goes through the DataLoader
+                    raise
         finally:
             self.skipped = it.skipped
             it.close()
             ring.close()
+        yield (_RING_TAG, worker)
 
 
 _RING_TAG = "prep-ring"
@@ -304,19 +320,24 @@ def _align(n: int, to: int = 4096) -> int:
 
 
 class _RingLayout:
-    """Where the batches of DataLoader workers go: a file in shared memory (/dev/shm) with one
-    state word per slot (0 free, 1 filled) and then `slots` slots per worker, each holding one
-    batch's images and labels. Picklable: workers map the file by its path."""
+    """Where the batches of DataLoader workers go: a folder in shared memory (/dev/shm) with a
+    file `ring` (a header of one state word (0 free, 1 filled) and one sample count per slot and
+    a closed flag; then `slots` slots per worker, each holding one batch's images and labels)
+    and one pipe (FIFO) per worker. Picklable: workers open them by path."""
 
-    def __init__(self, path: str, workers: int, slots: int, batch: int,
+    def __init__(self, folder: str, workers: int, slots: int, batch: int,
                  shape: Tuple[int, ...], dtype: np.dtype) -> None:
-        self.path, self.workers, self.slots, self.batch = path, workers, slots, batch
+        self.folder, self.workers, self.slots, self.batch = folder, workers, slots, batch
+        self.path = os.path.join(folder, "ring")
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         per = int(np.prod(shape)) * self.dtype.itemsize
         self.image_bytes = _align(batch * per)
         self.slot_bytes = self.image_bytes + _align(batch * 8)
-        self.header = _align(workers * slots * 4)
+        self.header = _align((2 * workers * slots + 1) * 4)
         self.total = self.header + workers * slots * self.slot_bytes
+
+    def pipe(self, worker: int) -> str:
+        return os.path.join(self.folder, f"w{worker}")
 
     def offset(self, worker: int, slot: int) -> int:
         return self.header + (worker * self.slots + slot) * self.slot_bytes
@@ -329,7 +350,10 @@ class _RingMap:
         self.layout = layout
         with open(layout.path, "r+b") as f:
             self.mm = mmap.mmap(f.fileno(), layout.total)
-        self.state = np.frombuffer(self.mm, dtype=np.int32, count=layout.workers * layout.slots)
+        n = layout.workers * layout.slots
+        words = np.frombuffer(self.mm, dtype=np.int32, count=2 * n + 1)
+        self.state, self.count, self.flag = words[:n], words[n:2 * n], words[2 * n:]
+        self.parent = os.getppid()
 
     def images(self, worker: int, slot: int) -> np.ndarray:
         L = self.layout
@@ -341,21 +365,33 @@ class _RingMap:
         return np.frombuffer(self.mm, dtype=np.int64, count=L.batch,
                              offset=L.offset(worker, slot) + L.image_bytes)
 
-    def wait_free(self, worker: int, slot: int) -> None:
-        # The main process frees a slot once its copy to the GPU has completed, a step or two
-        # after it was handed over; a worker that got that far ahead sleeps in short naps.
+    def wait_free(self, worker: int, slot: int) -> bool:
+        """Wait until the main process's GPU has copied the slot out; False if the ring was
+        closed (the loop stopped early, or failed) or the main process is gone."""
         i = worker * self.layout.slots + slot
+        naps = 0
         while self.state[i] != 0:
+            if self.closed():
+                return False
+            naps += 1
+            if naps % 4096 == 0 and os.getppid() != self.parent:
+                return False
             time.sleep(0.0002)
+        return True
 
-    def fill(self, worker: int, slot: int) -> None:
-        self.state[worker * self.layout.slots + slot] = 1
+    def fill(self, worker: int, slot: int, n: int) -> None:
+        i = worker * self.layout.slots + slot
+        self.count[i] = n
+        self.state[i] = 1
 
-    def free(self, worker: int, slot: int) -> None:
-        self.state[worker * self.layout.slots + slot] = 0
+    def closed(self) -> bool:
+        return bool(self.flag[0])
+
+    def close_ring(self) -> None:
+        self.flag[0] = 1
 
     def close(self) -> None:
-        self.state = None  # type: ignore[assignment]
+        self.state = self.count = self.flag = None  # type: ignore[assignment]
         try:
             self.mm.close()
         except BufferError:  # a view is still alive; the mapping goes with it
@@ -385,9 +421,9 @@ class _ToDevice:
         self._dtype = _torch_dtype(layout.dtype)
         self._per = int(np.prod(layout.shape)) * layout.dtype.itemsize
 
-    def __call__(self, token: Tuple[str, int, int, int]) -> Tuple[torch.Tensor, torch.Tensor]:
-        _, w, s, n = token
+    def __call__(self, w: int, s: int) -> Tuple[torch.Tensor, torch.Tensor]:
         L = self.layout
+        n = int(self.ring.count[w * L.slots + s])
         at = L.offset(w, s)
         buf = self._base[at:at + L.image_bytes + 8 * n].to(self.device, non_blocking=True)
         i = w * L.slots + s
@@ -477,6 +513,24 @@ class _Pinned:
         self._t.join()
 
 
+def _read_byte(fd: int, it: Any, worker: int) -> bytes:
+    """The next byte a worker wrote on its pipe, waiting without the GIL; a worker that died
+    (killed, out of memory) is reported instead of waited for."""
+    while True:
+        try:
+            b = os.read(fd, 1)
+            if b:
+                return b
+        except BlockingIOError:
+            pass
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if not ready:
+            procs = getattr(it, "_workers", None)
+            if procs is not None and not procs[worker].is_alive():
+                raise RuntimeError(f"DataLoader worker {worker} (pid {procs[worker].pid}) of "
+                                   f"prep.torch exited unexpectedly (exit code {procs[worker].exitcode})")
+
+
 class DataLoader(torch.utils.data.DataLoader):
     """A ``torch.utils.data.DataLoader`` over a :class:`ShardDataset` that counts the batches it
     delivers, so that ``dataset.state_dict()`` (also ``loader.state_dict()``) is exact with
@@ -485,13 +539,14 @@ class DataLoader(torch.utils.data.DataLoader):
     old epoch and position.
 
     ``device`` (e.g. ``"cuda"``): deliver the batches as tensors on that GPU, ready for the
-    current stream. With workers, each writes its batches into slots of a ring in shared memory
-    (a file in /dev/shm, ``num_workers * (prefetch_factor + 2)`` batches, page-locked by
-    cudaHostRegister in this process) and hands over only the slot's number; this process
-    queues the slot's copy to the GPU on the current stream, and the GPU itself marks the slot
-    free once the copy has completed. No batch is pickled, mapped afresh or
-    copied in this process, which otherwise takes time from the thread that launches the
-    training step. Without workers the dataset's pinned batches are copied on the current
+    current stream. With workers, each writes its batches into its slots of a ring in shared
+    memory (a file in /dev/shm of ``num_workers * (prefetch_factor + 1)`` batches, page-locked
+    by cudaHostRegister in this process) and announces each with one byte on a pipe of its own;
+    this process takes the batches from the workers in the DataLoader's turn order, queues each
+    slot's copy to the GPU on the current stream, and the GPU itself marks the slot free once
+    the copy has completed. No batch is pickled, mapped afresh or copied in this process, and
+    the DataLoader's queues carry nothing per batch: all of that otherwise takes time from the
+    thread that launches the training step. Without workers the dataset's pinned batches are copied on the current
     stream.
     """
 
@@ -553,34 +608,64 @@ class DataLoader(torch.utils.data.DataLoader):
         plan = ds._plan(workers)
         ds.position = plan["position"]
         split = ds._open()
-        slots = (self.prefetch_factor or 2) + 2
-        fd, path = tempfile.mkstemp(prefix="prep-ring-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-        layout = _RingLayout(path, workers, slots, ds.batch_size, split.shape, split.dtype)
-        to_device = None
+        slots = max(2, (self.prefetch_factor or 2) + 1)
+        folder = tempfile.mkdtemp(prefix="prep-ring-",
+                                  dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        layout = _RingLayout(folder, workers, slots, ds.batch_size, split.shape, split.dtype)
+        to_device = it = None
+        pipes: list = []
         try:
-            try:
-                # Reserved now: a tmpfs that runs out later kills the writer with SIGBUS.
-                os.posix_fallocate(fd, 0, layout.total)
-            except OSError as e:
-                raise RuntimeError(
-                    f"cannot reserve {layout.total / 2**20:.0f} MiB for the batch ring {path}: "
-                    f"{e.strerror}; use fewer workers, a smaller prefetch_factor or batch, or "
-                    "device=None (pinned CPU batches)") from e
-            finally:
-                os.close(fd)
+            with open(layout.path, "wb") as f:
+                try:
+                    # Reserved now: a tmpfs that runs out later kills the writer with SIGBUS.
+                    os.posix_fallocate(f.fileno(), 0, layout.total)
+                except OSError as e:
+                    raise RuntimeError(
+                        f"cannot reserve {layout.total / 2**20:.0f} MiB for the batch ring "
+                        f"{layout.path}: {e.strerror}; use fewer workers, a smaller "
+                        "prefetch_factor or batch, or device=None (pinned CPU batches)") from e
+            for w in range(workers):
+                os.mkfifo(layout.pipe(w), 0o600)
+                # Read and write: opening does not wait for the worker, and no end of file
+                # comes when it closes its end.
+                pipes.append(os.open(layout.pipe(w), os.O_RDWR | os.O_NONBLOCK))
             to_device = _ToDevice(layout, self.device)
             ds._ring = layout
             try:
                 it = super().__iter__()  # starts the workers, which take the ring with them
             finally:
                 ds._ring = None
-            for token in it:
-                ds._delivered(workers)
-                yield to_device(token)
+            # The DataLoader's order: the workers take turns, one batch each, a worker leaving
+            # the turn when its share ends.
+            seq = [0] * workers
+            live = list(range(workers))
+            failed = False
+            while live and not failed:
+                for w in list(live):
+                    what = _read_byte(pipes[w], it, w)
+                    if what == b"E":
+                        live.remove(w)
+                        continue
+                    if what != b"B":
+                        failed = True
+                        break
+                    ds._delivered(workers)
+                    yield to_device(w, seq[w] % slots)
+                    seq[w] += 1
+            if failed:
+                to_device.ring.close_ring()
+            for _ in it:  # the workers' last items; a worker's exception is raised here
+                pass
+            if failed:
+                raise RuntimeError("a DataLoader worker of prep.torch failed")
         finally:
             if to_device is not None:
+                to_device.ring.close_ring()  # workers waiting for a slot stop
                 to_device.close()
-            os.unlink(path)
+            del it  # the DataLoader's iterator: stops and joins its workers
+            for fd in pipes:
+                os.close(fd)
+            shutil.rmtree(folder, ignore_errors=True)
 
     def __len__(self) -> int:
         ds: ShardDataset = self.dataset  # type: ignore[assignment]
