@@ -294,8 +294,8 @@ if has python; then
     tail -8 "$LOGS/pytest.log"
     row "python tests (torch included)" "$(tail -1 "$LOGS/pytest.log" | tr -d = | cut -c1-48)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
     synth s1m 1000000
-    PYTHONPATH=$py timeout 420 python3 benches/torch_loader.py "$WORK/s1m" --workers ${WORKERS:-8} --batch 512 \
-        --memmap-steps 300 2>&1 | tee "$LOGS/torch_loader.log"
+    PYTHONPATH=$py timeout 420 python3 benches/torch_loader.py "$WORK/s1m" --workers ${WORKERS:-4} --batch 512 \
+        --memmap-steps 300 --rounds 5 2>&1 | tee "$LOGS/torch_loader.log"
     sum=$LOGS/torch_loader.log
     pj() { python3 -c "import json; s=[json.loads(l) for l in open('$sum') if l.startswith('{')]; s=[d for d in s if d.get('summary')][-1]; print($1)" 2>/dev/null || echo nan; }
     r=$(pj "s['prep_over_device']")

@@ -313,6 +313,9 @@ class ShardDataset(torch.utils.data.IterableDataset):
 
 
 _RING_TAG = "prep-ring"
+# The ring's size where batches are small: up to 256 MiB, at most 16 batches a worker.
+_RING_BYTES = 256 << 20
+_RING_MAX_SLOTS = 16
 
 
 def _align(n: int, to: int = 4096) -> int:
@@ -540,7 +543,8 @@ class DataLoader(torch.utils.data.DataLoader):
 
     ``device`` (e.g. ``"cuda"``): deliver the batches as tensors on that GPU, ready for the
     current stream. With workers, each writes its batches into its slots of a ring in shared
-    memory (a file in /dev/shm of ``num_workers * (prefetch_factor + 1)`` batches, page-locked
+    memory (a file in /dev/shm of ``prefetch_factor + 1`` batches a worker, or up to 16 while
+    the ring stays under 256 MiB, page-locked
     by cudaHostRegister in this process) and announces each with one byte on a pipe of its own;
     this process takes the batches from the workers in the DataLoader's turn order, queues each
     slot's copy to the GPU on the current stream, and the GPU itself marks the slot free once
@@ -608,9 +612,13 @@ class DataLoader(torch.utils.data.DataLoader):
         plan = ds._plan(workers)
         ds.position = plan["position"]
         split = ds._open()
-        slots = max(2, (self.prefetch_factor or 2) + 1)
         folder = tempfile.mkdtemp(prefix="prep-ring-",
                                   dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        layout = _RingLayout(folder, workers, 1, ds.batch_size, split.shape, split.dtype)
+        # Deep enough to ride out a worker's hiccup (a garbage collection, a slow block) where
+        # batches are small, at most `prefetch_factor + 1` a worker where they are large.
+        slots = max((self.prefetch_factor or 2) + 1,
+                    min(_RING_MAX_SLOTS, _RING_BYTES // (workers * layout.slot_bytes)))
         layout = _RingLayout(folder, workers, slots, ds.batch_size, split.shape, split.dtype)
         to_device = it = None
         pipes: list = []
