@@ -11,9 +11,13 @@
 //!
 //! Without `install` (the library used from Python, the tests) the flag is never set and
 //! signals keep their default action.
+//!
+//! Test-only: `PREP_TEST_SLOW_MS=N` makes every look at the flag wait N ms first, so that a test
+//! can signal a job in the middle of its work whatever the speed of the machine.
 
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// The first signal received (0: none).
 static SIGNAL: AtomicUsize = AtomicUsize::new(0);
@@ -36,6 +40,16 @@ pub fn install() -> std::io::Result<()> {
 
 /// The signal that asked the job to stop, if one did.
 pub fn requested() -> Option<i32> {
+    static SLOW: OnceLock<u64> = OnceLock::new();
+    let ms = *SLOW.get_or_init(|| {
+        std::env::var("PREP_TEST_SLOW_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms.min(10_000)));
+    }
     match SIGNAL.load(Ordering::SeqCst) {
         0 => None,
         s => Some(s as i32),

@@ -13,7 +13,9 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     prep::lock::check_not_written(&a.dir)?;
     let report = match verify(&a, quiet) {
         Ok(r) => r,
-        Err(e) if e.is_interrupted() => return Err(e.into()),
+        Err(e) if e.is_interrupted() => {
+            return Err(anyhow::Error::new(e).context(format!("verifying {}", a.dir.display())))
+        }
         Err(e) => {
             // The manifest itself is unreadable or damaged: that is a verification failure (exit 1),
             // reported like any other damage.
