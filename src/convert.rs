@@ -7,9 +7,9 @@
 
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorSplitReader, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
+use crate::output::write_atomic;
 use crate::part::{Part, PartRange, PartSpec};
 use crate::pipeline::ordered_map;
-use crate::output::write_atomic;
 use crate::shard::manifest::{self, stats_split, Provenance, SplitInfo};
 use crate::shard::{
     default_block_samples, default_shard_blocks, Block, Codec, Dataset, Dtype, Manifest,

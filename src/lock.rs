@@ -206,7 +206,8 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock> {
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
         {
-            let until = std::time::Instant::now() + std::time::Duration::from_millis(ms.min(60_000));
+            let until =
+                std::time::Instant::now() + std::time::Duration::from_millis(ms.min(60_000));
             while std::time::Instant::now() < until && crate::interrupt::requested().is_none() {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }

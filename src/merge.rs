@@ -9,8 +9,8 @@
 
 use crate::convert::{REJECTS, STAGING};
 use crate::error::{Error, IoContext, Result};
-use crate::part::Part;
 use crate::output::write_atomic;
+use crate::part::Part;
 use crate::shard::manifest::{self, Provenance, ShardInfo, SplitInfo};
 use crate::shard::{shard_file_name, Dataset, Manifest};
 use crate::synth::PARTIAL_MARKER;

@@ -244,7 +244,10 @@ mod tests {
         std::fs::write(&blocked, b"a file where a folder should be").unwrap();
         let e = write_atomic(&blocked.join("manifest.json"), b"{}").unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with(&blocked.join("manifest.json").display().to_string()), "{msg}");
+        assert!(
+            msg.starts_with(&blocked.join("manifest.json").display().to_string()),
+            "{msg}"
+        );
         assert_eq!(msg.matches("os error").count(), 1, "{msg}");
         // Written, then dropped before the rename: removed.
         let p = t.path().join("x.json");

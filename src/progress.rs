@@ -8,7 +8,8 @@ use std::io::IsTerminal;
 pub fn bar(len: u64, what: &str, unit: &str, quiet: bool) -> ProgressBar {
     // Cleared when dropped unfinished too (a failure, an interruption): the error line then
     // stands alone.
-    let pb = ProgressBar::with_draw_target(Some(len), target(quiet)).with_finish(ProgressFinish::AndClear);
+    let pb = ProgressBar::with_draw_target(Some(len), target(quiet))
+        .with_finish(ProgressFinish::AndClear);
     pb.set_style(
         ProgressStyle::with_template(&format!(
             "{{msg:>8}} [{{bar:30}}] {{human_pos}}/{{human_len}} {unit} {{per_sec}} ETA {{eta}}"
@@ -24,7 +25,8 @@ pub fn bar(len: u64, what: &str, unit: &str, quiet: bool) -> ProgressBar {
 pub fn bytes_bar(len: u64, what: &str, quiet: bool) -> ProgressBar {
     // Cleared when dropped unfinished too (a failure, an interruption): the error line then
     // stands alone.
-    let pb = ProgressBar::with_draw_target(Some(len), target(quiet)).with_finish(ProgressFinish::AndClear);
+    let pb = ProgressBar::with_draw_target(Some(len), target(quiet))
+        .with_finish(ProgressFinish::AndClear);
     pb.set_style(
         ProgressStyle::with_template(
             "{msg:>8} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",

@@ -5,9 +5,9 @@
 use super::{split_id, Generator, Version};
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
+use crate::output::write_atomic;
 use crate::part::{Part, PartRange, PartSpec};
 use crate::pipeline::ordered_map;
-use crate::output::write_atomic;
 use crate::shard::manifest::{self, read_capped, Provenance, ShardInfo, SplitInfo};
 use crate::shard::{
     default_block_samples, default_shard_blocks, shard_file_name, Codec, Manifest, SampleSpec,

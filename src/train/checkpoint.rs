@@ -6,9 +6,9 @@ use crate::error::{Error, IoContext, Result};
 use crate::output::{OutFile, Temp};
 use safetensors::tensor::{Dtype, Metadata, TensorInfo};
 use safetensors::SafeTensors;
-use std::io::{BufWriter, Write};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 pub const FILE: &str = "checkpoint.safetensors";
@@ -53,8 +53,8 @@ pub fn save(path: &Path, tensors: &[(String, Vec<f32>)], cursor: &Cursor) -> Res
         "prep".to_string(),
         serde_json::to_string(cursor).expect("serialises"),
     );
-    let header = Metadata::new(Some(meta), infos)
-        .map_err(|e| Error::Invalid(format!("checkpoint: {e}")))?;
+    let header =
+        Metadata::new(Some(meta), infos).map_err(|e| Error::Invalid(format!("checkpoint: {e}")))?;
     let mut header = serde_json::to_vec(&header).expect("serialises");
     header.resize(header.len().next_multiple_of(8), b' ');
     let tmp = Temp::of(path);
@@ -64,7 +64,9 @@ pub fn save(path: &Path, tensors: &[(String, Vec<f32>)], cursor: &Cursor) -> Res
     for (_, v) in sorted {
         f.write_all(le_bytes(v)).at(path)?;
     }
-    let f = f.into_inner().map_err(|e| Error::io(path, e.into_error()))?;
+    let f = f
+        .into_inner()
+        .map_err(|e| Error::io(path, e.into_error()))?;
     f.file().sync_all().at(path)?;
     drop(f);
     tmp.rename_to(path)

@@ -673,7 +673,8 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         loop {
             // An interruption (here, or seen by the input's threads) stops the run like
             // `stop_after`: a checkpoint of the steps done so far, then the error.
-            let next = match crate::interrupt::check().and_then(|()| feed.next(&mut be, &mut model)) {
+            let next = match crate::interrupt::check().and_then(|()| feed.next(&mut be, &mut model))
+            {
                 Err(e) if e.is_interrupted() => {
                     if steps_here > 0 {
                         flush(&mut be, &mut cur, t_seg)?;

@@ -1,8 +1,8 @@
 //! PNG plots of training curves and confusion matrices, drawn straight into an `image::RgbImage`
 //! with an embedded 5x7 bitmap font, so the tool needs no plotting, font or system dependencies.
 
-use image::{ImageFormat, Rgb, RgbImage};
 use crate::error::{Error, Result};
+use image::{ImageFormat, Rgb, RgbImage};
 use std::path::Path;
 
 /// One epoch's figures.

@@ -548,6 +548,9 @@ fn one_line(o: &Output, parts: &[&str]) -> String {
     for p in parts {
         assert!(e.contains(p), "no {p:?} in: {e}");
     }
-    assert!(e.matches("(os error").count() <= 1, "OS message repeated: {e}");
+    assert!(
+        e.matches("(os error").count() <= 1,
+        "OS message repeated: {e}"
+    );
     e
 }

@@ -66,8 +66,7 @@ fn has_open(pid: u32, suffix: &str) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|rd| {
             rd.flatten().any(|e| {
-                std::fs::read_link(e.path())
-                    .is_ok_and(|p| p.to_string_lossy().ends_with(suffix))
+                std::fs::read_link(e.path()).is_ok_and(|p| p.to_string_lossy().ends_with(suffix))
             })
         })
         .unwrap_or(false)
@@ -125,13 +124,19 @@ fn sigint_stops_synth_and_the_same_command_resumes() {
     );
     assert_eq!(leftovers(&out), Vec::<String>::new());
     assert!(out.join("train/train-00000.shard").exists() && second.exists());
-    assert!(!out.join("manifest.json").exists(), "an unfinished dataset has no manifest");
+    assert!(
+        !out.join("manifest.json").exists(),
+        "an unfinished dataset has no manifest"
+    );
 
     let o = run(&strs(&args), 0);
     assert!(stdout(&o).contains("resumed"), "{}", stdout(&o));
     run(&["verify", s(&out), "--quiet"], 0);
     assert_eq!(leftovers(&out), Vec::<String>::new());
-    assert!(shard_files(&out) == shard_files(&reference), "the resumed dataset differs");
+    assert!(
+        shard_files(&out) == shard_files(&reference),
+        "the resumed dataset differs"
+    );
 }
 
 /// A bigger dataset to convert from (1x16x16, 121,000 samples).
@@ -159,7 +164,10 @@ fn long_convert<'a>(input: &'a Path, out: &'a Path) -> [&'a str; 10] {
 /// Whether `dir/.prep-staging/train` holds a shard, whole or being written.
 fn staging_shard(dir: &Path) -> bool {
     std::fs::read_dir(dir.join(".prep-staging/train"))
-        .map(|rd| rd.flatten().any(|e| e.file_name().to_string_lossy().contains(".shard")))
+        .map(|rd| {
+            rd.flatten()
+                .any(|e| e.file_name().to_string_lossy().contains(".shard"))
+        })
         .unwrap_or(false)
 }
 
@@ -179,7 +187,11 @@ fn sigterm_stops_convert_and_keeps_the_old_dataset() {
     assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
     one_line(
         &o,
-        &["interrupted by SIGTERM", "holds what it held before", s(&out)],
+        &[
+            "interrupted by SIGTERM",
+            "holds what it held before",
+            s(&out),
+        ],
     );
     assert_eq!(leftovers(&out), Vec::<String>::new());
     assert!(files(&out) == before, "the old dataset changed");
@@ -243,7 +255,10 @@ fn sigint_stops_training_and_resume_is_bit_identical() {
     assert_eq!(leftovers(&stopped), Vec::<String>::new());
     let (_, cur) = prep::train::checkpoint::load(&ckpt).unwrap();
     println!("interrupted at {cur:?}");
-    assert!(!stopped.join("summary.json").exists(), "it stopped before the end");
+    assert!(
+        !stopped.join("summary.json").exists(),
+        "it stopped before the end"
+    );
 
     run(&["train", "--resume", s(&stopped), "--quiet"], 0);
     let (a, b) = (tensors(&clean), tensors(&stopped));
@@ -273,13 +288,31 @@ fn sigint_stops_verify_and_eval() {
     let run_dir = t.path().join("run");
     run(
         &[
-            "train", s(&ds), "--device", "cpu", "--epochs", "1", "--out", s(&run_dir), "--quiet",
+            "train",
+            s(&ds),
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+            "--out",
+            s(&run_dir),
+            "--quiet",
         ],
         0,
     );
     let before = files(&run_dir);
     let mut c = spawn_slow(
-        &["eval", s(&run_dir), s(&ds), "--split", "train", "--device", "cpu", "--jobs", "1"],
+        &[
+            "eval",
+            s(&run_dir),
+            s(&ds),
+            "--split",
+            "train",
+            "--device",
+            "cpu",
+            "--jobs",
+            "1",
+        ],
         100,
     );
     let pid = c.id();
