@@ -4,8 +4,8 @@
 //! whose pages are released as they are written, so a 100 GB file needs no 100 GB of RAM.
 
 use crate::error::{Error, IoContext, Result};
-use crate::shard::manifest::{check_seal, read_capped, seal, write_atomic, Provenance};
-use crate::shard::writer::temp_path;
+use crate::output::{write_atomic, OutFile, Temp};
+use crate::shard::manifest::{check_seal, read_capped, seal, Provenance};
 use crate::shard::{Block, Dtype, SampleSpec, Stats};
 use memmap2::{MmapMut, MmapOptions};
 use rayon::prelude::*;
@@ -117,12 +117,15 @@ impl ColmajorManifest {
     }
 }
 
-/// Writes one split: samples arrive in blocks, in order.
+/// Writes one split: samples arrive in blocks, in order. Dropped unfinished (a failure, an
+/// interruption), it removes its temporary files.
 pub struct ColmajorWriter {
     images: PathBuf,
     labels: PathBuf,
+    images_tmp: Temp,
+    labels_tmp: Temp,
     map: MmapMut,
-    labels_out: BufWriter<File>,
+    labels_out: BufWriter<OutFile>,
     n: usize,
     features: usize,
     dtype: Dtype,
@@ -149,23 +152,27 @@ impl ColmajorWriter {
         if n == 0 {
             return Err(Error::Invalid(format!("split {split} has no samples")));
         }
-        let tmp = temp_path(&images);
+        let images_tmp = Temp::of(&images);
         let f = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&tmp)
-            .at(&tmp)?;
-        f.set_len(bytes).at(&tmp)?;
+            .open(images_tmp.path())
+            .at(&images)?;
+        f.set_len(bytes).at(&images)?;
+        // The map is written without write calls: a full disk would be a SIGBUS there.
+        crate::output::reserve(&f, &images, bytes).at(&images)?;
         // SAFETY: the file was just created by us under a temporary name; nothing else maps or
         // resizes it while the writer lives.
-        let map = unsafe { MmapOptions::new().map_mut(&f) }.at(&tmp)?;
-        let ltmp = temp_path(&labels);
-        let labels_out = BufWriter::new(File::create(&ltmp).at(&ltmp)?);
+        let map = unsafe { MmapOptions::new().map_mut(&f) }.at(&images)?;
+        let labels_tmp = Temp::of(&labels);
+        let labels_out = BufWriter::new(OutFile::create(labels_tmp.path()).at(&labels)?);
         Ok(ColmajorWriter {
             images,
             labels,
+            images_tmp,
+            labels_tmp,
             map,
             labels_out,
             n: n as usize,
@@ -247,9 +254,9 @@ impl ColmajorWriter {
             .into_inner()
             .map_err(|e| Error::io(&self.labels, e.into_error()))?;
         lf.flush().at(&self.labels)?;
-        lf.sync_all().at(&self.labels)?;
-        crate::shard::writer::rename_durably(&temp_path(&self.labels), &self.labels)?;
-        crate::shard::writer::rename_durably(&temp_path(&self.images), &self.images)?;
+        lf.file().sync_all().at(&self.labels)?;
+        self.labels_tmp.rename_to(&self.labels)?;
+        self.images_tmp.rename_to(&self.images)?;
         Ok(self.stats)
     }
 }

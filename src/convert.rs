@@ -7,9 +7,10 @@
 
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorSplitReader, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
+use crate::output::write_atomic;
 use crate::part::{Part, PartRange, PartSpec};
 use crate::pipeline::ordered_map;
-use crate::shard::manifest::{self, stats_split, write_atomic, Provenance, SplitInfo};
+use crate::shard::manifest::{self, stats_split, Provenance, SplitInfo};
 use crate::shard::{
     default_block_samples, default_shard_blocks, Block, Codec, Dataset, Dtype, Manifest,
     SampleSpec, Shape, ShardReader, SplitWriter,
@@ -1546,7 +1547,16 @@ pub fn convert(o: &ConvertOptions) -> Result<ConvertReport> {
     if r.is_err() && created {
         let _ = std::fs::remove_dir(&o.out);
     }
-    r
+    r.map_err(|e| {
+        e.when_interrupted(|| {
+            let kept = if created {
+                "nothing was written".to_string()
+            } else {
+                format!("{} holds what it held before", o.out.display())
+            };
+            format!("{kept}: the same command converts again from the start")
+        })
+    })
 }
 
 /// `locked`: the caller (this function, starting again) already holds the lock on `o.out`.
@@ -1820,7 +1830,18 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     }
     let provenance = Provenance::here(source);
     let splits: BTreeMap<String, u64> = infos.iter().map(|(s, i)| (s.clone(), i.samples)).collect();
+    // Every file is written into staging, the rejects list and the manifest too, before the old
+    // dataset (with --force) is removed: a write that fails (a full disk) leaves it as it was.
+    // Publishing is then renames only, the manifest last.
     let finish = || -> Result<()> {
+        if !rejects.is_empty() {
+            let mut text = String::new();
+            for r in &rejects {
+                text.push_str(&serde_json::to_string(r).expect("serialises"));
+                text.push('\n');
+            }
+            write_atomic(&staging.join(REJECTS), text.as_bytes())?;
+        }
         match o.format {
             OutputFormat::Shards => {
                 let mut m = Manifest::new(
@@ -1832,16 +1853,9 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
                     provenance.clone(),
                 );
                 m.part = part.clone();
-                publish(out, o.force, |out| {
-                    for s in m.splits.values().flat_map(|s| &s.shards) {
-                        std::fs::create_dir_all(out.join(&s.file).parent().unwrap()).at(out)?;
-                        crate::shard::writer::rename_durably(
-                            &staging.join(&s.file),
-                            &out.join(&s.file),
-                        )?;
-                    }
-                    m.write(out)
-                })
+                m.write(&staging)?;
+                let files = m.splits.values().flat_map(|s| &s.shards).map(|s| &s.file);
+                publish(&staging, out, o.force, files)
             }
             OutputFormat::Colmajor => {
                 // Shards in staging become the colmajor files: now the sample counts are known.
@@ -1862,6 +1876,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
                     for sh in &info.shards {
                         let r = ds.open_shard(sh)?;
                         for b in 0..r.num_blocks() {
+                            crate::interrupt::check()?;
                             let block = r.read_block(b)?;
                             let st = crate::shard::Stats::of_block(&block, &spec, k);
                             cw.push(&block, &st)?;
@@ -1890,14 +1905,10 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
                     provenance: provenance.clone(),
                     checksum: String::new(),
                 };
-                publish(out, o.force, |out| {
-                    for s in cm.splits.values() {
-                        for f in [&s.images, &s.labels] {
-                            crate::shard::writer::rename_durably(&staging.join(f), &out.join(f))?;
-                        }
-                    }
-                    cm.write(out)
-                })
+                // In place of the shards' manifest, which is no longer read.
+                cm.write(&staging)?;
+                let files = cm.splits.values().flat_map(|s| [&s.images, &s.labels]);
+                publish(&staging, out, o.force, files)
             }
         }
     };
@@ -1906,17 +1917,6 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
         return Err(e);
     }
     let _ = std::fs::remove_dir_all(&staging);
-    let rejects_path = out.join(REJECTS);
-    if rejects.is_empty() {
-        let _ = std::fs::remove_file(&rejects_path);
-    } else {
-        let mut text = String::new();
-        for r in &rejects {
-            text.push_str(&serde_json::to_string(r).expect("serialises"));
-            text.push('\n');
-        }
-        write_atomic(&rejects_path, text.as_bytes())?;
-    }
     let secs = t0.elapsed().as_secs_f64();
     let samples: u64 = splits.values().sum();
     Ok(ConvertReport {
@@ -2059,10 +2059,30 @@ fn check_out(out: &Path, force: bool) -> Result<()> {
     Ok(())
 }
 
-/// Replace the old dataset in `out` (with --force) by the staged one.
-fn publish(out: &Path, force: bool, install: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+/// Replace the old dataset in `out` (with --force) by the one complete in `staging`: its data
+/// `files`, its rejects list (or none: an old one is removed) and, last, its manifest.
+fn publish<'a>(
+    staging: &Path,
+    out: &Path,
+    force: bool,
+    files: impl Iterator<Item = &'a String>,
+) -> Result<()> {
     if force {
         crate::synth::clean(out)?;
     }
-    install(out)
+    for f in files {
+        let to = out.join(f);
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).at(dir)?;
+        }
+        crate::output::rename_durably(&staging.join(f), &to)?;
+    }
+    let rejects = out.join(REJECTS);
+    if staging.join(REJECTS).exists() {
+        crate::output::rename_durably(&staging.join(REJECTS), &rejects)?;
+    } else if rejects.exists() {
+        std::fs::remove_file(&rejects).at(&rejects)?;
+    }
+    let m = manifest::FILE_NAME;
+    crate::output::rename_durably(&staging.join(m), &out.join(m))
 }

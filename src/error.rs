@@ -28,11 +28,13 @@ impl fmt::Display for Region {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{}: {source}", path.display())]
+    /// The message shows the OS error, so it is not also this error's `source()`: an error chain
+    /// printed in full (anyhow's `{:#}`) would repeat it ("...: No space left on device (os error
+    /// 28): No space left on device (os error 28)").
+    #[error("{}: {cause}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The bytes of a shard file break a rule of `formats/shard.md`.
     #[error("{}: {region}: {what}", path.display())]
@@ -57,15 +59,40 @@ pub enum Error {
     /// Another prep is writing the folder (`crate::lock`); names the holder.
     #[error("{0}")]
     Busy(String),
+    /// SIGINT or SIGTERM asked the job to stop (`crate::interrupt`); `note` says what was kept
+    /// and how to go on, where the job knows it.
+    #[error("interrupted by {}{}", crate::interrupt::signal_name(*signal), note_suffix(note))]
+    Interrupted { signal: i32, note: String },
+}
+
+fn note_suffix(note: &str) -> String {
+    if note.is_empty() {
+        String::new()
+    } else {
+        format!("; {note}")
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+    pub fn io(path: impl AsRef<Path>, cause: std::io::Error) -> Self {
         Error::Io {
             path: path.as_ref().to_path_buf(),
-            source,
+            cause,
+        }
+    }
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, Error::Interrupted { .. })
+    }
+    /// An interruption with `note` (what was kept, how to go on) added; other errors unchanged.
+    pub fn when_interrupted(self, note: impl FnOnce() -> String) -> Self {
+        match self {
+            Error::Interrupted { signal, .. } => Error::Interrupted {
+                signal,
+                note: note(),
+            },
+            e => e,
         }
     }
     pub fn corrupt(path: impl AsRef<Path>, region: Region, what: impl Into<String>) -> Self {

@@ -199,13 +199,18 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock> {
         });
         f.set_len(0).at(&path)?;
         f.write_all(format!("{info}\n").as_bytes()).at(&path)?;
-        // For the tests of this module's guarantees (tests/integration/hostile.rs): hold the lock
-        // this long before going on, so that a second process surely meets it.
+        // For the tests of this module's guarantees (tests/integration/hostile/): hold the lock
+        // this long before going on, so that a second process surely meets it; a signal ends
+        // the wait (the job then stops at its first check).
         if let Some(ms) = std::env::var("PREP_TEST_HOLD_LOCK_MS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
         {
-            std::thread::sleep(std::time::Duration::from_millis(ms.min(60_000)));
+            let until =
+                std::time::Instant::now() + std::time::Duration::from_millis(ms.min(60_000));
+            while std::time::Instant::now() < until && crate::interrupt::requested().is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
         }
         return Ok(DirLock {
             dir: dir.to_path_buf(),

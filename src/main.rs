@@ -27,6 +27,18 @@ fn main() -> ExitCode {
     match cmd::run(cli) {
         Ok(code) => code,
         Err(e) => {
+            // A job stopped by SIGINT or SIGTERM: the line says what was kept and how to go on;
+            // the status is the shell's for that signal.
+            let signal = e
+                .chain()
+                .find_map(|c| match c.downcast_ref::<prep::Error>() {
+                    Some(prep::Error::Interrupted { signal, .. }) => Some(*signal),
+                    _ => None,
+                });
+            if let Some(s) = signal {
+                eprintln!("{e:#}");
+                return ExitCode::from(prep::interrupt::exit_status(s) as u8);
+            }
             eprintln!("error: {e:#}");
             let usage = e.chain().any(|c| {
                 matches!(

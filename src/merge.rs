@@ -9,8 +9,9 @@
 
 use crate::convert::{REJECTS, STAGING};
 use crate::error::{Error, IoContext, Result};
+use crate::output::write_atomic;
 use crate::part::Part;
-use crate::shard::manifest::{self, write_atomic, Provenance, ShardInfo, SplitInfo};
+use crate::shard::manifest::{self, Provenance, ShardInfo, SplitInfo};
 use crate::shard::{shard_file_name, Dataset, Manifest};
 use crate::synth::PARTIAL_MARKER;
 use rayon::prelude::*;
@@ -368,6 +369,7 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
         let pb = crate::progress::bar(plan.len() as u64, "merge", "shards", quiet);
         let mut linked = 0;
         for (from, info) in &plan {
+            crate::interrupt::check()?;
             let to = staging.join(&info.file);
             let dir = to.parent().expect("a shard is in a split folder");
             std::fs::create_dir_all(dir).at(dir)?;
@@ -391,7 +393,7 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
             let to = out.join(&info.file);
             let dir = to.parent().expect("a shard is in a split folder");
             std::fs::create_dir_all(dir).at(dir)?;
-            crate::shard::writer::rename_durably(&staging.join(&info.file), &to)?;
+            crate::output::rename_durably(&staging.join(&info.file), &to)?;
             placed.push(to);
         }
         if !rejects.is_empty() {

@@ -2,9 +2,15 @@
 //! and consumed on the calling thread strictly in index order, with at most `window` items produced
 //! ahead of the consumer. This is what keeps every core busy while memory stays bounded: no batch
 //! barriers (a slow item delays only its own slot), and no more than `window` results in memory.
+//! A SIGINT or SIGTERM (`crate::interrupt`) stops it like an error: the workers take no new item,
+//! and the consumer returns `Error::Interrupted` without waiting for the items in progress.
 
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+/// How often a consumer waiting for an item looks at the interrupt flag.
+const POLL: Duration = Duration::from_millis(50);
 
 struct State<T, E> {
     next: usize,
@@ -14,8 +20,8 @@ struct State<T, E> {
 }
 
 /// Run `produce(i)` for every `i < count` on `workers` threads, and `consume(i, item)` on this thread
-/// in order. Stops at the first error (of either side) and returns it; items already produced past
-/// the error are dropped.
+/// in order. Stops at the first error (of either side), or at an interruption, and returns it;
+/// items already produced past the error are dropped.
 pub fn ordered_map<T, E, P, C>(
     count: usize,
     workers: usize,
@@ -25,7 +31,7 @@ pub fn ordered_map<T, E, P, C>(
 ) -> Result<(), E>
 where
     T: Send,
-    E: Send,
+    E: Send + From<crate::Error>,
     P: Fn(usize) -> Result<T, E> + Sync,
     C: FnMut(usize, T) -> Result<(), E>,
 {
@@ -45,7 +51,7 @@ where
                     while !st.stop && st.next < count && st.next >= st.consumed + window {
                         st = changed.wait(st).unwrap();
                     }
-                    if st.stop || st.next >= count {
+                    if st.stop || st.next >= count || crate::interrupt::requested().is_some() {
                         return;
                     }
                     st.next += 1;
@@ -62,12 +68,14 @@ where
                 let item = {
                     let mut st = state.lock().unwrap();
                     loop {
+                        crate::interrupt::check()?;
                         if let Some(r) = st.ready.remove(&i) {
                             st.consumed = i + 1;
                             changed.notify_all();
                             break r;
                         }
-                        st = changed.wait(st).unwrap();
+                        // Woken by a worker, or after a while to look at the interrupt flag.
+                        st = changed.wait_timeout(st, POLL).unwrap().0;
                     }
                 };
                 consume(i, item?)?;
@@ -92,7 +100,7 @@ mod tests {
         let consumed = AtomicUsize::new(0);
         let max_ahead = AtomicUsize::new(0);
         let mut seen = Vec::new();
-        ordered_map::<usize, (), _, _>(
+        ordered_map::<usize, crate::Error, _, _>(
             500,
             4,
             3,
@@ -125,23 +133,23 @@ mod tests {
             |i| {
                 produced.fetch_add(1, Ordering::SeqCst);
                 if i == 50 {
-                    Err(format!("bad {i}"))
+                    Err(crate::Error::Invalid(format!("bad {i}")))
                 } else {
                     Ok(i)
                 }
             },
             |_, _| Ok(()),
         );
-        assert_eq!(r, Err("bad 50".to_string()));
+        assert_eq!(r.unwrap_err().to_string(), "bad 50");
         assert!(produced.load(Ordering::SeqCst) < 100);
-        let r = ordered_map(100, 2, 4, Ok::<usize, String>, |i, _| {
+        let r = ordered_map(100, 2, 4, Ok::<usize, crate::Error>, |i, _| {
             if i == 9 {
-                Err("consumer".into())
+                Err(crate::Error::Invalid("consumer".into()))
             } else {
                 Ok(())
             }
         });
-        assert_eq!(r, Err("consumer".to_string()));
+        assert_eq!(r.unwrap_err().to_string(), "consumer");
     }
 }
 

@@ -7,7 +7,9 @@ use prep::error::Region;
 use prep::shard::{Block, Dataset, Dtype};
 use prep::train::input::{self, EpochPlan, Loader, OnDamage, Share, Source};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyIndexError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{
+    PyIndexError, PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::cell::UnsafeCell;
@@ -51,12 +53,14 @@ fn py_err(py: Python<'_>, e: prep::Error) -> PyErr {
             let _ = err.value(py).setattr("file", path.display().to_string());
             err
         }
-        prep::Error::Io { path, source } => os_error(&path, &source),
+        prep::Error::Io { path, cause } => os_error(&path, &cause),
         prep::Error::Invalid(_) => PyValueError::new_err(msg),
         prep::Error::Source(_) => DatasetError::new_err(msg),
         prep::Error::Device(_) => PyRuntimeError::new_err(msg),
         // Another prep is writing the dataset: retrying later may work.
         prep::Error::Busy(_) => PyRuntimeError::new_err(msg),
+        // Only the prep binary turns signals into this error; kept for completeness.
+        prep::Error::Interrupted { .. } => PyKeyboardInterrupt::new_err(msg),
     }
 }
 

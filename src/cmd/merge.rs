@@ -6,6 +6,9 @@ use std::process::ExitCode;
 
 pub fn run(a: MergeArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let r = prep::merge::merge(&a.out, &a.parts, quiet)
+        .map_err(|e| {
+            e.when_interrupted(|| "nothing was written: the same command merges again".into())
+        })
         .with_context(|| format!("prep merge into {}", a.out.display()))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

@@ -16,6 +16,12 @@ use std::process::ExitCode;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let quiet = cli.quiet;
+    // The long jobs stop cleanly on SIGINT and SIGTERM (`prep::interrupt`); plan and inspect,
+    // which write at most one file atomically, keep the default action.
+    if !matches!(cli.command, Command::Plan(_) | Command::Inspect(_)) {
+        prep::interrupt::install()
+            .map_err(|e| anyhow::anyhow!("cannot catch SIGINT and SIGTERM: {e}"))?;
+    }
     match cli.command {
         Command::Synth(a) => synth::run(a, quiet),
         Command::Convert(a) => convert::run(a, quiet),

@@ -13,6 +13,9 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     prep::lock::check_not_written(&a.dir)?;
     let report = match verify(&a, quiet) {
         Ok(r) => r,
+        Err(e) if e.is_interrupted() => {
+            return Err(anyhow::Error::new(e).context(format!("verifying {}", a.dir.display())))
+        }
         Err(e) => {
             // The manifest itself is unreadable or damaged: that is a verification failure (exit 1),
             // reported like any other damage.
@@ -74,6 +77,8 @@ fn verify(a: &VerifyArgs, quiet: bool) -> prep::Result<VerifyReport> {
     let pb = prep::progress::bytes_bar(total_bytes(&ds), "verify", quiet);
     let report = ds.verify(&|n| pb.inc(n));
     pb.finish_and_clear();
+    // A report cut short by a signal says nothing.
+    prep::interrupt::check()?;
     Ok(report)
 }
 
@@ -82,6 +87,7 @@ fn verify_colmajor(a: &VerifyArgs) -> prep::Result<VerifyReport> {
     let m = ColmajorManifest::read(&a.dir)?;
     let mut report = VerifyReport::default();
     for (name, s) in &m.splits {
+        prep::interrupt::check()?;
         match ColmajorSplitReader::open(&a.dir, &m, name) {
             Ok(r) => {
                 let k = m.classes.len() as i32;

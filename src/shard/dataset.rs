@@ -109,9 +109,14 @@ impl Dataset {
 
     /// Read and check every block of every shard. Keeps going past damage so that the report names
     /// every damaged shard and block. `progress` is told the stored bytes of each block checked.
+    /// Stops early, with a partial report, once `crate::interrupt` is set: the caller checks it.
     pub fn verify(&self, progress: &(dyn Fn(u64) + Sync)) -> VerifyReport {
         let mut report = VerifyReport::default();
+        let stopped = || crate::interrupt::requested().is_some();
         for (_, info) in self.shards() {
+            if stopped() {
+                break;
+            }
             report.shards += 1;
             let r = match self.open_shard(info) {
                 Ok(r) => r,
@@ -125,6 +130,9 @@ impl Dataset {
             let results: Vec<(u64, Option<Damage>)> = (0..r.num_blocks())
                 .into_par_iter()
                 .map(|i| {
+                    if stopped() {
+                        return (0, None);
+                    }
                     let res = r.read_block(i);
                     progress(r.entry(i).stored_len);
                     (
@@ -154,7 +162,7 @@ fn damage(file: &str, e: &Error) -> Damage {
             file: file.to_string(),
             region: Region::File.to_string(),
             what: match other {
-                Error::Io { source, .. } => source.to_string(),
+                Error::Io { cause, .. } => cause.to_string(),
                 o => o.to_string(),
             },
         },

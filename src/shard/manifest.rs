@@ -135,7 +135,7 @@ impl Manifest {
 
     /// Write `dir/manifest.json` atomically (temporary file, then rename).
     pub fn write(&self, dir: &Path) -> Result<()> {
-        write_atomic(&dir.join(FILE_NAME), &self.to_bytes())
+        crate::output::write_atomic(&dir.join(FILE_NAME), &self.to_bytes())
     }
 
     /// Read and check `dir/manifest.json`: size cap, checksum, then consistency.
@@ -304,14 +304,4 @@ pub fn read_capped(path: &Path) -> Result<Vec<u8>> {
         ));
     }
     std::fs::read(path).at(path)
-}
-
-/// Write a file atomically: temporary name, flush to disk, rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = super::writer::temp_path(path);
-    std::fs::write(&tmp, bytes).at(&tmp)?;
-    std::fs::File::open(&tmp)
-        .and_then(|f| f.sync_all())
-        .at(&tmp)?;
-    super::writer::rename_durably(&tmp, path)
 }

@@ -5,24 +5,19 @@ use super::format::{BlockEntry, Footer, Header, Trailer, HEADER_LEN};
 use super::manifest::ShardInfo;
 use super::{shard_file_name, Codec, EncodedBlock, SampleSpec, Stats};
 use crate::error::{Error, IoContext, Result};
+use crate::output::{OutFile, Temp};
 use std::fs::{self, File};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
-/// The temporary name a shard has while it is written.
-pub fn temp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
-}
-
-/// Writes one shard file from encoded blocks.
+/// Writes one shard file from encoded blocks. Errors name the shard's final path; dropped
+/// unfinished (a failure, an interruption), it removes its temporary file.
 pub struct ShardWriter {
-    dir: PathBuf,
+    path: PathBuf,
     rel: String,
-    tmp: PathBuf,
-    out: BufWriter<File>,
+    tmp: Temp,
+    out: BufWriter<OutFile>,
     spec: SampleSpec,
     codec: Codec,
     num_classes: u32,
@@ -45,13 +40,13 @@ impl ShardWriter {
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).at(parent)?;
         }
-        let tmp = temp_path(&path);
-        let file = File::create(&tmp).at(&tmp)?;
+        let tmp = Temp::of(&path);
+        let file = OutFile::create(tmp.path()).at(&path)?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         // Placeholder; the real header (with counts) is written last.
-        out.write_all(&[0u8; HEADER_LEN]).at(&tmp)?;
+        out.write_all(&[0u8; HEADER_LEN]).at(&path)?;
         Ok(ShardWriter {
-            dir: dir.to_path_buf(),
+            path,
             rel: rel.to_string(),
             tmp,
             out,
@@ -81,7 +76,7 @@ impl ShardWriter {
                 super::format::MAX_BLOCK_RAW
             )));
         }
-        self.out.write_all(&b.bytes).at(&self.tmp)?;
+        self.out.write_all(&b.bytes).at(&self.path)?;
         self.blocks.push(BlockEntry {
             offset: self.offset,
             stored_len: b.bytes.len() as u64,
@@ -98,8 +93,6 @@ impl ShardWriter {
     /// Write footer, trailer and header, flush to disk and rename to the final name.
     pub fn finish(mut self) -> Result<ShardInfo> {
         if self.blocks.is_empty() {
-            drop(self.out);
-            let _ = fs::remove_file(&self.tmp);
             return Err(Error::Invalid("a shard holds at least one block".into()));
         }
         let num_blocks = self.blocks.len() as u32;
@@ -120,21 +113,20 @@ impl ShardWriter {
             num_blocks,
             num_classes: self.num_classes,
         };
-        let tmp = self.tmp.clone();
-        self.out.write_all(&footer).at(&tmp)?;
-        self.out.write_all(&trailer.encode()).at(&tmp)?;
+        let path = self.path;
+        self.out.write_all(&footer).at(&path)?;
+        self.out.write_all(&trailer.encode()).at(&path)?;
         let mut file = self
             .out
             .into_inner()
-            .map_err(|e| Error::io(&tmp, e.into_error()))?;
-        file.seek(SeekFrom::Start(0)).at(&tmp)?;
-        file.write_all(&header.encode()).at(&tmp)?;
-        file.sync_all().at(&tmp)?;
-        drop_cached(&file);
-        let bytes = file.metadata().at(&tmp)?.len();
+            .map_err(|e| Error::io(&path, e.into_error()))?;
+        file.seek(SeekFrom::Start(0)).at(&path)?;
+        file.write_all(&header.encode()).at(&path)?;
+        file.file().sync_all().at(&path)?;
+        drop_cached(file.file());
+        let bytes = file.file().metadata().at(&path)?.len();
         drop(file);
-        let path = self.dir.join(&self.rel);
-        rename_durably(&tmp, &path)?;
+        self.tmp.rename_to(&path)?;
         Ok(ShardInfo {
             file: self.rel.clone(),
             samples: header.num_samples,
@@ -144,20 +136,6 @@ impl ShardWriter {
             stats: self.stats,
         })
     }
-}
-
-/// Rename, then flush the directory so the new name survives a power loss as well as a crash.
-pub fn rename_durably(from: &Path, to: &Path) -> Result<()> {
-    fs::rename(from, to).at(to)?;
-    if let Some(dir) = to.parent() {
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        };
-        File::open(dir).and_then(|d| d.sync_all()).at(dir)?;
-    }
-    Ok(())
 }
 
 /// Tell the kernel the written (and synced) pages of `file` will not be read soon: writing tens of

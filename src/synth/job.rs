@@ -5,9 +5,10 @@
 use super::{split_id, Generator, Version};
 use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
 use crate::error::{Error, IoContext, Result};
+use crate::output::write_atomic;
 use crate::part::{Part, PartRange, PartSpec};
 use crate::pipeline::ordered_map;
-use crate::shard::manifest::{self, read_capped, write_atomic, Provenance, ShardInfo, SplitInfo};
+use crate::shard::manifest::{self, read_capped, Provenance, ShardInfo, SplitInfo};
 use crate::shard::{
     default_block_samples, default_shard_blocks, shard_file_name, Codec, Manifest, SampleSpec,
     Shape, ShardReader, ShardWriter, Stats,
@@ -60,6 +61,21 @@ pub struct SynthReport {
 }
 
 pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
+    synthesize_into(opts).map_err(|e| {
+        e.when_interrupted(|| match opts.format {
+            OutputFormat::Shards => format!(
+                "the finished shards are kept in {}: the same command resumes",
+                opts.out.display()
+            ),
+            OutputFormat::Colmajor => format!(
+                "{} is unfinished: the same command writes it again",
+                opts.out.display()
+            ),
+        })
+    })
+}
+
+fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
     let t0 = Instant::now();
     let gen = Generator::with_version(opts.shape.clone(), opts.classes, opts.seed, opts.generator)?;
     let spec = gen.spec.clone();
@@ -573,6 +589,7 @@ fn write_split_colmajor(
     let nblocks = n.div_ceil(bs as u64);
     let mut b0 = 0;
     while b0 < nblocks {
+        crate::interrupt::check()?;
         let b1 = (b0 + window_blocks() as u64).min(nblocks);
         let blocks: Vec<_> = (b0..b1)
             .into_par_iter()

@@ -12,7 +12,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::nn::cpu::Cpu;
 use crate::nn::model::init_values;
 use crate::nn::{Aug, Backend, Model, ModelConfig, RawBatch};
-use crate::shard::manifest::write_atomic;
+use crate::output::write_atomic;
 use crate::shard::{Dtype, Shape};
 use checkpoint::Cursor;
 use input::{mix, Data, Known, Layout, OnDamage, Source};
@@ -348,13 +348,25 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     let _ = std::fs::remove_dir(&dir);
                 }
             }
-            return r;
+            return r.map_err(|e| e.when_interrupted(|| interrupted_note(&dir)));
         }
     };
     let data = open_run_data(&recipe, &recipe.data)?;
     let r = run(o, &dir, &recipe, resume_state, data);
     drop(lock);
-    r
+    r.map_err(|e| e.when_interrupted(|| interrupted_note(&dir)))
+}
+
+/// What an interrupted run kept, and how to go on.
+fn interrupted_note(dir: &Path) -> String {
+    if dir.join(checkpoint::FILE).exists() {
+        format!(
+            "its last checkpoint is kept: `prep train --resume {}` continues from it",
+            dir.display()
+        )
+    } else {
+        "it had no checkpoint yet, and nothing is kept: the same command starts again".into()
+    }
 }
 
 /// Open `path` for a run made with `r`: the run's image shape, and for column-major files
@@ -658,7 +670,21 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         // Host time waiting for batches and issuing the steps (PREP_PROFILE=1).
         let (mut t_feed, mut t_issue) = (0.0f64, 0.0f64);
         let mut t0 = Instant::now();
-        while let Some((index, n)) = feed.next(&mut be, &mut model)? {
+        loop {
+            // An interruption (here, or seen by the input's threads) stops the run like
+            // `stop_after`: a checkpoint of the steps done so far, then the error.
+            let next = match crate::interrupt::check().and_then(|()| feed.next(&mut be, &mut model))
+            {
+                Err(e) if e.is_interrupted() => {
+                    if steps_here > 0 {
+                        flush(&mut be, &mut cur, t_seg)?;
+                        checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+                    }
+                    return Err(e);
+                }
+                r => r?,
+            };
+            let Some((index, n)) = next else { break };
             let t1 = Instant::now();
             t_feed += (t1 - t0).as_secs_f64();
             lr = one_cycle(cur.step, total_steps, r.lr);
@@ -714,7 +740,14 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         let gpu_mem = be.gpu_mem_bytes();
         peak_gpu = peak_gpu.max(gpu_mem);
         let (test_loss, test_acc, confusion) = match &test_src {
-            Some(t) => evaluate(&mut be, &mut model, r, t.clone(), workers)?,
+            Some(t) => match evaluate(&mut be, &mut model, r, t.clone(), workers) {
+                // The epoch's training is done: keep it, and test again on --resume.
+                Err(e) if e.is_interrupted() => {
+                    checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+                    return Err(e);
+                }
+                r => r?,
+            },
             None => (f64::NAN, f64::NAN, vec![]),
         };
         let m = EpochMetrics {
@@ -788,10 +821,9 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             test_accuracy: m.test_accuracy,
         })
         .collect();
-    plot::curves_png(&points, &dir.join("curves.png")).map_err(Error::Invalid)?;
+    plot::curves_png(&points, &dir.join("curves.png"))?;
     if !confusion.is_empty() {
-        plot::confusion_png(&confusion, &r.classes, &dir.join("confusion.png"))
-            .map_err(Error::Invalid)?;
+        plot::confusion_png(&confusion, &r.classes, &dir.join("confusion.png"))?;
         let mut csv = format!("true\\predicted,{}\n", r.classes.join(","));
         for (k, row) in confusion.iter().enumerate() {
             csv.push_str(&format!(
@@ -844,6 +876,7 @@ fn evaluate<B: Backend>(
         Arc::new(Mutex::new(Vec::new())),
     );
     for batch in loader.rx.iter() {
+        crate::interrupt::check()?;
         let batch = batch?;
         let n = batch.labels.len();
         let raw = RawBatch {

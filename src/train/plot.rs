@@ -1,6 +1,7 @@
 //! PNG plots of training curves and confusion matrices, drawn straight into an `image::RgbImage`
 //! with an embedded 5x7 bitmap font, so the tool needs no plotting, font or system dependencies.
 
+use crate::error::{Error, Result};
 use image::{ImageFormat, Rgb, RgbImage};
 use std::path::Path;
 
@@ -296,16 +297,20 @@ fn panel(img: &mut RgbImage, x0: i64, title: &str, xs: &[f64], ys: [&[f64]; 2], 
     }
 }
 
-fn save(img: &RgbImage, path: &Path) -> Result<(), String> {
-    img.save_with_format(path, ImageFormat::Png)
-        .map_err(|e| format!("writing plot {}: {e}", path.display()))
+/// Encoded in memory (a few hundred KB) and written atomically: a failed write leaves no
+/// half-written picture, and its error names the file once.
+pub fn save(img: &RgbImage, path: &Path) -> Result<()> {
+    let mut png = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut png), ImageFormat::Png)
+        .map_err(|e| Error::Invalid(format!("plot {}: {e}", path.display())))?;
+    crate::output::write_atomic(path, &png)
 }
 
 /// Two side-by-side panels, "loss" (train and test) and "accuracy" (train and test, y axis 0..1 or
 /// tighter around the data), epochs on the x axis, with axes, tick labels, a legend, distinct line
 /// colours and dots at each point. Works for 1 point (draw the dots) and for many (e.g. 100).
 /// Writes a PNG of about 1000x420 pixels.
-pub fn curves_png(points: &[EpochPoint], path: &Path) -> Result<(), String> {
+pub fn curves_png(points: &[EpochPoint], path: &Path) -> Result<()> {
     let mut pts = points.to_vec();
     pts.sort_by_key(|p| p.epoch);
     let xs: Vec<f64> = pts.iter().map(|p| p.epoch as f64).collect();
@@ -339,15 +344,15 @@ fn truncate(name: &str, max: usize) -> String {
 /// beyond that, only shading), class names (truncated to ~10 chars) on both axes, title
 /// "confusion matrix (rows: true, columns: predicted)". Any number of classes from 1 to 1000 must not
 /// panic (cells get smaller; cap the image at about 2000x2000).
-pub fn confusion_png(matrix: &[Vec<u64>], classes: &[String], path: &Path) -> Result<(), String> {
+pub fn confusion_png(matrix: &[Vec<u64>], classes: &[String], path: &Path) -> Result<()> {
     let n = matrix.len();
     if n == 0 || classes.len() != n || matrix.iter().any(|row| row.len() != n) {
         let lens: Vec<usize> = matrix.iter().map(Vec::len).take(5).collect();
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "plot {}: confusion matrix must be NxN (N >= 1) with N class names; got {n} rows (lengths {lens:?}...) and {} names",
             path.display(),
             classes.len()
-        ));
+        )));
     }
     // Cells up to 72 px (room for 6-digit counts), the grid at most 1600 px with fractional cell
     // edges; past 1600 classes some cells round to zero width and are skipped, bounding the image.
@@ -493,11 +498,11 @@ mod tests {
     fn errors_name_the_path() {
         let d = dir("errors");
         let err = confusion_png(&[vec![1, 2]], &["a".into()], &d.join("bad.png")).unwrap_err();
-        assert!(err.contains("bad.png"), "{err}");
+        assert!(err.to_string().contains("bad.png"), "{err}");
         let err = confusion_png(&[], &[], &d.join("empty.png")).unwrap_err();
-        assert!(err.contains("empty.png"), "{err}");
+        assert!(err.to_string().contains("empty.png"), "{err}");
         let err = curves_png(&[point(1)], &d.join("no-such-dir").join("x.png")).unwrap_err();
-        assert!(err.contains("no-such-dir"), "{err}");
+        assert!(err.to_string().contains("no-such-dir"), "{err}");
         std::fs::remove_dir_all(d).unwrap();
     }
 

@@ -518,3 +518,39 @@ fn numeric_flags_checked() {
     assert!(e.contains("--per-class") && e.contains("32768"), "{e}");
     assert!(!grid.exists());
 }
+
+/// What a job that ended (finished, failed or stopped by a signal) must not leave under `dir`:
+/// temporary files, a staging folder, a lock file.
+fn leftovers(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".tmp") || name == ".prep-staging" || name == LOCK {
+            found.push(p.display().to_string());
+        }
+        if p.is_dir() {
+            found.extend(leftovers(&p));
+        }
+    }
+    found
+}
+
+/// stderr of `o`, which must be exactly one line holding each of `parts`, with at most one OS
+/// message ("(os error N)").
+fn one_line(o: &Output, parts: &[&str]) -> String {
+    let e = stderr(o);
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 1, "not one line:\n{e}");
+    for p in parts {
+        assert!(e.contains(p), "no {p:?} in: {e}");
+    }
+    assert!(
+        e.matches("(os error").count() <= 1,
+        "OS message repeated: {e}"
+    );
+    e
+}
