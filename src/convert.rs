@@ -360,7 +360,7 @@ fn detect(input: &Path) -> Kind {
 }
 
 fn reject_to_error(root: &Path, name: &str, r: Reject) -> Error {
-    Error::Source(format!("{}: {r}", root.join(name).display()))
+    Error::Source(format!("{}: {r}", tree::shown_path(&root.join(name))))
 }
 
 fn plan(o: &ConvertOptions) -> Result<Plan> {
@@ -798,7 +798,7 @@ fn stored_target(
 enum Labelling {
     /// From the layout: class sub-folders, or one class for a flat folder or a single file.
     Layout,
-    Csv(BTreeMap<String, String>),
+    Csv(tree::LabelsCsv),
     Regex(tree::LabelRegex),
 }
 
@@ -816,7 +816,7 @@ fn labelling(o: &ConvertOptions) -> Result<Labelling> {
 }
 
 fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
-    let tree = tree::walk(&o.input).at(&o.input)?;
+    let tree = tree::walk(&o.input)?;
     let labelling = labelling(o)?;
     let accepts = |k: FileKind| match kind {
         Kind::Images => matches!(k, FileKind::Image | FileKind::Tiff),
@@ -840,7 +840,7 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     let mut usable = Vec::new();
     for f in &tree.files {
         if let Labelling::Csv(m) = &labelling {
-            if !m.contains_key(&f.rel) {
+            if !m.rows.contains_key(&f.rel) {
                 continue;
             }
         }
@@ -857,15 +857,52 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         }
     }
 
+    // Links that point to nothing are bad inputs (with a CSV, only where it lists them: as
+    // missing, below); links to folders are not followed, which a note says.
+    if !matches!(labelling, Labelling::Csv(_)) {
+        for rel in &tree.dangling {
+            reject(rel, "a symbolic link that points to nothing".into());
+        }
+    }
+    if let Some(first) = tree.folder_links.first() {
+        let n = tree.folder_links.len();
+        notes.push(format!(
+            "{n} symbolic link{} to folders not followed (e.g. {})",
+            if n == 1 { "" } else { "s" },
+            tree::shown(first)
+        ));
+    }
+
     // Each usable file with its class.
     let mut chosen: Vec<(&tree::TreeFile, String)> = Vec::new();
     match &labelling {
         Labelling::Csv(m) => {
-            chosen.extend(usable.into_iter().map(|f| (f, m[&f.rel].clone())));
-            for rel in m.keys() {
-                if !tree.root.join(rel).is_file() {
-                    reject(rel, "listed in the labels CSV but missing".into());
+            chosen.extend(
+                usable
+                    .into_iter()
+                    .map(|f| (f, m.rows[&f.rel].label.clone())),
+            );
+            // Rows that name no file of the tree: missing, or not walked (hidden, behind a
+            // link to a folder, not a regular file), or outside it.
+            let csv = o
+                .labels
+                .as_deref()
+                .map(tree::shown_path)
+                .unwrap_or_default();
+            let walked: std::collections::BTreeSet<&str> =
+                tree.files.iter().map(|f| f.rel.as_str()).collect();
+            for (rel, row) in &m.rows {
+                if !walked.contains(rel.as_str()) {
+                    let why = if tree.root.join(rel).exists() {
+                        "not read (hidden, inside a linked folder, or not a regular file)"
+                    } else {
+                        "missing"
+                    };
+                    reject(rel, format!("listed in {csv} line {} but {why}", row.line));
                 }
+            }
+            for (raw, why) in &m.outside {
+                reject(raw, why.clone());
             }
         }
         Labelling::Regex(re) => {
@@ -886,10 +923,10 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
                     "{}: {} directly in the folder (e.g. {}) and {} in {} (e.g. {}/), so the classes are unclear; move the loose files into class sub-folders, convert one sub-folder on its own, or label every file with --labels FILE.csv or --label-from REGEX",
                     o.input.display(),
                     count(loose.len(), "file"),
-                    a.rel,
+                    tree::shown(&a.rel),
                     nested.len(),
                     count(folders.len(), "sub-folder"),
-                    b.top_folder().unwrap_or_default()
+                    tree::shown(b.top_folder().unwrap_or_default())
                 )));
             }
             if !loose.is_empty() {
@@ -923,7 +960,7 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     if classes.is_empty() {
         let example = rejects
             .first()
-            .map(|r| format!(", e.g. {}: {}", r.path, r.reason))
+            .map(|r| format!(", e.g. {}: {}", tree::shown(&r.path), r.reason))
             .unwrap_or_default();
         return Err(Error::Invalid(format!(
             "{}: found no usable input files ({} rejected{example})",
@@ -1759,7 +1796,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
         if infos.is_empty() {
             let example = rejects
                 .first()
-                .map(|r| format!(", e.g. {}: {}", r.path, r.reason))
+                .map(|r| format!(", e.g. {}: {}", tree::shown(&r.path), r.reason))
                 .unwrap_or_default();
             return Err(Error::Source(format!(
                 "{}: no input could be decoded ({} rejected{example})",
