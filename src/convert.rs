@@ -368,7 +368,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
     if !input.exists() {
         return Err(Error::Invalid(format!(
             "{}: no such file or directory",
-            input.display()
+            tree::shown_path(input)
         )));
     }
     let kind = if o.kind == Kind::Auto {
@@ -377,12 +377,13 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
         o.kind
     };
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
-    let fail =
-        |name: &str, r: Reject| Error::Source(format!("{}: {r}", input.join(name).display()));
+    let fail = |name: &str, r: Reject| {
+        Error::Source(format!("{}: {r}", tree::shown_path(&input.join(name))))
+    };
     if o.shape.is_some() && kind != Kind::Colmajor {
         return Err(Error::Invalid(format!(
             "{}: --shape gives the sample shape of column-major files without a manifest; this input is {}",
-            input.display(),
+            tree::shown_path(input),
             match kind {
                 Kind::Auto => "a folder of files".to_string(),
                 Kind::Shards => "a prep shard dataset, whose manifest says its shape".to_string(),
@@ -401,7 +402,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
             if given {
                 return Err(Error::Invalid(format!(
                     "{}: {flag} labels the files of a folder, but this is a {kind:?} dataset with labels of its own",
-                    input.display()
+                    tree::shown_path(input)
                 )));
             }
         }
@@ -465,7 +466,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
             let (v, train, test) = cifar::find(input).ok_or_else(|| {
                 Error::Invalid(format!(
                     "{}: no CIFAR batches (data_batch_N.bin or train.bin)",
-                    input.display()
+                    tree::shown_path(input)
                 ))
             })?;
             let mut max_label = 0;
@@ -534,7 +535,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
             if pairs.is_empty() {
                 return Err(Error::Invalid(format!(
                     "{}: no .npy pairs found (train_images.npy/train_labels.npy, x_train.npy/y_train.npy, or images.npy/labels.npy)",
-                    input.display()
+                    tree::shown_path(input)
                 )));
             }
             let mut max_label = 0;
@@ -614,13 +615,13 @@ fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     if same(input, &o.out) {
         return Err(Error::Invalid(format!(
             "{}: --out must be another directory than the dataset converted",
-            o.out.display()
+            tree::shown_path(&o.out)
         )));
     }
     let check_shape = |have: &Shape| match &o.shape {
         Some(s) if s != have => Err(Error::Invalid(format!(
             "{}: --shape {s}, but the manifest says {have}",
-            input.display()
+            tree::shown_path(input)
         ))),
         _ => Ok(()),
     };
@@ -682,13 +683,13 @@ fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             if pairs.is_empty() {
                 return Err(Error::Invalid(format!(
                     "{}: no images_<split>.bin with labels_<split>.bin: not column-major files",
-                    input.display()
+                    tree::shown_path(input)
                 )));
             }
             let shape = o.shape.clone().ok_or_else(|| {
                 Error::Invalid(format!(
                     "{}: column-major files without manifest.json do not say their sample shape: give it with --shape CxHxW",
-                    input.display()
+                    tree::shown_path(input)
                 ))
             })?;
             let mut found = Vec::new();
@@ -861,7 +862,10 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     // missing, below); links to folders are not followed, which a note says.
     if !matches!(labelling, Labelling::Csv(_)) {
         for rel in &tree.dangling {
-            reject(rel, "a symbolic link that points to nothing".into());
+            reject(
+                rel,
+                "a symbolic link to nothing (a missing target, or a loop)".into(),
+            );
         }
     }
     if let Some(first) = tree.folder_links.first() {
@@ -921,7 +925,7 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
                     nested.iter().filter_map(|f| f.top_folder()).collect();
                 return Err(Error::Invalid(format!(
                     "{}: {} directly in the folder (e.g. {}) and {} in {} (e.g. {}/), so the classes are unclear; move the loose files into class sub-folders, convert one sub-folder on its own, or label every file with --labels FILE.csv or --label-from REGEX",
-                    o.input.display(),
+                    tree::shown_path(&o.input),
                     count(loose.len(), "file"),
                     tree::shown(&a.rel),
                     nested.len(),
@@ -933,12 +937,13 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
                 // A flat folder (or one file): everything is one class, named after it.
                 let class = tree.own_name(&o.input);
                 notes.push(if tree.single {
-                    format!("one class \"{class}\": a single file")
+                    format!("one class {}: a single file", json_str(&class))
                 } else {
                     format!(
-                        "one class \"{class}\": {} directly in {} (class sub-folders, --labels or --label-from give more classes)",
+                        "one class {}: {} directly in {} (class sub-folders, --labels or --label-from give more classes)",
+                        json_str(&class),
                         count(loose.len(), "file"),
-                        o.input.display()
+                        tree::shown_path(&o.input)
                     )
                 });
                 chosen.extend(loose.into_iter().map(|f| (f, class.clone())));
@@ -964,7 +969,7 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             .unwrap_or_default();
         return Err(Error::Invalid(format!(
             "{}: found no usable input files ({} rejected{example})",
-            o.input.display(),
+            tree::shown_path(&o.input),
             rejects.len(),
         )));
     }
@@ -1001,6 +1006,11 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         split_key: Some((tu.split_key, tu.split_keys)),
         stored: None,
     })
+}
+
+/// A name in double quotes, escaped as a JSON string (a newline in it forges no line).
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// "1 file", "3 files".
@@ -1662,7 +1672,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
             return Err(Error::Invalid(format!(
             "{}: with --part, column-major files without manifest.json need --dtype (u8 or f32): \
                  each part would otherwise decide the dtype from its own values",
-            o.input.display()
+            tree::shown_path(&o.input)
         )))
         }
         Some(p) => {
@@ -1800,7 +1810,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
                 .unwrap_or_default();
             return Err(Error::Source(format!(
                 "{}: no input could be decoded ({} rejected{example})",
-                o.input.display(),
+                tree::shown_path(&o.input),
                 rejects.len()
             )));
         }
@@ -2090,7 +2100,7 @@ fn check_out(out: &Path, force: bool) -> Result<()> {
     if busy {
         return Err(Error::Invalid(format!(
             "{} is not empty; choose another --out, or pass --force to replace what it holds once the conversion succeeds",
-            out.display()
+            tree::shown_path(out)
         )));
     }
     Ok(())

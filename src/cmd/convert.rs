@@ -114,8 +114,8 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let r = convert(&opts).with_context(|| {
         format!(
             "prep convert {} into {}",
-            a.input.display(),
-            a.out.display()
+            prep::source::tree::shown_path(&a.input),
+            prep::source::tree::shown_path(&a.out)
         )
     })?;
     if a.json {

@@ -3,6 +3,7 @@
 //! its path.
 
 use super::FileKind;
+pub use crate::error::{shown, shown_path};
 use regex::Regex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -89,26 +90,6 @@ pub fn name_text(name: &std::ffi::OsStr) -> String {
         }
     }
     out
-}
-
-/// A path (or a relative path of a tree) for a message or a report line on a terminal: as it
-/// is, unless it holds a control character (a newline would forge a line of its own), starts or
-/// ends with white space, or starts with '"': then quoted and escaped as a JSON string
-/// (`"a\nb.png"`).
-pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
-    let plain = !s.chars().any(char::is_control)
-        && !s.starts_with(|c: char| c.is_whitespace() || c == '"')
-        && !s.ends_with(char::is_whitespace);
-    if plain {
-        s.into()
-    } else {
-        serde_json::to_string(s).unwrap_or_default().into()
-    }
-}
-
-/// [`shown`] for a path.
-pub fn shown_path(p: &Path) -> String {
-    shown(&p.to_string_lossy()).into_owned()
 }
 
 /// Every regular file under `input`, sorted by relative path; hidden files and folders (names
@@ -245,16 +226,33 @@ pub fn csv_path(raw: &str) -> Result<String, &'static str> {
 /// without rows are errors naming the file and the line.
 pub fn read_labels_csv(path: &Path) -> Result<LabelsCsv, String> {
     let name = shown_path(path);
+    let bytes = std::fs::read(path).map_err(|e| format!("{name}: {e}"))?;
     let mut r = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .trim(csv::Trim::All)
-        .from_path(path)
-        .map_err(|e| format!("{name}: {e}"))?;
+        .from_reader(&bytes[..]);
     let mut out = LabelsCsv::default();
-    for (i, rec) in r.records().enumerate() {
-        let rec = rec.map_err(|e| format!("{name}: {e}"))?;
-        let line = rec.position().map_or(i as u64 + 1, |p| p.line());
+    let mut rec = csv::StringRecord::new();
+    // Line numbers counted here: the csv crate's lag by one after a CRLF line end.
+    let (mut counted, mut lines) = (0, 0u64);
+    for i in 0.. {
+        if !r
+            .read_record(&mut rec)
+            .map_err(|e| format!("{name}: {e}"))?
+        {
+            break;
+        }
+        let mut start = rec.position().map_or(0, |p| p.byte() as usize).max(counted);
+        while matches!(bytes.get(start), Some(b'\r' | b'\n')) {
+            start += 1;
+        }
+        lines += bytes[counted..start]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u64;
+        counted = start;
+        let line = lines + 1;
         let at = format!("{name}: line {line}");
         let first = rec.get(0).map(|f| f.trim_start_matches('\u{feff}').trim());
         if rec.len() != 2 {
@@ -414,5 +412,50 @@ mod tests {
         assert_eq!(tree.own_name(&d.join("sub/..")), "scans");
         assert_eq!(tree.files.len(), 1);
         assert_eq!(tree.files[0].top_folder(), Some("sub"));
+    }
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::*;
+
+    #[test]
+    fn labels_csv_lines_paths_and_outside_rows() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("l.csv");
+        std::fs::write(
+            &p,
+            "\u{feff}path,label\r\na.png,x\r\n\"b\nc.png\",y\r\n../d.png,x\r\n./e//f/../g.png, z \r\n",
+        )
+        .unwrap();
+        let l = read_labels_csv(&p).unwrap();
+        let rows: Vec<(&str, &str, u64)> = l
+            .rows
+            .iter()
+            .map(|(k, r)| (k.as_str(), r.label.as_str(), r.line))
+            .collect();
+        assert_eq!(
+            rows,
+            [("a.png", "x", 2), ("b\nc.png", "y", 3), ("e/g.png", "z", 6)]
+        );
+        assert_eq!(l.outside.len(), 1);
+        assert!(l.outside[0].1.contains("line 5"), "{:?}", l.outside);
+        assert_eq!(
+            csv_path("a/../../b"),
+            Err("the path leaves the input folder through ..")
+        );
+        assert!(csv_path("/a").is_err());
+        assert_eq!(csv_path("a\\b"), Ok("a/b".into()));
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_escaped_and_shown_on_one_line() {
+        use std::os::unix::ffi::OsStrExt;
+        let n = std::ffi::OsStr::from_bytes(b"caf\xe9 \xff\xfe.png");
+        assert_eq!(name_text(n), "caf\\xE9 \\xFF\\xFE.png");
+        assert_eq!(shown("a b.png"), "a b.png");
+        assert_eq!(shown("a\nb.png"), "\"a\\nb.png\"");
+        assert_eq!(shown(" a.png"), "\" a.png\"");
+        assert_eq!(shown("\"q\".png"), "\"\\\"q\\\".png\"");
     }
 }
