@@ -97,6 +97,11 @@ impl ColmajorManifest {
             return Err("mean/std do not have one value per channel".into());
         }
         for (name, s) in &self.splits {
+            if !crate::shard::manifest::is_split_name(name) {
+                return Err(format!(
+                    "split name {name:?} is not a plain name (A-Z a-z 0-9 _ -)"
+                ));
+            }
             if s.images != images_name(name) || s.labels != labels_name(name) {
                 return Err(format!(
                     "split {name}: files must be {} and {}",
@@ -307,11 +312,7 @@ pub fn find_splits(dir: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>> {
 /// The split of a seed-layout file name `<prefix><split>.bin`.
 fn seed_split<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     let split = name.strip_prefix(prefix)?.strip_suffix(".bin")?;
-    (!split.is_empty()
-        && split
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-    .then_some(split)
+    crate::shard::manifest::is_split_name(split).then_some(split)
 }
 
 /// Whether `dir` holds files of the seed layout: an `images_<split>.bin` or a

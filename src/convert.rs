@@ -361,7 +361,7 @@ fn detect(input: &Path) -> Kind {
 }
 
 fn reject_to_error(root: &Path, name: &str, r: Reject) -> Error {
-    Error::Source(format!("{}: {r}", root.join(name).display()))
+    Error::Source(format!("{}: {r}", tree::shown_path(&root.join(name))))
 }
 
 fn plan(o: &ConvertOptions) -> Result<Plan> {
@@ -369,7 +369,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
     if !input.exists() {
         return Err(Error::Invalid(format!(
             "{}: no such file or directory",
-            input.display()
+            tree::shown_path(input)
         )));
     }
     let kind = if o.kind == Kind::Auto {
@@ -378,12 +378,13 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
         o.kind
     };
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
-    let fail =
-        |name: &str, r: Reject| Error::Source(format!("{}: {r}", input.join(name).display()));
+    let fail = |name: &str, r: Reject| {
+        Error::Source(format!("{}: {r}", tree::shown_path(&input.join(name))))
+    };
     if o.shape.is_some() && kind != Kind::Colmajor {
         return Err(Error::Invalid(format!(
             "{}: --shape gives the sample shape of column-major files without a manifest; this input is {}",
-            input.display(),
+            tree::shown_path(input),
             match kind {
                 Kind::Auto => "a folder of files".to_string(),
                 Kind::Shards => "a prep shard dataset, whose manifest says its shape".to_string(),
@@ -402,7 +403,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
             if given {
                 return Err(Error::Invalid(format!(
                     "{}: {flag} labels the files of a folder, but this is a {kind:?} dataset with labels of its own",
-                    input.display()
+                    tree::shown_path(input)
                 )));
             }
         }
@@ -466,7 +467,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
             let (v, train, test) = cifar::find(input).ok_or_else(|| {
                 Error::Invalid(format!(
                     "{}: no CIFAR batches (data_batch_N.bin or train.bin)",
-                    input.display()
+                    tree::shown_path(input)
                 ))
             })?;
             let mut max_label = 0;
@@ -535,7 +536,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
             if pairs.is_empty() {
                 return Err(Error::Invalid(format!(
                     "{}: no .npy pairs found (train_images.npy/train_labels.npy, x_train.npy/y_train.npy, or images.npy/labels.npy)",
-                    input.display()
+                    tree::shown_path(input)
                 )));
             }
             let mut max_label = 0;
@@ -615,13 +616,13 @@ fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     if same(input, &o.out) {
         return Err(Error::Invalid(format!(
             "{}: --out must be another directory than the dataset converted",
-            o.out.display()
+            tree::shown_path(&o.out)
         )));
     }
     let check_shape = |have: &Shape| match &o.shape {
         Some(s) if s != have => Err(Error::Invalid(format!(
             "{}: --shape {s}, but the manifest says {have}",
-            input.display()
+            tree::shown_path(input)
         ))),
         _ => Ok(()),
     };
@@ -683,13 +684,13 @@ fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             if pairs.is_empty() {
                 return Err(Error::Invalid(format!(
                     "{}: no images_<split>.bin with labels_<split>.bin: not column-major files",
-                    input.display()
+                    tree::shown_path(input)
                 )));
             }
             let shape = o.shape.clone().ok_or_else(|| {
                 Error::Invalid(format!(
                     "{}: column-major files without manifest.json do not say their sample shape: give it with --shape CxHxW",
-                    input.display()
+                    tree::shown_path(input)
                 ))
             })?;
             let mut found = Vec::new();
@@ -799,7 +800,7 @@ fn stored_target(
 enum Labelling {
     /// From the layout: class sub-folders, or one class for a flat folder or a single file.
     Layout,
-    Csv(BTreeMap<String, String>),
+    Csv(tree::LabelsCsv),
     Regex(tree::LabelRegex),
 }
 
@@ -817,7 +818,7 @@ fn labelling(o: &ConvertOptions) -> Result<Labelling> {
 }
 
 fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
-    let tree = tree::walk(&o.input).at(&o.input)?;
+    let tree = tree::walk(&o.input)?;
     let labelling = labelling(o)?;
     let accepts = |k: FileKind| match kind {
         Kind::Images => matches!(k, FileKind::Image | FileKind::Tiff),
@@ -841,7 +842,7 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     let mut usable = Vec::new();
     for f in &tree.files {
         if let Labelling::Csv(m) = &labelling {
-            if !m.contains_key(&f.rel) {
+            if !m.rows.contains_key(&f.rel) {
                 continue;
             }
         }
@@ -858,15 +859,55 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         }
     }
 
+    // Links that point to nothing are bad inputs (with a CSV, only where it lists them: as
+    // missing, below); links to folders are not followed, which a note says.
+    if !matches!(labelling, Labelling::Csv(_)) {
+        for rel in &tree.dangling {
+            reject(
+                rel,
+                "a symbolic link to nothing (a missing target, or a loop)".into(),
+            );
+        }
+    }
+    if let Some(first) = tree.folder_links.first() {
+        let n = tree.folder_links.len();
+        notes.push(format!(
+            "{n} symbolic link{} to folders not followed (e.g. {})",
+            if n == 1 { "" } else { "s" },
+            tree::shown(first)
+        ));
+    }
+
     // Each usable file with its class.
     let mut chosen: Vec<(&tree::TreeFile, String)> = Vec::new();
     match &labelling {
         Labelling::Csv(m) => {
-            chosen.extend(usable.into_iter().map(|f| (f, m[&f.rel].clone())));
-            for rel in m.keys() {
-                if !tree.root.join(rel).is_file() {
-                    reject(rel, "listed in the labels CSV but missing".into());
+            chosen.extend(
+                usable
+                    .into_iter()
+                    .map(|f| (f, m.rows[&f.rel].label.clone())),
+            );
+            // Rows that name no file of the tree: missing, or not walked (hidden, behind a
+            // link to a folder, not a regular file), or outside it.
+            let csv = o
+                .labels
+                .as_deref()
+                .map(tree::shown_path)
+                .unwrap_or_default();
+            let walked: std::collections::BTreeSet<&str> =
+                tree.files.iter().map(|f| f.rel.as_str()).collect();
+            for (rel, row) in &m.rows {
+                if !walked.contains(rel.as_str()) {
+                    let why = if tree.root.join(rel).exists() {
+                        "not read (hidden, inside a linked folder, or not a regular file)"
+                    } else {
+                        "missing"
+                    };
+                    reject(rel, format!("listed in {csv} line {} but {why}", row.line));
                 }
+            }
+            for (raw, why) in &m.outside {
+                reject(raw, why.clone());
             }
         }
         Labelling::Regex(re) => {
@@ -885,24 +926,25 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
                     nested.iter().filter_map(|f| f.top_folder()).collect();
                 return Err(Error::Invalid(format!(
                     "{}: {} directly in the folder (e.g. {}) and {} in {} (e.g. {}/), so the classes are unclear; move the loose files into class sub-folders, convert one sub-folder on its own, or label every file with --labels FILE.csv or --label-from REGEX",
-                    o.input.display(),
+                    tree::shown_path(&o.input),
                     count(loose.len(), "file"),
-                    a.rel,
+                    tree::shown(&a.rel),
                     nested.len(),
                     count(folders.len(), "sub-folder"),
-                    b.top_folder().unwrap_or_default()
+                    tree::shown(b.top_folder().unwrap_or_default())
                 )));
             }
             if !loose.is_empty() {
                 // A flat folder (or one file): everything is one class, named after it.
                 let class = tree.own_name(&o.input);
                 notes.push(if tree.single {
-                    format!("one class \"{class}\": a single file")
+                    format!("one class {}: a single file", json_str(&class))
                 } else {
                     format!(
-                        "one class \"{class}\": {} directly in {} (class sub-folders, --labels or --label-from give more classes)",
+                        "one class {}: {} directly in {} (class sub-folders, --labels or --label-from give more classes)",
+                        json_str(&class),
                         count(loose.len(), "file"),
-                        o.input.display()
+                        tree::shown_path(&o.input)
                     )
                 });
                 chosen.extend(loose.into_iter().map(|f| (f, class.clone())));
@@ -924,11 +966,11 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     if classes.is_empty() {
         let example = rejects
             .first()
-            .map(|r| format!(", e.g. {}: {}", r.path, r.reason))
+            .map(|r| format!(", e.g. {}: {}", tree::shown(&r.path), r.reason))
             .unwrap_or_default();
         return Err(Error::Invalid(format!(
             "{}: found no usable input files ({} rejected{example})",
-            o.input.display(),
+            tree::shown_path(&o.input),
             rejects.len(),
         )));
     }
@@ -965,6 +1007,11 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         split_key: Some((tu.split_key, tu.split_keys)),
         stored: None,
     })
+}
+
+/// A name in double quotes, escaped as a JSON string (a newline in it forges no line).
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// "1 file", "3 files".
@@ -1635,7 +1682,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
             return Err(Error::Invalid(format!(
             "{}: with --part, column-major files without manifest.json need --dtype (u8 or f32): \
                  each part would otherwise decide the dtype from its own values",
-            o.input.display()
+            tree::shown_path(&o.input)
         )))
         }
         Some(p) => {
@@ -1769,11 +1816,11 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
         if infos.is_empty() {
             let example = rejects
                 .first()
-                .map(|r| format!(", e.g. {}: {}", r.path, r.reason))
+                .map(|r| format!(", e.g. {}: {}", tree::shown(&r.path), r.reason))
                 .unwrap_or_default();
             return Err(Error::Source(format!(
                 "{}: no input could be decoded ({} rejected{example})",
-                o.input.display(),
+                tree::shown_path(&o.input),
                 rejects.len()
             )));
         }
@@ -2053,7 +2100,7 @@ fn check_out(out: &Path, force: bool) -> Result<()> {
     if busy {
         return Err(Error::Invalid(format!(
             "{} is not empty; choose another --out, or pass --force to replace what it holds once the conversion succeeds",
-            out.display()
+            tree::shown_path(out)
         )));
     }
     Ok(())

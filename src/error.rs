@@ -31,20 +31,20 @@ pub enum Error {
     /// The message shows the OS error, so it is not also this error's `source()`: an error chain
     /// printed in full (anyhow's `{:#}`) would repeat it ("...: No space left on device (os error
     /// 28): No space left on device (os error 28)").
-    #[error("{}: {cause}", path.display())]
+    #[error("{}: {cause}", shown_path(path))]
     Io {
         path: PathBuf,
         cause: std::io::Error,
     },
     /// The bytes of a shard file break a rule of `formats/shard.md`.
-    #[error("{}: {region}: {what}", path.display())]
+    #[error("{}: {region}: {what}", shown_path(path))]
     Corrupt {
         path: PathBuf,
         region: Region,
         what: String,
     },
     /// `manifest.json` (or a colmajor `manifest.json`) is malformed or disagrees with the files.
-    #[error("{}: {what}", path.display())]
+    #[error("{}: {what}", shown_path(path))]
     Manifest { path: PathBuf, what: String },
     /// An input file cannot be used (and the run was asked to stop on bad input, or nothing
     /// usable is left). Names the file.
@@ -71,6 +71,26 @@ fn note_suffix(note: &str) -> String {
     } else {
         format!("; {note}")
     }
+}
+
+/// A path (or a relative path of a tree) for a message or a report line on a terminal: as it
+/// is, unless it holds a control character (a newline would forge a line of its own), starts or
+/// ends with white space, or starts with '"': then quoted and escaped as a JSON string
+/// (`"a\nb.png"`).
+pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    let plain = !s.chars().any(char::is_control)
+        && !s.starts_with(|c: char| c.is_whitespace() || c == '"')
+        && !s.ends_with(char::is_whitespace);
+    if plain {
+        s.into()
+    } else {
+        serde_json::to_string(s).unwrap_or_default().into()
+    }
+}
+
+/// [`shown`] for a path.
+pub fn shown_path(p: &Path) -> String {
+    shown(&p.to_string_lossy()).into_owned()
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -53,3 +53,12 @@ pub fn dataset_format(dir: &std::path::Path) -> Result<String> {
         .map(str::to_string)
         .ok_or_else(|| Error::manifest(&path, "has no \"format\" member"))
 }
+
+/// This process's command line as text, for a manifest's `provenance.command` and a lock file:
+/// an argument that is not UTF-8 (a path: Linux allows any bytes) has its bad bytes replaced by
+/// U+FFFD rather than stopping the run (`std::env::args` would panic on it).
+pub fn command_args() -> Vec<String> {
+    std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}

@@ -77,7 +77,7 @@ fn hostname() -> String {
 }
 
 fn command_line() -> String {
-    let mut args: Vec<String> = std::env::args().collect();
+    let mut args = crate::command_args();
     if let Some(a) = args.first_mut() {
         if let Some(name) = Path::new(a.as_str()).file_name() {
             *a = name.to_string_lossy().into_owned();

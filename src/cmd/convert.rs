@@ -114,8 +114,8 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let r = convert(&opts).with_context(|| {
         format!(
             "prep convert {} into {}",
-            a.input.display(),
-            a.out.display()
+            prep::source::tree::shown_path(&a.input),
+            prep::source::tree::shown_path(&a.out)
         )
     })?;
     if a.json {
@@ -149,7 +149,11 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 a.out.join("rejects.jsonl").display()
             );
             for x in r.rejects.iter().take(10) {
-                eprintln!("  {}: {}", x.path, x.reason);
+                eprintln!(
+                    "  {}: {}",
+                    prep::source::tree::shown(&x.path),
+                    prep::source::tree::shown(&x.reason)
+                );
             }
             if r.rejects.len() > 10 {
                 eprintln!("  ... and {} more", r.rejects.len() - 10);

@@ -75,7 +75,7 @@ impl Provenance {
     pub fn here(source: serde_json::Value) -> Self {
         Provenance {
             tool: format!("prep {}", env!("CARGO_PKG_VERSION")),
-            command: std::env::args().collect(),
+            command: crate::command_args(),
             source,
         }
     }
@@ -187,12 +187,10 @@ impl Manifest {
             return Err("mean/std do not have one value per channel".into());
         }
         for (name, s) in &self.splits {
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
-            {
-                return Err(format!("split name '{name}' is not a plain name"));
+            if !is_split_name(name) {
+                return Err(format!(
+                    "split name {name:?} is not a plain name (A-Z a-z 0-9 _ -)"
+                ));
             }
             if s.class_counts.len() != k {
                 return Err(format!(
@@ -218,7 +216,7 @@ impl Manifest {
                 if sh.file.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_)))
                 {
                     return Err(format!(
-                        "shard path '{}' leaves the dataset directory",
+                        "split {name}: shard path {:?} is not a relative path inside the dataset directory (no root, '..' or '.' component)",
                         sh.file
                     ));
                 }
@@ -292,6 +290,15 @@ pub fn check_seal(path: &Path, bytes: &[u8], stored: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Whether `name` may name a split: non-empty, only ASCII letters, digits, `_` and `-` (split
+/// names become folder and file names: `train/`, `images_train.bin`).
+pub fn is_split_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// Read a JSON file after checking it against a size cap.

@@ -3,6 +3,7 @@
 //! its path.
 
 use super::FileKind;
+pub use crate::error::{shown, shown_path};
 use regex::Regex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,8 +11,9 @@ use std::path::{Path, PathBuf};
 /// One file of the tree and what it will be.
 #[derive(Debug, Clone)]
 pub struct TreeFile {
-    /// Path relative to the tree's root, with '/' separators: names the file in reports, and
-    /// decides its split.
+    /// Path relative to the tree's root, with '/' separators (bytes of a name that are not
+    /// UTF-8 written `\xNN`, see [`name_text`]): names the file in reports, and decides its
+    /// split.
     pub rel: String,
     pub path: PathBuf,
     /// None: not a kind prep decodes (it will be rejected with a reason).
@@ -35,6 +37,10 @@ pub struct Tree {
     pub single: bool,
     /// Sorted by relative path.
     pub files: Vec<TreeFile>,
+    /// Symbolic links to folders, not followed (relative paths, sorted).
+    pub folder_links: Vec<String>,
+    /// Symbolic links to nothing (relative paths, sorted).
+    pub dangling: Vec<String>,
 }
 
 impl Tree {
@@ -42,10 +48,7 @@ impl Tree {
     /// its extensions.
     pub fn own_name(&self, input: &Path) -> String {
         if self.single {
-            let name = input
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let name = input.file_name().map(name_text).unwrap_or_default();
             let lower = name.to_ascii_lowercase();
             // Two-part extensions first: "brain.nii.gz" is "brain".
             let cut = [".nii.gz", ".tar.gz"]
@@ -59,8 +62,8 @@ impl Tree {
         // "." and "scans/" have no usable file_name of their own: ask the file system.
         let name = std::fs::canonicalize(input)
             .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .or_else(|| input.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .and_then(|p| p.file_name().map(name_text))
+            .or_else(|| input.file_name().map(name_text))
             .unwrap_or_default();
         non_empty(&name)
     }
@@ -74,14 +77,31 @@ fn non_empty(s: &str) -> String {
     }
 }
 
+/// One name of a path as text: as it is when it is UTF-8, else with each byte that is not
+/// written `\xNN` (Linux allows any bytes but '/' and NUL in a name; class names, reports and
+/// the split hash need text).
+pub fn name_text(name: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for chunk in name.as_bytes().utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Every regular file under `input`, sorted by relative path; hidden files and folders (names
 /// starting with '.') are skipped. A single file is a tree of one, rooted at its folder.
-pub fn walk(input: &Path) -> std::io::Result<Tree> {
+/// A symbolic link to a file is read as the file it points to, wherever that is; a link to a
+/// folder is not followed (so a tree has no loops and every file one path: see `folder_links`),
+/// and a link that points to nothing is listed in `dangling`. The walk keeps its own stack, so
+/// any depth the file system allows is walked. An error names the folder it concerns.
+pub fn walk(input: &Path) -> crate::Result<Tree> {
+    use crate::error::IoContext;
     if input.is_file() {
-        let rel = input
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let rel = input.file_name().map(name_text).unwrap_or_default();
         let root = match input.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -94,77 +114,195 @@ pub fn walk(input: &Path) -> std::io::Result<Tree> {
                 path: input.to_path_buf(),
                 kind: FileKind::of(input),
             }],
+            folder_links: vec![],
+            dangling: vec![],
         });
     }
-    fn rec(root: &Path, dir: &Path, out: &mut Vec<TreeFile>) -> std::io::Result<()> {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            let p = e.path();
-            let ft = e.file_type()?;
-            if ft.is_dir() {
-                rec(root, &p, out)?;
-            } else if ft.is_file() || (ft.is_symlink() && p.is_file()) {
-                let rel: Vec<String> = p
-                    .strip_prefix(root)
-                    .unwrap_or(&p)
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect();
-                out.push(TreeFile {
-                    rel: rel.join("/"),
-                    kind: FileKind::of(&p),
-                    path: p,
-                });
-            }
-        }
-        Ok(())
-    }
-    let mut files = Vec::new();
-    rec(input, input, &mut files)?;
-    Ok(Tree {
+    let mut tree = Tree {
         root: input.to_path_buf(),
         single: false,
-        files,
-    })
-}
-
-/// Labels from a CSV of `path,label` rows (a header row `path,label` is allowed). Paths are
-/// relative to the tree's root. Returns rel path -> label name.
-pub fn read_labels_csv(path: &Path) -> Result<BTreeMap<String, String>, String> {
-    let mut r = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(false)
-        .trim(csv::Trim::All)
-        .from_path(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut map = BTreeMap::new();
-    for (i, rec) in r.records().enumerate() {
-        let rec = rec.map_err(|e| format!("{}: {e}", path.display()))?;
-        if rec.len() != 2 {
-            return Err(format!(
-                "{}: line {}: expected `path,label`",
-                path.display(),
-                i + 1
-            ));
-        }
-        if i == 0 && rec[0].eq_ignore_ascii_case("path") && rec[1].eq_ignore_ascii_case("label") {
+        files: vec![],
+        folder_links: vec![],
+        dangling: vec![],
+    };
+    let read = |dir: &Path| -> crate::Result<std::vec::IntoIter<std::fs::DirEntry>> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .and_then(|rd| rd.collect::<Result<Vec<_>, _>>())
+            .at(dir)?;
+        // Reversed: the stack pops the smallest name first.
+        entries.sort_by(|a, b| b.file_name().cmp(&a.file_name()));
+        Ok(entries.into_iter())
+    };
+    // Each open folder with its relative path and the entries left to visit, largest name first.
+    let mut stack = vec![(String::new(), read(input)?)];
+    while let Some((dir_rel, entries)) = stack.last_mut() {
+        let Some(e) = entries.next_back() else {
+            stack.pop();
+            continue;
+        };
+        let name = e.file_name();
+        if name.as_encoded_bytes().starts_with(b".") {
             continue;
         }
-        let key = rec[0].trim_start_matches("./").replace('\\', "/");
-        if map.insert(key.clone(), rec[1].to_string()).is_some() {
+        let rel = if dir_rel.is_empty() {
+            name_text(&name)
+        } else {
+            format!("{dir_rel}/{}", name_text(&name))
+        };
+        let p = e.path();
+        let ft = e.file_type().at(&p)?;
+        if ft.is_dir() {
+            let entries = read(&p)?;
+            stack.push((rel, entries));
+        } else if ft.is_file() || (ft.is_symlink() && p.is_file()) {
+            tree.files.push(TreeFile {
+                rel,
+                kind: FileKind::of(&p),
+                path: p,
+            });
+        } else if ft.is_symlink() && p.is_dir() {
+            tree.folder_links.push(rel);
+        } else if ft.is_symlink() && std::fs::metadata(&p).is_err() {
+            tree.dangling.push(rel);
+        }
+    }
+    // Names that are not UTF-8 are written with escapes, which a name that is UTF-8 could spell
+    // too: two files with one relative path would share their split and their report lines.
+    tree.files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    if let Some(w) = tree.files.windows(2).find(|w| w[0].rel == w[1].rel) {
+        return Err(crate::Error::Invalid(format!(
+            "{} and {} are both {} once names that are not UTF-8 are written with \\xNN escapes; rename one",
+            shown_path(&w[0].path),
+            shown_path(&w[1].path),
+            shown(&w[0].rel)
+        )));
+    }
+    Ok(tree)
+}
+
+/// One row of a labels CSV.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsvRow {
+    pub label: String,
+    /// The line the row starts on (from 1), for messages.
+    pub line: u64,
+}
+
+/// The labels of a labels CSV: relative path (as [`csv_path`] makes it) -> row, and the rows
+/// whose path cannot name a file of the tree (an absolute path, one that leaves it through
+/// `..`): (path as written, why, naming the CSV and the line), rejected like missing files.
+#[derive(Debug, Clone, Default)]
+pub struct LabelsCsv {
+    pub rows: BTreeMap<String, CsvRow>,
+    pub outside: Vec<(String, String)>,
+}
+
+/// A labels CSV's path relative to the tree's root as a tree names its files: '\' read as '/',
+/// empty and `.` components dropped, `a/../b` is `b`. An absolute path, or one whose `..` climbs
+/// above the root, names no file of the tree: Err says why.
+pub fn csv_path(raw: &str) -> Result<String, &'static str> {
+    let p = raw.replace('\\', "/");
+    if p.starts_with('/') {
+        return Err("the path is absolute (paths are relative to the input folder)");
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts
+                    .pop()
+                    .ok_or("the path leaves the input folder through ..")?;
+            }
+            c => parts.push(c),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// Labels from a CSV of `path,label` rows (a header row `path,label` is allowed; a UTF-8 byte
+/// order mark, CRLF line ends, quoted fields and white space around fields are too). Paths are
+/// relative to the tree's root. A row without both fields, a path listed twice and a file
+/// without rows are errors naming the file and the line.
+pub fn read_labels_csv(path: &Path) -> Result<LabelsCsv, String> {
+    let name = shown_path(path);
+    let bytes = std::fs::read(path).map_err(|e| format!("{name}: {e}"))?;
+    let mut r = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(&bytes[..]);
+    let mut out = LabelsCsv::default();
+    let mut rec = csv::StringRecord::new();
+    // Line numbers counted here: the csv crate's lag by one after a CRLF line end.
+    let (mut counted, mut lines) = (0, 0u64);
+    for i in 0.. {
+        if !r
+            .read_record(&mut rec)
+            .map_err(|e| format!("{name}: {e}"))?
+        {
+            break;
+        }
+        let mut start = rec.position().map_or(0, |p| p.byte() as usize).max(counted);
+        while matches!(bytes.get(start), Some(b'\r' | b'\n')) {
+            start += 1;
+        }
+        lines += bytes[counted..start]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u64;
+        counted = start;
+        let line = lines + 1;
+        let at = format!("{name}: line {line}");
+        let first = rec.get(0).map(|f| f.trim_start_matches('\u{feff}').trim());
+        if rec.len() != 2 {
             return Err(format!(
-                "{}: line {}: {key} is listed twice",
-                path.display(),
-                i + 1
+                "{at}: expected `path,label`, found {} fields",
+                rec.len()
+            ));
+        }
+        let (raw, label) = (first.unwrap_or_default(), &rec[1]);
+        if i == 0 && raw.eq_ignore_ascii_case("path") && label.eq_ignore_ascii_case("label") {
+            continue;
+        }
+        if raw.is_empty() || label.is_empty() {
+            return Err(format!(
+                "{at}: an empty {}",
+                if raw.is_empty() { "path" } else { "label" }
+            ));
+        }
+        let key = match csv_path(raw) {
+            Ok(k) if !k.is_empty() => k,
+            Ok(_) => {
+                return Err(format!(
+                    "{at}: {} names the input folder itself, not a file",
+                    shown(raw)
+                ))
+            }
+            Err(why) => {
+                out.outside.push((
+                    raw.to_string(),
+                    format!("listed in {name} line {line} but {why}"),
+                ));
+                continue;
+            }
+        };
+        let row = CsvRow {
+            label: label.to_string(),
+            line,
+        };
+        if let Some(first) = out.rows.insert(key.clone(), row) {
+            return Err(format!(
+                "{at}: {} is listed twice (first on line {})",
+                shown(&key),
+                first.line
             ));
         }
     }
-    Ok(map)
+    if out.rows.is_empty() && out.outside.is_empty() {
+        return Err(format!("{name}: no `path,label` rows"));
+    }
+    Ok(out)
 }
 
 /// `--label-from REGEX`: the class of a file is the first capture group of the regex matched
@@ -274,5 +412,50 @@ mod tests {
         assert_eq!(tree.own_name(&d.join("sub/..")), "scans");
         assert_eq!(tree.files.len(), 1);
         assert_eq!(tree.files[0].top_folder(), Some("sub"));
+    }
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::*;
+
+    #[test]
+    fn labels_csv_lines_paths_and_outside_rows() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("l.csv");
+        std::fs::write(
+            &p,
+            "\u{feff}path,label\r\na.png,x\r\n\"b\nc.png\",y\r\n../d.png,x\r\n./e//f/../g.png, z \r\n",
+        )
+        .unwrap();
+        let l = read_labels_csv(&p).unwrap();
+        let rows: Vec<(&str, &str, u64)> = l
+            .rows
+            .iter()
+            .map(|(k, r)| (k.as_str(), r.label.as_str(), r.line))
+            .collect();
+        assert_eq!(
+            rows,
+            [("a.png", "x", 2), ("b\nc.png", "y", 3), ("e/g.png", "z", 6)]
+        );
+        assert_eq!(l.outside.len(), 1);
+        assert!(l.outside[0].1.contains("line 5"), "{:?}", l.outside);
+        assert_eq!(
+            csv_path("a/../../b"),
+            Err("the path leaves the input folder through ..")
+        );
+        assert!(csv_path("/a").is_err());
+        assert_eq!(csv_path("a\\b"), Ok("a/b".into()));
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_escaped_and_shown_on_one_line() {
+        use std::os::unix::ffi::OsStrExt;
+        let n = std::ffi::OsStr::from_bytes(b"caf\xe9 \xff\xfe.png");
+        assert_eq!(name_text(n), "caf\\xE9 \\xFF\\xFE.png");
+        assert_eq!(shown("a b.png"), "a b.png");
+        assert_eq!(shown("a\nb.png"), "\"a\\nb.png\"");
+        assert_eq!(shown(" a.png"), "\" a.png\"");
+        assert_eq!(shown("\"q\".png"), "\"\\\"q\\\".png\"");
     }
 }

@@ -229,6 +229,15 @@ fn parse_version(text: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// A file as ffmpeg and ffprobe are given it: through the `file:` protocol, so that a name is
+/// only ever a file name, whatever it holds (`-x.mp4` is no option, `pipe:1.mp4` or
+/// `concat:a|b` no other protocol).
+fn ffmpeg_input(path: &Path) -> std::ffi::OsString {
+    let mut s = std::ffi::OsString::from("file:");
+    s.push(path);
+    s
+}
+
 /// Width and height of the first video stream.
 fn probe_size(ffmpeg: &Path, path: &Path) -> Result<(u32, u32), Reject> {
     if let Some(ffprobe) = ffprobe_next_to(ffmpeg) {
@@ -242,7 +251,7 @@ fn probe_size(ffmpeg: &Path, path: &Path) -> Result<(u32, u32), Reject> {
                 "stream=width,height",
             ])
             .args(["-of", "csv=p=0"])
-            .arg(path)
+            .arg(ffmpeg_input(path))
             .stdin(Stdio::null())
             .output();
         // An ffprobe that does not run at all is no reason to give up: ask ffmpeg instead.
@@ -267,7 +276,7 @@ fn probe_size(ffmpeg: &Path, path: &Path) -> Result<(u32, u32), Reject> {
     // `ffmpeg -i FILE` with no output describes the input on stderr and exits with status 1.
     let out = Command::new(ffmpeg)
         .args(["-nostdin", "-hide_banner", "-i"])
-        .arg(path)
+        .arg(ffmpeg_input(path))
         .stdin(Stdio::null())
         .output()
         .map_err(|e| Reject::new(format!("could not run {}: {e}", ffmpeg.display())))?;
@@ -302,7 +311,7 @@ pub fn probe(path: &Path) -> Result<Probe, Reject> {
                 "-of",
                 "default=noprint_wrappers=1",
             ])
-            .arg(path)
+            .arg(ffmpeg_input(path))
             .stdin(Stdio::null())
             .output();
         if let Ok(out) = out {
@@ -315,7 +324,7 @@ pub fn probe(path: &Path) -> Result<Probe, Reject> {
     }
     let out = Command::new(&ffmpeg)
         .args(["-nostdin", "-hide_banner", "-i"])
-        .arg(path)
+        .arg(ffmpeg_input(path))
         .stdin(Stdio::null())
         .output()
         .map_err(|e| Reject::new(format!("could not run {}: {e}", ffmpeg.display())))?;
@@ -415,7 +424,10 @@ fn check_size(w: u32, h: u32) -> Result<(), Reject> {
 /// last `STDERR_QUOTE_CHARS` characters.
 fn clean_stderr(text: &str, path: &Path) -> String {
     let p = path.display().to_string();
-    let text = text.replace(&format!("{p}: "), "").replace(&p, "the file");
+    let text = text
+        .replace(&format!("file:{p}"), &p)
+        .replace(&format!("{p}: "), "")
+        .replace(&p, "the file");
     // One line: "[mov,mp4,m4a,3gp,3g2,mj2 @ 0x55d0c1a2b800] moov atom not found" loses the
     // address, and lines are joined with "; ".
     let lines: Vec<String> = text
@@ -503,7 +515,7 @@ fn run_decoder(
 ) -> Result<(), Failure> {
     let mut cmd = Command::new(ffmpeg);
     cmd.args(["-nostdin", "-v", "error", "-noautorotate", "-i"])
-        .arg(path)
+        .arg(ffmpeg_input(path))
         .args(["-map", "0:v:0", "-vf"])
         .arg(select.filter(w, h));
     if let Select::Every(_) = select {
