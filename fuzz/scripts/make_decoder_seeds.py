@@ -230,9 +230,28 @@ put("dicom", "mono2-u16-bigendian.dcm", dicom(ramp((4, 4), np.uint16) * 7, ts=Ex
 put("dicom", "mono2-u16-deflated.dcm", dicom(ramp((5, 5), np.uint16) * 3, ts=DeflatedExplicitVRLittleEndian))
 put("dicom", "mono2-u16-rle.dcm", dicom(ramp((4, 6), np.uint16) * 9, ts=RLELossless))
 put("dicom", "rgb8-rle.dcm", dicom(ramp((4, 3, 3), np.uint8), ts=RLELossless, photometric="RGB"))
-jpeg = ffmpeg("jpg", "-pix_fmt", "gray", size="8x8")
+
+
+def grey_jpeg():
+    """A 16x8 one-component baseline JPEG by hand (ffmpeg's MJPEG encoder always writes three
+    components): two blocks, DC only; one-symbol Huffman tables (DC categories 0 and 2, AC EOB)."""
+    seg = lambda m, body: bytes([0xFF, m]) + struct.pack(">H", len(body) + 2) + body
+    dqt = seg(0xDB, bytes([0]) + bytes([1] * 64))
+    sof = seg(0xC0, bytes([8]) + struct.pack(">HH", 8, 16) + bytes([1, 1, 0x11, 0]))
+    # DC table 0: codes '0' -> category 0, '10' -> category 2; AC table 0: '0' -> EOB.
+    dht_dc = seg(0xC4, bytes([0x00, 1, 1] + [0] * 14 + [0, 2]))
+    dht_ac = seg(0xC4, bytes([0x10, 1] + [0] * 15 + [0x00]))
+    sos = seg(0xDA, bytes([1, 1, 0x00, 0, 63, 0]))
+    # Block 1: DC diff 0 ('0'), EOB ('0'); block 2: DC diff +3 ('10' then '11'), EOB ('0').
+    bits = "0" + "0" + "10" + "11" + "0"
+    bits += "1" * (-len(bits) % 8)
+    scan = bytes(int(bits[i:i + 8], 2) for i in range(0, len(bits), 8))
+    return b"\xff\xd8" + dqt + sof + dht_dc + dht_ac + sos + scan + b"\xff\xd9"
+
+
+jpeg = grey_jpeg()
 put("dicom", "mono2-u8-jpeg-baseline.dcm",
-    dicom(np.zeros((8, 8), np.uint8), ts=JPEGBaseline8Bit, pixel_bytes=encapsulate([jpeg])))
+    dicom(np.zeros((8, 16), np.uint8), ts=JPEGBaseline8Bit, pixel_bytes=encapsulate([jpeg])))
 jpeg = ffmpeg("jpg", "-pix_fmt", "yuvj420p", size="8x8")
 put("dicom", "ybr-jpeg-baseline.dcm",
     dicom(np.zeros((8, 8, 3), np.uint8), ts=JPEGBaseline8Bit, photometric="YBR_FULL_422",
