@@ -170,6 +170,7 @@ fn decode_object(
         return Err(Reject::new("no pixel data (7FE0,0010): not an image"));
     }
     check_dimensions(obj)?;
+    check_jpeg_frames(obj, &ts)?;
     let px = guard("decoding DICOM pixel data", || obj.decode_pixel_data())?
         .map_err(|e| pixel_reject(&e, &ts))?;
 
@@ -779,6 +780,118 @@ fn check_dimensions(obj: &DefaultDicomObject) -> Result<(), Reject> {
         return Err(Reject::new(format!(
             "DICOM image too large: {frames} frame(s) of {rows}x{cols}x{spp} = {total} samples (limit {MAX_SAMPLES})"
         )));
+    }
+    Ok(())
+}
+
+/// The JPEG transfer syntaxes dicom-rs decodes (Baseline, Extended, Lossless 14 and 14 SV1).
+const JPEG_SYNTAXES: [&str; 4] = [
+    "1.2.840.10008.1.2.4.50",
+    "1.2.840.10008.1.2.4.51",
+    "1.2.840.10008.1.2.4.57",
+    "1.2.840.10008.1.2.4.70",
+];
+
+/// For JPEG pixel data: every frame header (SOF) of the JPEG streams dicom-rs will decode must
+/// describe the image the attributes declare (Columns x Rows, Samples per Pixel components, more
+/// than 8 bits of precision exactly when 16 bits are allocated). dicom-rs sizes its buffer from
+/// the attributes and copies each decoded JPEG into it unchecked: a larger JPEG (a colour JPEG in
+/// a grey file, a bigger image) panics with an index out of range.
+///
+/// The streams are walked as dicom-rs and jpeg-decoder read them: the fragments concatenated, one
+/// stream per frame from the start, the next beginning at the first FF D8 after an EOI; within a
+/// stream, segments by their lengths, markers after garbage and fill bytes, entropy-coded data up
+/// to the next marker that is not a stuffed 00 or a restart.
+fn check_jpeg_frames(obj: &DefaultDicomObject, ts: &str) -> Result<(), Reject> {
+    if !JPEG_SYNTAXES.contains(&ts) {
+        return Ok(());
+    }
+    let Some(fragments) = obj.get(tags::PIXEL_DATA).and_then(|e| e.value().fragments()) else {
+        return Ok(()); // native pixel data under a JPEG syntax: dicom-rs rejects it
+    };
+    let int = |tag| -> u64 {
+        obj.get(tag)
+            .and_then(|e| e.to_int::<u32>().ok())
+            .unwrap_or(0) as u64
+    };
+    let (rows, cols) = (int(tags::ROWS), int(tags::COLUMNS));
+    let spp = obj
+        .get(tags::SAMPLES_PER_PIXEL)
+        .and_then(|e| e.to_int::<u32>().ok())
+        .unwrap_or(1) as u64;
+    let bits = int(tags::BITS_ALLOCATED);
+    let frames = obj
+        .get(tags::NUMBER_OF_FRAMES)
+        .and_then(|e| e.to_int::<u32>().ok())
+        .unwrap_or(1)
+        .max(1) as usize;
+    let data: Vec<u8> = fragments.iter().flatten().copied().collect();
+    let mut pos = 0;
+    for frame in 0..frames {
+        if frame > 0 {
+            // dicom-rs: the next frame starts at the next SOI.
+            match data[pos.min(data.len())..]
+                .windows(2)
+                .position(|w| w == [0xFF, 0xD8])
+            {
+                Some(i) => pos += i,
+                None => return Ok(()),
+            }
+        }
+        if data.get(pos..pos + 2) != Some(&[0xFF, 0xD8][..]) {
+            return Ok(()); // jpeg-decoder fails on this frame: nothing is copied
+        }
+        pos += 2;
+        loop {
+            // The next marker: jpeg-decoder skips garbage before it and fill bytes (FF FF).
+            while pos < data.len() && data[pos] != 0xFF {
+                pos += 1;
+            }
+            while pos + 1 < data.len() && data[pos + 1] == 0xFF {
+                pos += 1;
+            }
+            let Some(&m) = data.get(pos + 1) else {
+                return Ok(()); // the stream ends: jpeg-decoder fails
+            };
+            pos += 2;
+            let seg_len = || {
+                data.get(pos..pos + 2)
+                    .map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
+            };
+            match m {
+                0xD9 => break, // EOI
+                0x00 | 0x01 | 0xD0..=0xD7 => {}
+                0xD8 => return Ok(()), // a second SOI: jpeg-decoder fails
+                0xC0..=0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF => {
+                    let Some(h) = data.get(pos..pos + 8) else {
+                        return Ok(());
+                    };
+                    let precision = h[2] as u64;
+                    let height = u16::from_be_bytes([h[3], h[4]]) as u64;
+                    let width = u16::from_be_bytes([h[5], h[6]]) as u64;
+                    let comps = h[7] as u64;
+                    let wide = precision > 8;
+                    if (width, height, comps) != (cols, rows, spp) || wide != (bits == 16) {
+                        return Err(Reject::new(format!(
+                            "JPEG frame {frame} is {width}x{height} with {comps} component(s) of {precision} bits, the DICOM attributes declare {cols}x{rows} with {spp} sample(s) per pixel of {bits} bits allocated"
+                        )));
+                    }
+                    pos += seg_len().unwrap_or(0);
+                }
+                0xDA => {
+                    // SOS: its header, then entropy-coded data up to the next real marker.
+                    pos += seg_len().unwrap_or(0);
+                    while pos + 1 < data.len() {
+                        if data[pos] == 0xFF && !matches!(data[pos + 1], 0x00 | 0xD0..=0xD7 | 0xFF)
+                        {
+                            break;
+                        }
+                        pos += 1;
+                    }
+                }
+                _ => pos += seg_len().unwrap_or(0),
+            }
+        }
     }
     Ok(())
 }

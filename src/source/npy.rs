@@ -25,10 +25,84 @@ pub struct NpyImages {
 
 const MAX_BYTES: u64 = 16 << 30;
 
+/// Largest header accepted: numpy writes well under 1 KiB, and `np.load` refuses more than
+/// 10 000 bytes by default.
+const MAX_HEADER: u64 = 64 << 10;
+
 fn open(path: &Path) -> Result<npyz::NpyFile<std::io::BufReader<std::fs::File>>, Reject> {
-    let f = std::fs::File::open(path).map_err(|e| Reject::new(e.to_string()))?;
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).map_err(|e| Reject::new(e.to_string()))?;
+    let len = f.metadata().map_err(|e| Reject::new(e.to_string()))?.len();
+    let mut head = Vec::new();
+    (&mut f)
+        .take(12 + MAX_HEADER)
+        .read_to_end(&mut head)
+        .map_err(|e| Reject::new(e.to_string()))?;
+    check_header(&head, len)?;
+    f.seek(SeekFrom::Start(0))
+        .map_err(|e| Reject::new(e.to_string()))?;
     npyz::NpyFile::new(std::io::BufReader::new(f))
         .map_err(|e| Reject::new(format!("not a valid .npy file: {e}")))
+}
+
+/// What npyz trusts before it allocates and multiplies: it allocates the header length the file
+/// declares (up to 4 GiB from a 12-byte file), and multiplies the shape's dimensions unchecked
+/// (a panic where overflow checks are on). So the header must lie within the file and
+/// `MAX_HEADER`, and its shape must be integers whose product (zeros counted as 1, as npyz's
+/// strides multiply past them) fits in 64 bits. `head`: the file's first bytes, `len`: its size.
+fn check_header(head: &[u8], len: u64) -> Result<(), Reject> {
+    if head.len() < 10 || &head[..6] != b"\x93NUMPY" {
+        return Err(Reject::new("not a valid .npy file: no \\x93NUMPY magic"));
+    }
+    let (text_at, text_len) = match head[6] {
+        1 => (10, u16::from_le_bytes([head[8], head[9]]) as u64),
+        2 | 3 if head.len() >= 12 => (12, u32::from_le_bytes(head[8..12].try_into().unwrap()) as u64),
+        v => return Err(Reject::new(format!("not a valid .npy file: format version {v}.{} (truncated or unknown)", head[7]))),
+    };
+    if text_len > MAX_HEADER || text_at + text_len > len {
+        return Err(Reject::new(format!(
+            "not a valid .npy file: the header declares {text_len} bytes, the file has {} after the preamble (at most {MAX_HEADER} are read)",
+            len.saturating_sub(text_at)
+        )));
+    }
+    let text = &head[text_at as usize..(text_at + text_len) as usize];
+    let bad_shape = || Reject::new("not a valid .npy file: the header has no 'shape' tuple of integers");
+    let key = [&b"'shape'"[..], b"\"shape\""]
+        .iter()
+        .find_map(|k| text.windows(k.len()).position(|w| w == *k).map(|i| i + k.len()))
+        .ok_or_else(bad_shape)?;
+    let rest = &text[key..];
+    let skip_ws = |s: &[u8]| s.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(s.len());
+    let rest = &rest[skip_ws(rest)..];
+    let rest = rest.strip_prefix(b":").ok_or_else(bad_shape)?;
+    let rest = &rest[skip_ws(rest)..];
+    let close = match rest.first() {
+        Some(b'(') => b')',
+        Some(b'[') => b']',
+        _ => return Err(bad_shape()),
+    };
+    let end = rest.iter().position(|&c| c == close).ok_or_else(bad_shape)?;
+    let mut product: u64 = 1;
+    for dim in rest[1..end].split(|&c| c == b',') {
+        let dim = std::str::from_utf8(dim).map_err(|_| bad_shape())?.trim();
+        if dim.is_empty() {
+            continue; // "(3,)"
+        }
+        if !dim.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(bad_shape());
+        }
+        product = dim
+            .parse::<u64>()
+            .ok()
+            .and_then(|d| product.checked_mul(d.max(1)))
+            .ok_or_else(|| {
+                Reject::new(format!(
+                    "absurd array shape: the dimensions ({}) overflow 64 bits",
+                    String::from_utf8_lossy(&rest[1..end])
+                ))
+            })?;
+    }
+    Ok(())
 }
 
 /// Read an image array. `float`: the target is f16/f32, so float arrays keep their values (f2 as

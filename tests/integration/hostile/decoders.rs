@@ -1,1 +1,99 @@
 //! Inputs kept from fuzzing the convert decoders: each once made a decoder panic, hang or over-allocate.
+//!
+//! Each input is in `fuzz/regressions/` (see its README for how it was found); here `prep convert`
+//! runs on a folder holding it and must stop or reject it cleanly, naming the file and what is
+//! wrong with it.
+
+use crate::util::{prep, stderr, stdout};
+use std::path::Path;
+
+fn regression(name: &str) -> Vec<u8> {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/regressions"));
+    std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// `prep convert` of a folder holding `files` (name, bytes): exits 1 with an error (stderr) that
+/// names `file` and says each of `why`.
+fn convert_fails(files: &[(&str, &[u8])], file: &str, why: &[&str]) {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(input.join(name), bytes).unwrap();
+    }
+    let out = t.path().join("out");
+    let o = prep()
+        .args(["convert", input.to_str().unwrap(), "--out"])
+        .arg(&out)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "stdout:\n{}\nstderr:\n{e}",
+        stdout(&o)
+    );
+    assert!(e.contains(file), "{file} not named in: {e}");
+    for w in why {
+        assert!(e.contains(w), "no {w:?} in: {e}");
+    }
+    assert!(!out.exists(), "a failed convert left {}", out.display());
+}
+
+/// A well-formed labels array of `n` uint8 labels, as numpy writes it.
+fn npy_labels(n: usize) -> Vec<u8> {
+    let mut h = format!("{{'descr': '|u1', 'fortran_order': False, 'shape': ({n},), }}");
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    b.extend_from_slice(h.as_bytes());
+    b.extend(std::iter::repeat_n(0u8, n));
+    b
+}
+
+/// A 12-byte .npy (format 2.0) whose header claims 4 GiB: npyz allocated all of it before reading.
+#[test]
+fn npy_header_longer_than_the_file() {
+    convert_fails(
+        &[
+            ("train_images.npy", &regression("npy-oom-header-len-4gib.npy")),
+            ("train_labels.npy", &npy_labels(4)),
+        ],
+        "train_images.npy",
+        &["header declares 4294967280 bytes"],
+    );
+}
+
+/// Shape (2^32, 2^32, 2): npyz multiplied the dimensions unchecked (a panic with overflow checks
+/// on, as in this debug build; a wrapped element count in release).
+#[test]
+fn npy_shape_whose_product_overflows() {
+    convert_fails(
+        &[
+            ("train_images.npy", &regression("npy-panic-shape-overflow.npy")),
+            ("train_labels.npy", &npy_labels(4)),
+        ],
+        "train_images.npy",
+        &["absurd array shape", "overflow 64 bits"],
+    );
+}
+
+/// A grey (1 sample per pixel) 8x8 DICOM whose JPEG Baseline pixel data has 3 components: dicom-rs
+/// copied the 192 decoded bytes into its 64-byte buffer and panicked (caught, the file was rejected
+/// as "the decoder failed"). Now the JPEG frame header is checked against the attributes first.
+#[test]
+fn dicom_jpeg_larger_than_its_attributes() {
+    convert_fails(
+        &[("a.dcm", &regression("dicom-panic-jpeg-colour-in-grey-file.dcm"))],
+        "a.dcm",
+        &[
+            "JPEG frame 0 is 8x8 with 3 component(s)",
+            "8x8 with 1 sample(s) per pixel",
+        ],
+    );
+}
