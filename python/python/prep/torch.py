@@ -273,7 +273,6 @@ class ShardDataset(torch.utils.data.IterableDataset):
             self.skipped = it.skipped
             it.close()
 
-
     def _into_ring(self, it: Any, count: int, worker: int) -> Iterator[Tuple[str, int]]:
         """In a DataLoader worker, at the first batch the DataLoader asks for: this worker's
         whole share, batch after batch into its slots of the ring, each announced by one byte
