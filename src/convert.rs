@@ -1071,6 +1071,10 @@ fn tree_units(
     let headers: BTreeMap<&str, dicom::SeriesHeader> = dicom
         .par_iter()
         .filter_map(|f| {
+            // Once a signal asked to stop, the rest is skipped (convert_into then stops).
+            if crate::interrupt::requested().is_some() {
+                return None;
+            }
             let h = dicom::read_header(&f.path).ok();
             pb.inc(1);
             // A header that cannot be read leaves the file on its own: decoding it says why.
@@ -1500,6 +1504,9 @@ fn survey(o: &ConvertOptions, p: &Plan) -> Survey {
         .map(|u| {
             // A file whose header cannot be read counts for nothing here; decoding rejects it
             // with the reason.
+            if crate::interrupt::requested().is_some() {
+                return Survey::default();
+            }
             let s = match u.probe(&o.decode) {
                 Some(Ok(probe)) => Survey::of(&probe),
                 _ => Survey::default(),
@@ -1638,6 +1645,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     };
     check_out(out, o.force)?;
     let mut plan = plan(o)?;
+    crate::interrupt::check()?;
     let mut notes = plan.notes.clone();
     let (t, spec, auto_u8) = match &plan.stored {
         Some((shape, dtype)) => stored_target(o, shape, *dtype)?,
@@ -1650,6 +1658,8 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
             (t, spec, false)
         }
     };
+    // The headers read above skip their work once a signal asked to stop.
+    crate::interrupt::check()?;
     if !o.quiet {
         for n in &notes {
             eprintln!("{n}");

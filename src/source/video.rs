@@ -569,6 +569,14 @@ fn run_decoder(
     let mut partial = 0usize;
     let mut read_error = None;
     loop {
+        // A long video must not hold up a job that was asked to stop (`crate::interrupt`):
+        // ffmpeg is ended with it.
+        if crate::interrupt::requested().is_some() {
+            drop(out);
+            child.kill_and_wait();
+            let _ = stderr_thread.join();
+            return Err(Reject::new("interrupted").into());
+        }
         // Read straight into the frame's own buffer, of exactly one frame's capacity, which then
         // becomes the image: one frame in flight, no copy.
         let mut buf = Vec::with_capacity(frame_bytes);
