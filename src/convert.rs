@@ -86,7 +86,8 @@ pub struct ConvertOptions {
     pub quiet: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RejectEntry {
     pub path: String,
     pub reason: String,

@@ -267,7 +267,22 @@ fn merged_rejects(parts: &[Loaded]) -> Result<Vec<String>> {
         if !path.exists() {
             continue;
         }
-        for line in std::fs::read_to_string(&path).at(&path)?.lines() {
+        for (i, line) in std::fs::read_to_string(&path)
+            .at(&path)?
+            .lines()
+            .enumerate()
+        {
+            // Copied as they are, so each must be one reject record: a part cannot forge
+            // lines of another kind into the merged list.
+            if !line.is_empty()
+                && serde_json::from_str::<crate::convert::RejectEntry>(line).is_err()
+            {
+                return Err(Error::Source(format!(
+                    "{}: line {}: not a reject record ({{\"path\": ..., \"reason\": ...}})",
+                    crate::error::shown_path(&path),
+                    i + 1
+                )));
+            }
             if !line.is_empty() && seen.insert(line.to_string()) {
                 lines.push(line.to_string());
             }

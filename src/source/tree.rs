@@ -130,7 +130,7 @@ pub fn walk(input: &Path) -> crate::Result<Tree> {
             .and_then(|rd| rd.collect::<Result<Vec<_>, _>>())
             .at(dir)?;
         // Reversed: the stack pops the smallest name first.
-        entries.sort_by(|a, b| b.file_name().cmp(&a.file_name()));
+        entries.sort_by_key(|e| std::cmp::Reverse(e.file_name()));
         Ok(entries.into_iter())
     };
     // Each open folder with its relative path and the entries left to visit, largest name first.

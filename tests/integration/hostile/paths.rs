@@ -371,6 +371,48 @@ fn merge_refuses_a_part_naming_files_outside_it() {
         assert!(e.contains(&format!("{bad:?}")), "{e}");
         assert!(!out.exists());
     }
+    // A part's rejects.jsonl is copied line by line: a line that is not a reject record is
+    // refused, naming the file and the line.
+    let fresh = t.path().join("p1");
+    std::fs::remove_dir_all(&fresh).unwrap();
+    run(
+        &[
+            "synth",
+            "--train",
+            "600",
+            "--test",
+            "100",
+            "--shape",
+            "1x8x8",
+            "--block-samples",
+            "64",
+            "--out",
+            s(&fresh),
+            "--part",
+            "1/2",
+            "--quiet",
+        ],
+        0,
+    );
+    let rj = fresh.join("rejects.jsonl");
+    std::fs::write(
+        &rj,
+        "{\"path\":\"a.png\",\"reason\":\"bad\"}\nforged line\n",
+    )
+    .unwrap();
+    let out = t.path().join("merged");
+    let e = stderr(&run(&["merge", s(&out), s(&parts[0]), s(&fresh)], 1));
+    assert!(
+        e.contains(&format!("{}: line 2: not a reject record", rj.display())),
+        "{e}"
+    );
+    assert!(!out.exists());
+    std::fs::write(&rj, "{\"path\":\"a.png\",\"reason\":\"bad\"}\n").unwrap();
+    run(&["merge", s(&out), s(&parts[0]), s(&fresh)], 0);
+    assert_eq!(
+        std::fs::read_to_string(out.join("rejects.jsonl")).unwrap(),
+        "{\"path\":\"a.png\",\"reason\":\"bad\"}\n"
+    );
 }
 
 #[test]
