@@ -1865,6 +1865,60 @@ pub(crate) mod tests {
         }
     }
 
+    /// dicom-rs copies each decoded JPEG into a buffer sized from the attributes without a bounds
+    /// check: a JPEG larger than they declare, in any frame, panicked (fuzz/regressions holds the
+    /// file the dicom fuzz target found). It is rejected before decoding, naming the frame.
+    #[test]
+    fn jpeg_frames_larger_than_the_attributes_are_rejected() {
+        use image::codecs::jpeg::JpegEncoder;
+        use image::ExtendedColorType;
+        let jpeg = |w: u32, colour: bool| {
+            let c = if colour { 3 } else { 1 };
+            let px = vec![90u8; (w * 8 * c) as usize];
+            let ty = if colour {
+                ExtendedColorType::Rgb8
+            } else {
+                ExtendedColorType::L8
+            };
+            let mut j = Vec::new();
+            JpegEncoder::new(&mut j).encode(&px, w, 8, ty).unwrap();
+            if j.len() % 2 == 1 {
+                j.push(0);
+            }
+            j
+        };
+        let spec = Spec {
+            bits: 8,
+            rows: 8,
+            cols: 16,
+            ts: uids::JPEG_BASELINE8_BIT,
+            ..Spec::default()
+        };
+        let o = DecodeOptions::default();
+        // A colour JPEG in a grey file.
+        let e = decode_all(&dicom_fragments(&spec, vec![jpeg(16, true)]), &o).unwrap_err();
+        assert!(
+            e.0.contains("JPEG frame 0 is 16x8 with 3 component(s) of 8 bits")
+                && e.0.contains("16x8 with 1 sample(s) per pixel"),
+            "{e}"
+        );
+        // Two frames, the second wider than the attributes say.
+        let two = Spec { frames: 2, ..spec };
+        let e = decode_all(
+            &dicom_fragments(&two, vec![jpeg(16, false), jpeg(32, false)]),
+            &o,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("JPEG frame 1 is 32x8"), "{e}");
+        // Both frames as declared: decoded.
+        let imgs = decode_all(
+            &dicom_fragments(&two, vec![jpeg(16, false), jpeg(16, false)]),
+            &o,
+        )
+        .unwrap();
+        assert_eq!(imgs.len(), 2);
+    }
+
     #[test]
     fn absurd_dimensions_are_rejected() {
         // Claims 60000 x 60000 but holds 12 samples.
