@@ -1050,15 +1050,30 @@ fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
     let trunc = |what: String| Reject::new(format!("truncated DICOM: {what}"));
     let mut pos = start + 4;
     let mut ts = String::new();
-    // File meta group: always explicit VR little endian.
+    // File meta group: always explicit VR little endian. dicom-rs reads it as its group length
+    // (0002,0000) says: whole elements, of any group, until that many bytes are consumed, and the
+    // data set starts after them. Without a group length (which dicom-rs refuses), it ends at the
+    // first element of another group. A mutated tag in the group once made this walk start the
+    // data set elsewhere than dicom-rs, which then zero-filled 1.5 GB (the dicom fuzz target).
+    let group_len = match header(b, pos, Mode::ExplicitLe) {
+        Some(h) if (h.group, h.elem, h.len) == (0x0002, 0x0000, Some(4)) => b
+            .get(pos + h.size..pos + h.size + 4)
+            .map(|v| (pos + h.size + 4, u32::from_le_bytes([v[0], v[1], v[2], v[3]]) as usize)),
+        _ => None,
+    };
     loop {
+        if let Some((from, len)) = group_len {
+            if pos >= from && pos - from >= len {
+                break;
+            }
+        }
         if pos == b.len() {
             return Err(trunc("the file ends inside the file meta group".into()));
         }
         let Some(h) = header(b, pos, Mode::ExplicitLe) else {
             return Err(trunc(format!("element header cut off at byte {pos}")));
         };
-        if h.group != 0x0002 {
+        if h.group != 0x0002 && group_len.is_none() {
             break;
         }
         let Some(len) = h.len else {
@@ -1073,7 +1088,7 @@ fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
                 h.tag_name()
             )));
         }
-        if h.elem == 0x0010 {
+        if (h.group, h.elem) == (0x0002, 0x0010) {
             let Some(v) = b.get(pos + h.size..pos + h.size + len) else {
                 return Err(Reject::new("the file meta group is longer than the bytes read"));
             };

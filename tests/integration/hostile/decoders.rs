@@ -131,3 +131,19 @@ fn npy_header_nested_too_deep() {
         &["nests brackets more than 4 deep"],
     );
 }
+
+/// The same deflated file with one tag in its file meta group mutated ((0002,0013) to (3002,0013)):
+/// prep's walk ended the meta group there while dicom-rs, following the group length, read on, so
+/// the two started the data set at different bytes and dicom-rs again zero-filled 1.5 GB. The walk
+/// now follows the group length as dicom-rs does.
+#[test]
+fn dicom_meta_group_read_as_its_group_length_says() {
+    convert_fails(
+        &[(
+            "a.dcm",
+            &regression("dicom-alloc-1500mb-meta-group-tag-mutated.dcm"),
+        )],
+        "a.dcm",
+        &["declares 1546661425 bytes", "in the inflated data set"],
+    );
+}
