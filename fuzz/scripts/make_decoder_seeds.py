@@ -108,7 +108,7 @@ def tiff_pages(pages):
         if len(out) % 2:
             out += b"\x00"
         bps_off = None
-        if spp > 1:
+        if spp > 2:  # up to two SHORTs fit in the entry itself
             bps_off = len(out)
             out += struct.pack("<" + "H" * spp, *([bits] * spp))
         ifd_off = len(out)
@@ -116,7 +116,7 @@ def tiff_pages(pages):
         photometric = 2 if spp >= 3 else 1
         entries = [
             (256, 3, 1, w), (257, 3, 1, h),
-            (258, 3, spp, bits if spp == 1 else bps_off),
+            (258, 3, spp, bits if spp == 1 else bits | bits << 16 if spp == 2 else bps_off),
             (259, 3, 1, 1), (262, 3, 1, photometric), (273, 4, 1, data_off),
             (277, 3, 1, spp), (278, 3, 1, h), (279, 4, 1, len(data)),
         ]
@@ -124,7 +124,9 @@ def tiff_pages(pages):
             entries.append((338, 3, 1, 2))
         out += struct.pack("<H", len(entries))
         for tag, typ, count, val in entries:
-            if typ == 3 and count == 1:
+            if typ == 3 and count == 2:
+                out += struct.pack("<HHII", tag, typ, count, val)
+            elif typ == 3 and count == 1:
                 out += struct.pack("<HHIHH", tag, typ, count, val, 0)
             else:
                 out += struct.pack("<HHII", tag, typ, count, val)

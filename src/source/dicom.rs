@@ -85,8 +85,9 @@ pub fn decode_bytes(bytes: &[u8], opts: &DecodeOptions, emit: &mut Emit) -> Resu
 const PROBE_BYTES: [u64; 2] = [64 << 10, 4 << 20];
 
 /// Colour and first image size from the data set up to the pixel data. A file larger than what is
-/// read is parsed from its first bytes only; dicom-rs allocates what an element declares with
-/// `try_reserve` and fails at the end of the bytes, so a lying length costs no memory.
+/// read is parsed from its first bytes only, after the same header walk as a whole file with the
+/// file's length as the bound: dicom-rs zero-fills what an element declares before it reads, so a
+/// length beyond the file would cost that much memory.
 pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
     use std::io::Read;
     let len = std::fs::metadata(path)
@@ -100,7 +101,7 @@ pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
             .read_to_end(&mut head)
             .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
         let whole = len <= limit;
-        match probe_head(&head, whole, opts) {
+        match probe_head(&head, whole, len, opts) {
             Ok(Some(p)) => return Ok(p),
             Ok(None) if whole => return Err(Reject::new("no image attributes (Rows, Columns)")),
             Err(r) if whole => return Err(r),
@@ -111,16 +112,13 @@ pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
     Err(last.unwrap_or_else(|| Reject::new("the header is too large to probe")))
 }
 
-/// The data set of a file's first bytes (all of it when `whole`) up to its pixel data.
-fn parse_head(head: &[u8], whole: bool) -> Result<DefaultDicomObject, Reject> {
+/// The data set of a file's first bytes (all of it when `whole`, else the first bytes of
+/// `file_len`) up to its pixel data.
+fn parse_head(head: &[u8], whole: bool, file_len: u64) -> Result<DefaultDicomObject, Reject> {
     let start = if whole {
         prescan(head)?.start
-    } else if head.len() >= 132 && &head[128..132] == b"DICM" {
-        128
-    } else if head.starts_with(b"DICM") {
-        0
     } else {
-        return Err(Reject::new("not a DICOM Part 10 file"));
+        prescan_in(head, Some(file_len))?.start
     };
     guard("reading DICOM", || {
         OpenFileOptions::new()
@@ -133,8 +131,13 @@ fn parse_head(head: &[u8], whole: bool) -> Result<DefaultDicomObject, Reject> {
 
 /// Probe the first bytes of a file (all of it when `whole`); None when they end before Rows and
 /// Columns.
-fn probe_head(head: &[u8], whole: bool, opts: &DecodeOptions) -> Result<Option<Probe>, Reject> {
-    let obj = parse_head(head, whole)?;
+fn probe_head(
+    head: &[u8],
+    whole: bool,
+    file_len: u64,
+    opts: &DecodeOptions,
+) -> Result<Option<Probe>, Reject> {
+    let obj = parse_head(head, whole, file_len)?;
     let int = |tag| -> Option<u32> { obj.get(tag)?.to_int::<u32>().ok() };
     let (Some(rows), Some(cols)) = (int(tags::ROWS), int(tags::COLUMNS)) else {
         return Ok(None);
@@ -382,7 +385,7 @@ pub fn read_header(path: &Path) -> Result<SeriesHeader, Reject> {
         f.take(limit)
             .read_to_end(&mut head)
             .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
-        match header_from_head(&head, whole, last) {
+        match header_from_head(&head, whole, len, last) {
             Some(r) => return r,
             None => continue,
         }
@@ -392,7 +395,12 @@ pub fn read_header(path: &Path) -> Result<SeriesHeader, Reject> {
 
 /// The header from the first bytes of a file (all of it when `whole`); None to ask for more bytes.
 /// `last`: no more will come, parse what there is.
-fn header_from_head(head: &[u8], whole: bool, last: bool) -> Option<Result<SeriesHeader, Reject>> {
+fn header_from_head(
+    head: &[u8],
+    whole: bool,
+    file_len: u64,
+    last: bool,
+) -> Option<Result<SeriesHeader, Reject>> {
     // dicom-rs ends a data set quietly where the bytes end between two elements, so a prefix is
     // only trusted once it holds the Pixel Data tag (little or big endian): the attributes that
     // grouping needs all come before it.
@@ -403,7 +411,7 @@ fn header_from_head(head: &[u8], whole: bool, last: bool) -> Option<Result<Serie
         return None;
     }
     Some((|| {
-        let obj = parse_head(head, whole)?;
+        let obj = parse_head(head, whole, file_len)?;
         guard("reading the DICOM header", || header_of(&obj))?
     })())
 }
@@ -1019,8 +1027,16 @@ struct Scan {
 /// The walk reads headers by the same rules as dicom-rs (an unknown VR has the long form, as UN;
 /// implicit VR comes from the standard dictionary; any undefined length other than encapsulated
 /// pixel data opens a sequence), so it visits the headers dicom-rs will visit and never rejects a
-/// file that dicom-rs would read. A deflated data set is left to dicom-rs.
+/// file that dicom-rs would read. A deflated data set is walked inflated.
 fn prescan(b: &[u8]) -> Result<Scan, Reject> {
+    prescan_in(b, None)
+}
+
+/// `prescan` of `b`, or, with `file_len`, of the first bytes of a file that long: lengths are
+/// checked against the file, and the walk stops where `b` ends. A deflated data set is not walked
+/// then (its inflated length is unknown).
+fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
+    let total = file_len.map_or(b.len(), |l| usize::try_from(l).unwrap_or(usize::MAX).max(b.len()));
     let start = if b.len() >= 132 && &b[128..132] == b"DICM" {
         128
     } else if b.len() >= 4 && &b[0..4] == b"DICM" {
@@ -1034,15 +1050,30 @@ fn prescan(b: &[u8]) -> Result<Scan, Reject> {
     let trunc = |what: String| Reject::new(format!("truncated DICOM: {what}"));
     let mut pos = start + 4;
     let mut ts = String::new();
-    // File meta group: always explicit VR little endian.
+    // File meta group: always explicit VR little endian. dicom-rs reads it as its group length
+    // (0002,0000) says: whole elements, of any group, until that many bytes are consumed, and the
+    // data set starts after them. Without a group length (which dicom-rs refuses), it ends at the
+    // first element of another group. A mutated tag in the group once made this walk start the
+    // data set elsewhere than dicom-rs, which then zero-filled 1.5 GB (the dicom fuzz target).
+    let group_len = match header(b, pos, Mode::ExplicitLe) {
+        Some(h) if (h.group, h.elem, h.len) == (0x0002, 0x0000, Some(4)) => b
+            .get(pos + h.size..pos + h.size + 4)
+            .map(|v| (pos + h.size + 4, u32::from_le_bytes([v[0], v[1], v[2], v[3]]) as usize)),
+        _ => None,
+    };
     loop {
+        if let Some((from, len)) = group_len {
+            if pos >= from && pos - from >= len {
+                break;
+            }
+        }
         if pos == b.len() {
             return Err(trunc("the file ends inside the file meta group".into()));
         }
         let Some(h) = header(b, pos, Mode::ExplicitLe) else {
             return Err(trunc(format!("element header cut off at byte {pos}")));
         };
-        if h.group != 0x0002 {
+        if h.group != 0x0002 && group_len.is_none() {
             break;
         }
         let Some(len) = h.len else {
@@ -1050,15 +1081,17 @@ fn prescan(b: &[u8]) -> Result<Scan, Reject> {
                 "invalid DICOM: undefined length in the file meta group",
             ));
         };
-        let rem = b.len() - pos - h.size;
+        let rem = total - pos - h.size;
         if len > rem {
             return Err(trunc(format!(
                 "{} at byte {pos} declares {len} bytes, {rem} remain",
                 h.tag_name()
             )));
         }
-        if h.elem == 0x0010 {
-            let v = &b[pos + h.size..pos + h.size + len];
+        if (h.group, h.elem) == (0x0002, 0x0010) {
+            let Some(v) = b.get(pos + h.size..pos + h.size + len) else {
+                return Err(Reject::new("the file meta group is longer than the bytes read"));
+            };
             ts = String::from_utf8_lossy(v)
                 .trim_end_matches(['\0', ' '])
                 .to_string();
@@ -1079,9 +1112,37 @@ fn prescan(b: &[u8]) -> Result<Scan, Reject> {
     let mode = match ts.as_str() {
         "1.2.840.10008.1.2" => Mode::ImplicitLe,
         "1.2.840.10008.1.2.2" => Mode::ExplicitBe,
-        "1.2.840.10008.1.2.1.99" => return done(ts),
+        "1.2.840.10008.1.2.1.99" if file_len.is_some() => return done(ts),
+        "1.2.840.10008.1.2.1.99" => {
+            // Deflated: the data set is walked as dicom-rs will read it, inflated (raw deflate,
+            // explicit VR little endian). dicom-rs zero-fills each element's declared length
+            // before reading it, so a 530-byte file declaring 1.5 GB took 1.5 GB (the dicom fuzz
+            // target). Where the stream is corrupt, only what inflates before the error counts.
+            use std::io::Read;
+            let mut inflated = Vec::new();
+            let mut z = flate2::read::DeflateDecoder::new(&b[pos..]).take(MAX_FILE_BYTES + 1);
+            let _ = z.read_to_end(&mut inflated);
+            if inflated.len() as u64 > MAX_FILE_BYTES {
+                return Err(Reject::new(format!(
+                    "deflated DICOM data set inflates to more than {MAX_FILE_BYTES} bytes"
+                )));
+            }
+            walk_data_set(&inflated, 0, Mode::ExplicitLe, inflated.len())
+                .map_err(|r| Reject::new(format!("{} (in the inflated data set)", r.0)))?;
+            return done(ts);
+        }
         _ => Mode::ExplicitLe,
     };
+    walk_data_set(b, pos, mode, total)?;
+    done(ts)
+}
+
+/// Walk the data set in `b` from `pos`: every element, item and delimiter header must declare no
+/// more bytes than remain of `total` (`b.len()`, or the file's length when `b` is its first bytes;
+/// then the walk stops where `b` ends).
+fn walk_data_set(b: &[u8], mut pos: usize, mode: Mode, total: usize) -> Result<(), Reject> {
+    let prefix = total > b.len();
+    let trunc = |what: String| Reject::new(format!("truncated DICOM: {what}"));
 
     // Data set: a flat walk over element, item and delimiter headers, descending into sequences
     // and items, stepping over values and pixel data fragments.
@@ -1091,9 +1152,12 @@ fn prescan(b: &[u8]) -> Result<Scan, Reject> {
             break; // dicom-rs ends the data set where a tag cannot be read
         }
         let Some(h) = header(b, pos, mode) else {
+            if prefix {
+                return Ok(()); // the bytes read end here, not the file
+            }
             return Err(trunc(format!("element header cut off at byte {pos}")));
         };
-        let rem = b.len() - pos - h.size;
+        let rem = total - pos - h.size;
         if let Some(len) = h.len {
             if len > rem {
                 let what = if h.group == 0xFFFE {
@@ -1113,7 +1177,7 @@ fn prescan(b: &[u8]) -> Result<Scan, Reject> {
                     in_fragments = false;
                     pos += h.size;
                 }
-                _ => return done(ts), // malformed: dicom-rs will say how
+                _ => return Ok(()), // malformed: dicom-rs will say how
             }
             continue;
         }
@@ -1128,12 +1192,12 @@ fn prescan(b: &[u8]) -> Result<Scan, Reject> {
             None => pos += h.size,
         }
     }
-    if in_fragments {
+    if in_fragments && !prefix {
         return Err(trunc(
             "the encapsulated pixel data ends without its sequence delimiter".into(),
         ));
     }
-    done(ts)
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1865,6 +1929,60 @@ pub(crate) mod tests {
         }
     }
 
+    /// dicom-rs copies each decoded JPEG into a buffer sized from the attributes without a bounds
+    /// check: a JPEG larger than they declare, in any frame, panicked (fuzz/regressions holds the
+    /// file the dicom fuzz target found). It is rejected before decoding, naming the frame.
+    #[test]
+    fn jpeg_frames_larger_than_the_attributes_are_rejected() {
+        use image::codecs::jpeg::JpegEncoder;
+        use image::ExtendedColorType;
+        let jpeg = |w: u32, colour: bool| {
+            let c = if colour { 3 } else { 1 };
+            let px = vec![90u8; (w * 8 * c) as usize];
+            let ty = if colour {
+                ExtendedColorType::Rgb8
+            } else {
+                ExtendedColorType::L8
+            };
+            let mut j = Vec::new();
+            JpegEncoder::new(&mut j).encode(&px, w, 8, ty).unwrap();
+            if j.len() % 2 == 1 {
+                j.push(0);
+            }
+            j
+        };
+        let spec = Spec {
+            bits: 8,
+            rows: 8,
+            cols: 16,
+            ts: uids::JPEG_BASELINE8_BIT,
+            ..Spec::default()
+        };
+        let o = DecodeOptions::default();
+        // A colour JPEG in a grey file.
+        let e = decode_all(&dicom_fragments(&spec, vec![jpeg(16, true)]), &o).unwrap_err();
+        assert!(
+            e.0.contains("JPEG frame 0 is 16x8 with 3 component(s) of 8 bits")
+                && e.0.contains("16x8 with 1 sample(s) per pixel"),
+            "{e}"
+        );
+        // Two frames, the second wider than the attributes say.
+        let two = Spec { frames: 2, ..spec };
+        let e = decode_all(
+            &dicom_fragments(&two, vec![jpeg(16, false), jpeg(32, false)]),
+            &o,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("JPEG frame 1 is 32x8"), "{e}");
+        // Both frames as declared: decoded.
+        let imgs = decode_all(
+            &dicom_fragments(&two, vec![jpeg(16, false), jpeg(16, false)]),
+            &o,
+        )
+        .unwrap();
+        assert_eq!(imgs.len(), 2);
+    }
+
     #[test]
     fn absurd_dimensions_are_rejected() {
         // Claims 60000 x 60000 but holds 12 samples.
@@ -1983,6 +2101,50 @@ pub(crate) mod tests {
         out
     }
 
+    /// A file larger than what `probe` and `read_header` read (4 MiB) whose header holds an element
+    /// declaring more bytes than the whole file: dicom-rs zero-filled the declared 2 GiB before
+    /// reading from the 64 KiB and 4 MiB prefixes. The prefix is walked with the file's length as
+    /// the bound first.
+    #[test]
+    fn header_length_beyond_the_file_is_rejected_from_a_prefix() {
+        let base = dicom_bytes(&Spec::default(), &(0..12).collect::<Vec<_>>());
+        let mut obj = OpenFileOptions::new().from_reader(&base[128..]).unwrap();
+        obj.put(DataElement::new(
+            dicom_core::Tag(0x0009, 0x1000),
+            VR::OB,
+            PrimitiveValue::from(vec![1u8; 16]),
+        ));
+        // After the pixel data, which the header reads stop at: makes the file larger than 4 MiB.
+        obj.put(DataElement::new(
+            dicom_core::Tag(0x7FE1, 0x0010),
+            VR::OB,
+            PrimitiveValue::from(vec![7u8; 4 << 20]),
+        ));
+        let mut b = Vec::new();
+        obj.write_all(&mut b).unwrap();
+        // The element's 32-bit length follows "OB" and two reserved bytes.
+        let at = b
+            .windows(6)
+            .position(|w| w == [0x09, 0x00, 0x00, 0x10, b'O', b'B'])
+            .unwrap();
+        b[at + 8..at + 12].copy_from_slice(&0x7FFF_FFF0u32.to_le_bytes());
+        assert!(b.len() as u64 > PROBE_BYTES[1]);
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("lying.dcm");
+        std::fs::write(&p, &b).unwrap();
+        let want = "declares 2147483632 bytes";
+        let e = read_header(&p).unwrap_err();
+        assert!(e.0.contains(want), "{e}");
+        let e = probe(&p, &DecodeOptions::default()).unwrap_err();
+        assert!(e.0.contains(want), "{e}");
+        // The same file with its true length: read from the prefixes.
+        let mut ok = Vec::new();
+        obj.write_all(&mut ok).unwrap();
+        std::fs::write(&p, &ok).unwrap();
+        assert_eq!(read_header(&p).unwrap().rows, Spec::default().rows as u32);
+        assert!(probe(&p, &DecodeOptions::default()).is_ok());
+    }
+
     #[test]
     fn read_header_gives_what_series_need_and_never_panics() {
         let t = tempfile::tempdir().unwrap();
@@ -2035,14 +2197,14 @@ pub(crate) mod tests {
         // Every cut and byte flip of a small file: an answer, never a panic.
         let full = with_elements(&dicom_bytes(&spec, &(0..12).collect::<Vec<_>>()), &els);
         for cut in 0..full.len() {
-            let _ = header_from_head(&full[..cut], true, true);
-            let _ = header_from_head(&full[..cut], false, true);
+            let _ = header_from_head(&full[..cut], true, cut as u64, true);
+            let _ = header_from_head(&full[..cut], false, full.len() as u64, true);
         }
         for i in 128..full.len() {
             let mut b = full.clone();
             b[i] ^= 0x5A;
-            let _ = header_from_head(&b, true, true);
-            let _ = header_from_head(&b, false, true);
+            let _ = header_from_head(&b, true, b.len() as u64, true);
+            let _ = header_from_head(&b, false, u64::MAX, true);
         }
         let p = t.path().join("junk.dcm");
         std::fs::write(&p, b"not a DICOM file").unwrap();

@@ -97,3 +97,53 @@ fn dicom_jpeg_larger_than_its_attributes() {
         ],
     );
 }
+
+/// A 530-byte deflated DICOM (a mutated seed) whose inflated data set has an element declaring
+/// 1 546 661 408 bytes: dicom-rs zero-filled that much before reading (1.5 GB of RSS, three times:
+/// header, probe, decode). The inflated data set is now walked like any other before dicom-rs
+/// reads it.
+#[test]
+fn dicom_deflated_element_longer_than_the_data_set() {
+    convert_fails(
+        &[(
+            "a.dcm",
+            &regression("dicom-alloc-1500mb-deflated-element-length.dcm"),
+        )],
+        "a.dcm",
+        &["declares 1546661408 bytes", "in the inflated data set"],
+    );
+}
+
+/// A 159-byte .npy whose header opens 27 braces: npyz's backtracking header grammar ran for
+/// minutes (the npy fuzz target's timeout). Headers nesting brackets more than 4 deep are refused
+/// before npyz parses them.
+#[test]
+fn npy_header_nested_too_deep() {
+    convert_fails(
+        &[
+            (
+                "train_images.npy",
+                &regression("npy-timeout-header-nested-braces.npy"),
+            ),
+            ("train_labels.npy", &npy_labels(4)),
+        ],
+        "train_images.npy",
+        &["nests brackets more than 4 deep"],
+    );
+}
+
+/// The same deflated file with one tag in its file meta group mutated ((0002,0013) to (3002,0013)):
+/// prep's walk ended the meta group there while dicom-rs, following the group length, read on, so
+/// the two started the data set at different bytes and dicom-rs again zero-filled 1.5 GB. The walk
+/// now follows the group length as dicom-rs does.
+#[test]
+fn dicom_meta_group_read_as_its_group_length_says() {
+    convert_fails(
+        &[(
+            "a.dcm",
+            &regression("dicom-alloc-1500mb-meta-group-tag-mutated.dcm"),
+        )],
+        "a.dcm",
+        &["declares 1546661425 bytes", "in the inflated data set"],
+    );
+}
