@@ -147,3 +147,18 @@ fn dicom_meta_group_read_as_its_group_length_says() {
         &["declares 1546661425 bytes", "in the inflated data set"],
     );
 }
+
+/// The RLE seed with its data mutated so that a segment decodes to fewer bytes than Rows x
+/// Columns: dicom-rs indexed past the decoded segment and panicked (caught, the file was rejected
+/// as "the decoder failed"). The segments' decoded lengths are now counted first.
+#[test]
+fn dicom_rle_segment_shorter_than_the_frame() {
+    convert_fails(
+        &[(
+            "a.dcm",
+            &regression("dicom-panic-rle-segment-shorter-than-frame.dcm"),
+        )],
+        "a.dcm",
+        &["RLE frame 0: segment"],
+    );
+}
