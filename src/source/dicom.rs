@@ -815,7 +815,10 @@ fn check_jpeg_frames(obj: &DefaultDicomObject, ts: &str) -> Result<(), Reject> {
     if !JPEG_SYNTAXES.contains(&ts) {
         return Ok(());
     }
-    let Some(fragments) = obj.get(tags::PIXEL_DATA).and_then(|e| e.value().fragments()) else {
+    let Some(fragments) = obj
+        .get(tags::PIXEL_DATA)
+        .and_then(|e| e.value().fragments())
+    else {
         return Ok(()); // native pixel data under a JPEG syntax: dicom-rs rejects it
     };
     let int = |tag| -> u64 {
@@ -918,7 +921,10 @@ fn check_rle_frames(obj: &DefaultDicomObject, ts: &str) -> Result<(), Reject> {
     if ts != "1.2.840.10008.1.2.5" {
         return Ok(());
     }
-    let Some(fragments) = obj.get(tags::PIXEL_DATA).and_then(|e| e.value().fragments()) else {
+    let Some(fragments) = obj
+        .get(tags::PIXEL_DATA)
+        .and_then(|e| e.value().fragments())
+    else {
         return Ok(()); // native pixel data under the RLE syntax: dicom-rs rejects it
     };
     let int = |tag, default: u32| -> usize {
@@ -931,9 +937,13 @@ fn check_rle_frames(obj: &DefaultDicomObject, ts: &str) -> Result<(), Reject> {
     for (frame, f) in fragments.iter().enumerate() {
         let bad = |what: String| Reject::new(format!("RLE frame {frame}: {what}"));
         if f.len() < 64 {
-            return Err(bad(format!("{} bytes, shorter than the 64-byte RLE header", f.len())));
+            return Err(bad(format!(
+                "{} bytes, shorter than the 64-byte RLE header",
+                f.len()
+            )));
         }
-        let word = |i: usize| u32::from_le_bytes([f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3]]);
+        let word =
+            |i: usize| u32::from_le_bytes([f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3]]);
         let n = word(0) as usize;
         if !(1..=15).contains(&n) || n < segments {
             return Err(bad(format!(
@@ -1105,7 +1115,9 @@ fn prescan(b: &[u8]) -> Result<Scan, Reject> {
 /// checked against the file, and the walk stops where `b` ends. A deflated data set is not walked
 /// then (its inflated length is unknown).
 fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
-    let total = file_len.map_or(b.len(), |l| usize::try_from(l).unwrap_or(usize::MAX).max(b.len()));
+    let total = file_len.map_or(b.len(), |l| {
+        usize::try_from(l).unwrap_or(usize::MAX).max(b.len())
+    });
     let start = if b.len() >= 132 && &b[128..132] == b"DICM" {
         128
     } else if b.len() >= 4 && &b[0..4] == b"DICM" {
@@ -1125,9 +1137,14 @@ fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
     // first element of another group. A mutated tag in the group once made this walk start the
     // data set elsewhere than dicom-rs, which then zero-filled 1.5 GB (the dicom fuzz target).
     let group_len = match header(b, pos, Mode::ExplicitLe) {
-        Some(h) if (h.group, h.elem, h.len) == (0x0002, 0x0000, Some(4)) => b
-            .get(pos + h.size..pos + h.size + 4)
-            .map(|v| (pos + h.size + 4, u32::from_le_bytes([v[0], v[1], v[2], v[3]]) as usize)),
+        Some(h) if (h.group, h.elem, h.len) == (0x0002, 0x0000, Some(4)) => {
+            b.get(pos + h.size..pos + h.size + 4).map(|v| {
+                (
+                    pos + h.size + 4,
+                    u32::from_le_bytes([v[0], v[1], v[2], v[3]]) as usize,
+                )
+            })
+        }
         _ => None,
     };
     loop {
@@ -1159,7 +1176,9 @@ fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
         }
         if (h.group, h.elem) == (0x0002, 0x0010) {
             let Some(v) = b.get(pos + h.size..pos + h.size + len) else {
-                return Err(Reject::new("the file meta group is longer than the bytes read"));
+                return Err(Reject::new(
+                    "the file meta group is longer than the bytes read",
+                ));
             };
             ts = String::from_utf8_lossy(v)
                 .trim_end_matches(['\0', ' '])

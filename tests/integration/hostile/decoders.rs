@@ -61,7 +61,10 @@ fn npy_labels(n: usize) -> Vec<u8> {
 fn npy_header_longer_than_the_file() {
     convert_fails(
         &[
-            ("train_images.npy", &regression("npy-oom-header-len-4gib.npy")),
+            (
+                "train_images.npy",
+                &regression("npy-oom-header-len-4gib.npy"),
+            ),
             ("train_labels.npy", &npy_labels(4)),
         ],
         "train_images.npy",
@@ -75,7 +78,10 @@ fn npy_header_longer_than_the_file() {
 fn npy_shape_whose_product_overflows() {
     convert_fails(
         &[
-            ("train_images.npy", &regression("npy-panic-shape-overflow.npy")),
+            (
+                "train_images.npy",
+                &regression("npy-panic-shape-overflow.npy"),
+            ),
             ("train_labels.npy", &npy_labels(4)),
         ],
         "train_images.npy",
@@ -89,7 +95,10 @@ fn npy_shape_whose_product_overflows() {
 #[test]
 fn dicom_jpeg_larger_than_its_attributes() {
     convert_fails(
-        &[("a.dcm", &regression("dicom-panic-jpeg-colour-in-grey-file.dcm"))],
+        &[(
+            "a.dcm",
+            &regression("dicom-panic-jpeg-colour-in-grey-file.dcm"),
+        )],
         "a.dcm",
         &[
             "JPEG frame 0 is 8x8 with 3 component(s)",
