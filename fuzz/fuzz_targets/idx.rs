@@ -15,10 +15,18 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(idx) = r {
         let n: usize = idx.dims.iter().product();
-        assert_eq!(idx.data.len(), n, "read() returned data that does not match its dims");
+        assert_eq!(
+            idx.data.len(),
+            n,
+            "read() returned data that does not match its dims"
+        );
         if idx.dims.len() == 3 && idx.dims[1] * idx.dims[2] > 0 {
             let per = idx.dims[1] * idx.dims[2];
-            let sum: u64 = idx.data.chunks_exact(per).map(|s| s[0] as u64 + s[per - 1] as u64).sum();
+            let sum: u64 = idx
+                .data
+                .chunks_exact(per)
+                .map(|s| s[0] as u64 + s[per - 1] as u64)
+                .sum();
             std::hint::black_box(sum);
         }
     }

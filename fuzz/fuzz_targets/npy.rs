@@ -15,7 +15,11 @@ fn declared_len(data: &[u8]) -> Option<usize> {
     let head = &data[..data.len().min(4096)];
     let key = b"'shape': (";
     let at = head.windows(key.len()).position(|w| w == key)? + key.len();
-    let digits: Vec<u8> = head[at..].iter().copied().take_while(u8::is_ascii_digit).collect();
+    let digits: Vec<u8> = head[at..]
+        .iter()
+        .copied()
+        .take_while(u8::is_ascii_digit)
+        .collect();
     std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
@@ -25,11 +29,19 @@ fuzz_target!(|data: &[u8]| {
     for float in [false, true] {
         let r = read_images(&path, float);
         if input::verbose() {
-            eprintln!("float {float}: {:?}", r.as_ref().map(|i| (i.n, i.channels, i.height, i.width, i.dtype)));
+            eprintln!(
+                "float {float}: {:?}",
+                r.as_ref()
+                    .map(|i| (i.n, i.channels, i.height, i.width, i.dtype))
+            );
         }
         if let Ok(im) = r {
             let sample = im.channels * im.height * im.width * im.dtype.size();
-            assert_eq!(im.data.len(), im.n * sample, "data does not match the shape");
+            assert_eq!(
+                im.data.len(),
+                im.n * sample,
+                "data does not match the shape"
+            );
             let s: u64 = im.data.chunks(sample.max(1)).map(|c| c[0] as u64).sum();
             std::hint::black_box(s);
             n = Some(im.n);

@@ -174,6 +174,7 @@ fn decode_object(
     }
     check_dimensions(obj)?;
     check_jpeg_frames(obj, &ts)?;
+    check_rle_frames(obj, &ts)?;
     let px = guard("decoding DICOM pixel data", || obj.decode_pixel_data())?
         .map_err(|e| pixel_reject(&e, &ts))?;
 
@@ -814,7 +815,10 @@ fn check_jpeg_frames(obj: &DefaultDicomObject, ts: &str) -> Result<(), Reject> {
     if !JPEG_SYNTAXES.contains(&ts) {
         return Ok(());
     }
-    let Some(fragments) = obj.get(tags::PIXEL_DATA).and_then(|e| e.value().fragments()) else {
+    let Some(fragments) = obj
+        .get(tags::PIXEL_DATA)
+        .and_then(|e| e.value().fragments())
+    else {
         return Ok(()); // native pixel data under a JPEG syntax: dicom-rs rejects it
     };
     let int = |tag| -> u64 {
@@ -898,6 +902,81 @@ fn check_jpeg_frames(obj: &DefaultDicomObject, ts: &str) -> Result<(), Reject> {
                     }
                 }
                 _ => pos += seg_len().unwrap_or(0),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// For RLE Lossless pixel data: each fragment (dicom-rs takes one per frame) must hold a 64-byte
+/// RLE header with 1 to 15 segments, at least Samples per Pixel x bytes per sample of them, and
+/// each of those must decode to at least Rows x Columns bytes. dicom-rs slices the header as the
+/// segment count says and copies Rows x Columns bytes from every segment unchecked: a short
+/// segment or a fragment shorter than its header panicked (the dicom fuzz target).
+///
+/// The decoded length is counted as dicom-rs's PackBits reader decodes: a header byte n in 0..=127
+/// copies the next n + 1 bytes (fewer where the segment ends), -127..=-1 repeats the next byte
+/// 1 - n times, -128 is nothing.
+fn check_rle_frames(obj: &DefaultDicomObject, ts: &str) -> Result<(), Reject> {
+    if ts != "1.2.840.10008.1.2.5" {
+        return Ok(());
+    }
+    let Some(fragments) = obj
+        .get(tags::PIXEL_DATA)
+        .and_then(|e| e.value().fragments())
+    else {
+        return Ok(()); // native pixel data under the RLE syntax: dicom-rs rejects it
+    };
+    let int = |tag, default: u32| -> usize {
+        obj.get(tag)
+            .and_then(|e| e.to_int::<u32>().ok())
+            .unwrap_or(default) as usize
+    };
+    let plane = int(tags::ROWS, 0) * int(tags::COLUMNS, 0);
+    let segments = int(tags::SAMPLES_PER_PIXEL, 1) * (int(tags::BITS_ALLOCATED, 0) / 8);
+    for (frame, f) in fragments.iter().enumerate() {
+        let bad = |what: String| Reject::new(format!("RLE frame {frame}: {what}"));
+        if f.len() < 64 {
+            return Err(bad(format!(
+                "{} bytes, shorter than the 64-byte RLE header",
+                f.len()
+            )));
+        }
+        let word =
+            |i: usize| u32::from_le_bytes([f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3]]);
+        let n = word(0) as usize;
+        if !(1..=15).contains(&n) || n < segments {
+            return Err(bad(format!(
+                "the RLE header declares {n} segment(s), {segments} needed (at most 15)"
+            )));
+        }
+        let mut bounds: Vec<usize> = (1..=n).map(|i| word(i) as usize).collect();
+        bounds.push(f.len());
+        for s in 0..segments {
+            // Ranges dicom-rs cannot take it reports itself.
+            let Some(seg) = f.get(bounds[s]..bounds[s + 1]) else {
+                continue;
+            };
+            let (mut at, mut out) = (0usize, 0usize);
+            while at < seg.len() && out < plane {
+                let h = seg[at] as i8;
+                at += 1;
+                if h >= 0 {
+                    let take = (h as usize + 1).min(seg.len() - at);
+                    out += take;
+                    at += h as usize + 1;
+                } else if h > -128 {
+                    if at >= seg.len() {
+                        break; // dicom-rs fails to read the byte to repeat
+                    }
+                    out += (1 - h as isize) as usize;
+                    at += 1;
+                }
+            }
+            if out < plane {
+                return Err(bad(format!(
+                    "segment {s} decodes to {out} bytes, Rows x Columns is {plane}"
+                )));
             }
         }
     }
@@ -1036,7 +1115,9 @@ fn prescan(b: &[u8]) -> Result<Scan, Reject> {
 /// checked against the file, and the walk stops where `b` ends. A deflated data set is not walked
 /// then (its inflated length is unknown).
 fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
-    let total = file_len.map_or(b.len(), |l| usize::try_from(l).unwrap_or(usize::MAX).max(b.len()));
+    let total = file_len.map_or(b.len(), |l| {
+        usize::try_from(l).unwrap_or(usize::MAX).max(b.len())
+    });
     let start = if b.len() >= 132 && &b[128..132] == b"DICM" {
         128
     } else if b.len() >= 4 && &b[0..4] == b"DICM" {
@@ -1056,9 +1137,14 @@ fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
     // first element of another group. A mutated tag in the group once made this walk start the
     // data set elsewhere than dicom-rs, which then zero-filled 1.5 GB (the dicom fuzz target).
     let group_len = match header(b, pos, Mode::ExplicitLe) {
-        Some(h) if (h.group, h.elem, h.len) == (0x0002, 0x0000, Some(4)) => b
-            .get(pos + h.size..pos + h.size + 4)
-            .map(|v| (pos + h.size + 4, u32::from_le_bytes([v[0], v[1], v[2], v[3]]) as usize)),
+        Some(h) if (h.group, h.elem, h.len) == (0x0002, 0x0000, Some(4)) => {
+            b.get(pos + h.size..pos + h.size + 4).map(|v| {
+                (
+                    pos + h.size + 4,
+                    u32::from_le_bytes([v[0], v[1], v[2], v[3]]) as usize,
+                )
+            })
+        }
         _ => None,
     };
     loop {
@@ -1090,7 +1176,9 @@ fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
         }
         if (h.group, h.elem) == (0x0002, 0x0010) {
             let Some(v) = b.get(pos + h.size..pos + h.size + len) else {
-                return Err(Reject::new("the file meta group is longer than the bytes read"));
+                return Err(Reject::new(
+                    "the file meta group is longer than the bytes read",
+                ));
             };
             ts = String::from_utf8_lossy(v)
                 .trim_end_matches(['\0', ' '])

@@ -58,8 +58,16 @@ fn check_header(head: &[u8], len: u64) -> Result<(), Reject> {
     }
     let (text_at, text_len) = match head[6] {
         1 => (10, u16::from_le_bytes([head[8], head[9]]) as u64),
-        2 | 3 if head.len() >= 12 => (12, u32::from_le_bytes(head[8..12].try_into().unwrap()) as u64),
-        v => return Err(Reject::new(format!("not a valid .npy file: format version {v}.{} (truncated or unknown)", head[7]))),
+        2 | 3 if head.len() >= 12 => (
+            12,
+            u32::from_le_bytes(head[8..12].try_into().unwrap()) as u64,
+        ),
+        v => {
+            return Err(Reject::new(format!(
+                "not a valid .npy file: format version {v}.{} (truncated or unknown)",
+                head[7]
+            )))
+        }
     };
     if text_len > MAX_HEADER || text_at + text_len > len {
         return Err(Reject::new(format!(
@@ -85,13 +93,22 @@ fn check_header(head: &[u8], len: u64) -> Result<(), Reject> {
             )));
         }
     }
-    let bad_shape = || Reject::new("not a valid .npy file: the header has no 'shape' tuple of integers");
+    let bad_shape =
+        || Reject::new("not a valid .npy file: the header has no 'shape' tuple of integers");
     let key = [&b"'shape'"[..], b"\"shape\""]
         .iter()
-        .find_map(|k| text.windows(k.len()).position(|w| w == *k).map(|i| i + k.len()))
+        .find_map(|k| {
+            text.windows(k.len())
+                .position(|w| w == *k)
+                .map(|i| i + k.len())
+        })
         .ok_or_else(bad_shape)?;
     let rest = &text[key..];
-    let skip_ws = |s: &[u8]| s.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(s.len());
+    let skip_ws = |s: &[u8]| {
+        s.iter()
+            .position(|c| !c.is_ascii_whitespace())
+            .unwrap_or(s.len())
+    };
     let rest = &rest[skip_ws(rest)..];
     let rest = rest.strip_prefix(b":").ok_or_else(bad_shape)?;
     let rest = &rest[skip_ws(rest)..];
@@ -100,7 +117,10 @@ fn check_header(head: &[u8], len: u64) -> Result<(), Reject> {
         Some(b'[') => b']',
         _ => return Err(bad_shape()),
     };
-    let end = rest.iter().position(|&c| c == close).ok_or_else(bad_shape)?;
+    let end = rest
+        .iter()
+        .position(|&c| c == close)
+        .ok_or_else(bad_shape)?;
     let mut product: u64 = 1;
     for dim in rest[1..end].split(|&c| c == b',') {
         let dim = std::str::from_utf8(dim).map_err(|_| bad_shape())?.trim();

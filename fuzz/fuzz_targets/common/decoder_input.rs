@@ -31,8 +31,16 @@ pub fn options(pick: usize) -> DecodeOptions {
     match pick % 4 {
         0 => d,
         1 => DecodeOptions { float: true, ..d },
-        2 => DecodeOptions { axis: 0, window: Some((-100.0, 400.0)), ..d },
-        _ => DecodeOptions { axis: 1, percentiles: (0.0, 100.0), ..d },
+        2 => DecodeOptions {
+            axis: 0,
+            window: Some((-100.0, 400.0)),
+            ..d
+        },
+        _ => DecodeOptions {
+            axis: 1,
+            percentiles: (0.0, 100.0),
+            ..d
+        },
     }
 }
 
@@ -47,7 +55,13 @@ pub fn sink(pick: usize) -> impl FnMut(Frame) -> Result<(), Reject> {
             Frame::Image(_) => Dtype::U8,
             Frame::Float(_) => Dtype::F32,
         };
-        let t = Target { channels, height: 5, width: 7, dtype, fit };
+        let t = Target {
+            channels,
+            height: 5,
+            width: 7,
+            dtype,
+            fit,
+        };
         out.clear();
         let _ = to_sample(frame, &t, &mut out);
         Ok(())
@@ -72,6 +86,9 @@ pub fn probe_and_decode(kind: prep::source::FileKind, path: &Path, pick: usize) 
         sink(f)
     });
     if verbose() {
-        eprintln!("{} bytes, {opts:?}: probe {probe:?}; decode {r:?}, {frames} frames", pick);
+        eprintln!(
+            "{} bytes, {opts:?}: probe {probe:?}; decode {r:?}, {frames} frames",
+            pick
+        );
     }
 }

@@ -61,7 +61,10 @@ fn npy_labels(n: usize) -> Vec<u8> {
 fn npy_header_longer_than_the_file() {
     convert_fails(
         &[
-            ("train_images.npy", &regression("npy-oom-header-len-4gib.npy")),
+            (
+                "train_images.npy",
+                &regression("npy-oom-header-len-4gib.npy"),
+            ),
             ("train_labels.npy", &npy_labels(4)),
         ],
         "train_images.npy",
@@ -75,7 +78,10 @@ fn npy_header_longer_than_the_file() {
 fn npy_shape_whose_product_overflows() {
     convert_fails(
         &[
-            ("train_images.npy", &regression("npy-panic-shape-overflow.npy")),
+            (
+                "train_images.npy",
+                &regression("npy-panic-shape-overflow.npy"),
+            ),
             ("train_labels.npy", &npy_labels(4)),
         ],
         "train_images.npy",
@@ -89,7 +95,10 @@ fn npy_shape_whose_product_overflows() {
 #[test]
 fn dicom_jpeg_larger_than_its_attributes() {
     convert_fails(
-        &[("a.dcm", &regression("dicom-panic-jpeg-colour-in-grey-file.dcm"))],
+        &[(
+            "a.dcm",
+            &regression("dicom-panic-jpeg-colour-in-grey-file.dcm"),
+        )],
         "a.dcm",
         &[
             "JPEG frame 0 is 8x8 with 3 component(s)",
@@ -145,5 +154,20 @@ fn dicom_meta_group_read_as_its_group_length_says() {
         )],
         "a.dcm",
         &["declares 1546661425 bytes", "in the inflated data set"],
+    );
+}
+
+/// The RLE seed with its data mutated so that a segment decodes to fewer bytes than Rows x
+/// Columns: dicom-rs indexed past the decoded segment and panicked (caught, the file was rejected
+/// as "the decoder failed"). The segments' decoded lengths are now counted first.
+#[test]
+fn dicom_rle_segment_shorter_than_the_frame() {
+    convert_fails(
+        &[(
+            "a.dcm",
+            &regression("dicom-panic-rle-segment-shorter-than-frame.dcm"),
+        )],
+        "a.dcm",
+        &["RLE frame 0: segment"],
     );
 }
