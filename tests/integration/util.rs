@@ -27,28 +27,30 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `prep synth` arguments of [`small_dataset`] (3x12x12, several shards and several blocks per
+/// shard), without `--out`.
+pub const SMALL_SYNTH: [&str; 13] = [
+    "synth",
+    "--train",
+    "3000",
+    "--test",
+    "500",
+    "--shape",
+    "3x12x12",
+    "--classes",
+    "5",
+    "--block-samples",
+    "256",
+    "--shard-blocks",
+    "4",
+];
+
 /// A small synthetic dataset with several shards and several blocks per shard.
 pub fn small_dataset(dir: &Path, extra: &[&str]) -> PathBuf {
     let out = dir.join("ds");
     let o = out.to_str().unwrap();
-    let mut args = vec![
-        "synth",
-        "--train",
-        "3000",
-        "--test",
-        "500",
-        "--shape",
-        "3x12x12",
-        "--classes",
-        "5",
-        "--block-samples",
-        "256",
-        "--shard-blocks",
-        "4",
-        "--out",
-        o,
-        "--quiet",
-    ];
+    let mut args = SMALL_SYNTH.to_vec();
+    args.extend_from_slice(&["--out", o, "--quiet"]);
     if !extra.contains(&"--seed") {
         args.extend_from_slice(&["--seed", "3"]);
     }

@@ -9,7 +9,7 @@ mod paths;
 mod signals;
 mod writes;
 
-use crate::util::{prep, run, small_dataset, stderr, stdout};
+use crate::util::{prep, run, small_dataset, stderr, stdout, SMALL_SYNTH};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -17,25 +17,9 @@ use std::time::{Duration, Instant};
 const HOLD: &str = "PREP_TEST_HOLD_LOCK_MS";
 const LOCK: &str = ".prep.lock";
 
-/// The small synthetic dataset's parameters (3x12x12, several shards).
-const SYNTH: [&str; 13] = [
-    "synth",
-    "--train",
-    "3000",
-    "--test",
-    "500",
-    "--shape",
-    "3x12x12",
-    "--classes",
-    "5",
-    "--block-samples",
-    "256",
-    "--shard-blocks",
-    "4",
-];
 
 fn synth_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v = SYNTH.to_vec();
+    let mut v = SMALL_SYNTH.to_vec();
     v.extend_from_slice(&["--out", out, "--quiet"]);
     v.extend_from_slice(extra);
     v

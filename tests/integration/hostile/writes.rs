@@ -396,7 +396,7 @@ fn real_small_file_system() {
     let small = small_dataset(t.path(), &[]);
     let res = t.path().join("res");
     std::fs::create_dir_all(&res).unwrap();
-    let synth = super::SYNTH[..].join(" ");
+    let synth = crate::util::SMALL_SYNTH[..].join(" ");
     let big_synth = synth.replacen("--train 3000", "--train 30000", 1);
     assert_ne!(synth, big_synth);
     let script = format!(
