@@ -1272,7 +1272,11 @@ fn walk_data_set(b: &[u8], mut pos: usize, mode: Mode, total: usize) -> Result<(
         match h.len {
             // Items, delimiters and sequences: their content is more headers.
             _ if h.group == 0xFFFE || h.sq => pos += h.size,
-            Some(len) => pos += h.size + len,
+            // dicom-rs reads a binary VR's value as `len / unit` whole values and consumes only
+            // those bytes (dicom-parser 0.10), so the next header is read from there. Stepping
+            // over all of `len`, as the standard would, once put this walk out of step with
+            // dicom-rs, which then zero-filled 775 MB for a 602-byte file (the dicom fuzz target).
+            Some(len) => pos += h.size + len - len % h.unit,
             None if h.group == 0x7FE0 && h.elem == 0x0010 => {
                 in_fragments = true;
                 pos += h.size;
@@ -1304,6 +1308,8 @@ struct Header {
     len: Option<usize>,
     /// Header bytes.
     size: usize,
+    /// The size of one value of the element's VR as dicom-rs reads it (1 for strings and bytes).
+    unit: usize,
 }
 
 impl Header {
@@ -1352,20 +1358,27 @@ fn header(b: &[u8], pos: usize, mode: Mode) -> Option<Header> {
             sq: false,
             len: len(u32_at(pos + 4)?),
             size: 8,
+            unit: 1,
         });
     }
     if mode == Mode::ImplicitLe {
+        // As dicom-rs's implicit VR decoder: OW for pixel and overlay data, else the dictionary's
+        // VR, else UN.
         let is_pixels = (group, elem) == (0x7FE0, 0x0010) || (group >> 8 == 0x60 && elem == 0x3000);
-        let sq = !is_pixels
-            && dicom_dictionary_std::StandardDataDictionary
+        let vr = if is_pixels {
+            dicom_core::VR::OW
+        } else {
+            dicom_dictionary_std::StandardDataDictionary
                 .by_tag(dicom_core::Tag(group, elem))
-                .is_some_and(|e| e.vr().relaxed() == dicom_core::VR::SQ);
+                .map_or(dicom_core::VR::UN, |e| e.vr().relaxed())
+        };
         return Some(Header {
             group,
             elem,
-            sq,
+            sq: vr == dicom_core::VR::SQ,
             len: len(u32_at(pos + 4)?),
             size: 8,
+            unit: value_unit(vr.to_bytes()),
         });
     }
     let vr = at(pos + 4, 2)?;
@@ -1382,6 +1395,7 @@ fn header(b: &[u8], pos: usize, mode: Mode) -> Option<Header> {
             sq: false,
             len: Some(u16_at(pos + 6)? as usize),
             size: 8,
+            unit: value_unit([vr[0], vr[1]]),
         })
     } else {
         Some(Header {
@@ -1390,7 +1404,19 @@ fn header(b: &[u8], pos: usize, mode: Mode) -> Option<Header> {
             sq: vr == b"SQ",
             len: len(u32_at(pos + 8)?),
             size: 12,
+            unit: value_unit([vr[0], vr[1]]),
         })
+    }
+}
+
+/// The bytes of one value of a VR as dicom-parser's `read_value` reads it: binary VRs are read as
+/// arrays of whole values; strings, bytes and unknown VRs (read as UN) byte by byte.
+fn value_unit(vr: [u8; 2]) -> usize {
+    match &vr {
+        b"US" | b"SS" | b"OW" => 2,
+        b"AT" | b"FL" | b"OF" | b"SL" | b"UL" | b"OL" => 4,
+        b"FD" | b"OD" | b"SV" | b"UV" | b"OV" => 8,
+        _ => 1,
     }
 }
 

@@ -171,3 +171,19 @@ fn dicom_rle_segment_shorter_than_the_frame() {
         &["RLE frame 0: segment"],
     );
 }
+
+/// A 602-byte DICOM (from the dicom fuzz corpus) whose (0020,0013) has VR FD and length 2:
+/// dicom-rs reads `2 / 8` = 0 values and consumes 0 bytes, while prep's walk stepped over 2, so
+/// the two read different headers from there and dicom-rs zero-filled 775 MB for an element of
+/// its own reading. The walk now consumes what dicom-rs consumes and finds that element too long.
+#[test]
+fn dicom_binary_value_length_not_a_multiple_of_its_size() {
+    convert_fails(
+        &[(
+            "a.dcm",
+            &regression("dicom-alloc-775mb-fd-length-not-multiple.dcm"),
+        )],
+        "a.dcm",
+        &["declares 774897676 bytes"],
+    );
+}

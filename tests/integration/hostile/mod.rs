@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 const HOLD: &str = "PREP_TEST_HOLD_LOCK_MS";
 const LOCK: &str = ".prep.lock";
 
-
 fn synth_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut v = SMALL_SYNTH.to_vec();
     v.extend_from_slice(&["--out", out, "--quiet"]);
