@@ -1,5 +1,6 @@
 use crate::cli::EvalArgs;
 use anyhow::Context;
+use prep::error::shown_path;
 use std::process::ExitCode;
 
 pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
@@ -10,7 +11,13 @@ pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
         a.device.as_deref(),
         a.precision.as_deref(),
     )
-    .with_context(|| format!("evaluating {} on {}", a.run.display(), a.data.display()))?;
+    .with_context(|| {
+        format!(
+            "evaluating {} on {}",
+            shown_path(&a.run),
+            shown_path(&a.data)
+        )
+    })?;
     let recorded: Option<f64> = std::fs::read(a.run.join("summary.json"))
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
@@ -26,8 +33,8 @@ pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
         };
         println!(
             "{} on {} {}: accuracy {:.4} over {} samples, loss {:.4}, on {}{note}",
-            a.run.display(),
-            a.data.display(),
+            shown_path(&a.run),
+            shown_path(&a.data),
             a.split,
             e.accuracy,
             e.samples,

@@ -1,23 +1,24 @@
 use super::thousands;
 use crate::cli::InspectArgs;
 use anyhow::Context;
+use prep::error::shown_path;
 use prep::mem::human;
 use std::process::ExitCode;
 
 pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     prep::lock::check_not_written(&a.dir)?;
     let s = prep::inspect::summarize(&a.dir)
-        .with_context(|| format!("inspecting {}", a.dir.display()))?;
+        .with_context(|| format!("inspecting {}", shown_path(&a.dir)))?;
     if let Some(path) = &a.grid {
         let side = *s.shape.last().unwrap_or(&32);
         let zoom = a.zoom.unwrap_or_else(|| (64 / side.max(1)).clamp(1, 8));
         let img = prep::inspect::grid(&a.dir, &a.split, a.per_class.max(1), zoom)?;
         img.save(path)
-            .with_context(|| format!("writing {}", path.display()))?;
+            .with_context(|| format!("writing {}", shown_path(&path)))?;
         if !quiet && !a.json {
             eprintln!(
                 "wrote {} ({}x{} px)",
-                path.display(),
+                shown_path(&path),
                 img.width(),
                 img.height()
             );

@@ -1,5 +1,6 @@
 use crate::cli::TrainArgs;
 use anyhow::Context;
+use prep::error::shown_path;
 use prep::mem::human;
 use prep::nn::model::default_lr;
 use prep::train::{train, TrainOptions};
@@ -31,8 +32,8 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         stop_after: None,
     };
     let what = match (&a.resume, &a.data) {
-        (Some(r), _) => format!("resuming {}", r.display()),
-        (None, Some(d)) => format!("training on {}", d.display()),
+        (Some(r), _) => format!("resuming {}", shown_path(&r)),
+        (None, Some(d)) => format!("training on {}", shown_path(&d)),
         _ => "training".into(),
     };
     let t = train(&opts).context(what)?;
@@ -42,7 +43,7 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         } else if !quiet {
             println!(
                 "{}: test accuracy {:.4} after {} epochs on {} data, {:.0} samples/s on {}, {:.1} s, peak RSS {}",
-                t.dir.display(),
+                shown_path(&t.dir),
                 s.test_accuracy,
                 s.epochs,
                 s.layout.name(),

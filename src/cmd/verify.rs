@@ -1,6 +1,7 @@
 use super::thousands;
 use crate::cli::VerifyArgs;
 use prep::colmajor::{ColmajorManifest, ColmajorSplitReader};
+use prep::error::shown_path;
 use prep::mem::human;
 use prep::shard::dataset::total_bytes;
 use prep::shard::{Damage, Dataset, VerifyReport};
@@ -14,7 +15,7 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let report = match verify(&a, quiet) {
         Ok(r) => r,
         Err(e) if e.is_interrupted() => {
-            return Err(anyhow::Error::new(e).context(format!("verifying {}", a.dir.display())))
+            return Err(anyhow::Error::new(e).context(format!("verifying {}", shown_path(&a.dir))))
         }
         Err(e) => {
             // The manifest itself is unreadable or damaged: that is a verification failure (exit 1),
@@ -45,7 +46,7 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             if !quiet {
                 println!(
                     "OK {}: {} shards, {} blocks, {} samples, {} checked in {:.1} s ({}/s)",
-                    a.dir.display(),
+                    shown_path(&a.dir),
                     report.shards,
                     thousands(report.blocks),
                     thousands(report.samples),
@@ -57,7 +58,7 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         } else {
             eprintln!(
                 "error: {} is damaged: {} problem(s) found, listed above",
-                a.dir.display(),
+                shown_path(&a.dir),
                 report.damage.len()
             );
         }

@@ -5,6 +5,7 @@
 //! cursor of (epoch, batches done).
 
 use crate::colmajor::{self, ColmajorManifest, ColmajorSplitReader};
+use crate::error::shown_path;
 use crate::error::{Error, Region, Result};
 use crate::pipeline::ordered_map;
 use crate::shard::{manifest, Block, Dataset, Dtype, SampleSpec, Shape, ShardReader};
@@ -91,7 +92,7 @@ impl Data {
         let check_shape = |have: &Shape| match shape {
             Some(s) if s != have => Err(Error::Invalid(format!(
                 "{}: its samples are {have}, not {s}",
-                dir.display()
+                shown_path(&dir)
             ))),
             _ => Ok(()),
         };
@@ -145,7 +146,7 @@ impl Data {
         let shape = shape.ok_or_else(|| {
             Error::Invalid(format!(
                 "{}: column-major files without manifest.json do not say their sample shape: give it with --shape CxHxW",
-                dir.display()
+                shown_path(&dir)
             ))
         })?;
         let mut splits = BTreeMap::new();
@@ -183,7 +184,7 @@ impl Data {
                     Some((r, (i, f, v))) => {
                         notes.push(format!(
                             "read as f32 ({} sample {i}, feature {f} holds {v}, not a u8 pixel / 255)",
-                            r.images_path.display()
+                            shown_path(&r.images_path)
                         ));
                         Dtype::F32
                     }
@@ -236,7 +237,7 @@ impl Data {
                 let r = m.get(split).ok_or_else(|| {
                     Error::Invalid(format!(
                         "{}: the dataset has no '{split}' split (it has: {})",
-                        self.dir.display(),
+                        shown_path(&self.dir),
                         m.keys().cloned().collect::<Vec<_>>().join(", ")
                     ))
                 })?;
@@ -285,7 +286,7 @@ impl Source {
         let info = ds.manifest.splits.get(split).ok_or_else(|| {
             Error::Invalid(format!(
                 "{}: the dataset has no '{split}' split (it has: {})",
-                ds.dir.display(),
+                shown_path(&ds.dir),
                 ds.manifest
                     .splits
                     .keys()

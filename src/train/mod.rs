@@ -8,6 +8,7 @@ pub mod cuda;
 pub mod input;
 pub mod plot;
 
+use crate::error::shown_path;
 use crate::error::{Error, IoContext, Result};
 use crate::nn::cpu::Cpu;
 use crate::nn::model::init_values;
@@ -236,7 +237,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             if !dir.is_dir() {
                 return Err(Error::Invalid(format!(
                     "--resume {}: no such run folder",
-                    dir.display()
+                    shown_path(&dir)
                 )));
             }
             // One writer per run folder; held until this function returns.
@@ -263,7 +264,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             }
             let (c, h, w) = (dims[0] as usize, dims[1] as usize, dims[2] as usize);
             let model = ModelConfig::new(&o.model, c, h, w, data.classes.len())
-                .map_err(|e| Error::Invalid(format!("{}: {e}", o.data.display())))?;
+                .map_err(|e| Error::Invalid(format!("{}: {e}", shown_path(&o.data))))?;
             let device = pick_device(&o.device, o.quiet)?;
             let recipe = Recipe {
                 data: o.data.clone(),
@@ -327,8 +328,8 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             if dir.join("config.json").exists() {
                 return Err(Error::Invalid(format!(
                     "{} already holds a run; use --resume {} to continue it, or another --out",
-                    dir.display(),
-                    dir.display()
+                    shown_path(&dir),
+                    shown_path(&dir)
                 )));
             }
             let created = lock.created();
@@ -362,7 +363,7 @@ fn interrupted_note(dir: &Path) -> String {
     if dir.join(checkpoint::FILE).exists() {
         format!(
             "its last checkpoint is kept: `prep train --resume {}` continues from it",
-            dir.display()
+            shown_path(&dir)
         )
     } else {
         "it had no checkpoint yet, and nothing is kept: the same command starts again".into()
@@ -549,7 +550,7 @@ fn run(
     {
         return Err(Error::Invalid(format!(
             "{}: its samples are {}, the run was made for {}x{}x{}",
-            r.data.display(),
+            shown_path(&r.data),
             train_src.spec.shape,
             r.model.channels,
             r.model.height,
@@ -926,7 +927,7 @@ pub fn eval(
     if d.classes.len() != r.model.classes {
         return Err(Error::Invalid(format!(
             "{}: {} classes, the model has {}",
-            data.display(),
+            shown_path(&data),
             d.classes.len(),
             r.model.classes
         )));

@@ -302,7 +302,7 @@ fn panel(img: &mut RgbImage, x0: i64, title: &str, xs: &[f64], ys: [&[f64]; 2], 
 pub fn save(img: &RgbImage, path: &Path) -> Result<()> {
     let mut png = Vec::new();
     img.write_to(&mut std::io::Cursor::new(&mut png), ImageFormat::Png)
-        .map_err(|e| Error::Invalid(format!("plot {}: {e}", path.display())))?;
+        .map_err(|e| Error::Invalid(format!("plot {}: {e}", crate::error::shown_path(path))))?;
     crate::output::write_atomic(path, &png)
 }
 

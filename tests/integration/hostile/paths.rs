@@ -663,6 +663,23 @@ fn odd_paths_on_the_command_line() {
     let e = stderr(&o);
     assert!(e.contains("no\\nsuch"), "{e}");
     assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    // train, eval, verify and inspect too.
+    let run = raw(t.path(), b"run\nx\xff");
+    for args in [
+        vec![
+            "train".as_ref(),
+            missing.as_os_str(),
+            "--device".as_ref(),
+            "cpu".as_ref(),
+        ],
+        vec!["eval".as_ref(), run.as_os_str(), missing.as_os_str()],
+        vec!["verify".as_ref(), missing.as_os_str()],
+        vec!["inspect".as_ref(), missing.as_os_str()],
+    ] {
+        let e = stderr(&run_os(&args, 1));
+        assert!(e.contains("no\\nsuch"), "{args:?}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e}");
+    }
     // A flag value that must be text is refused as a usage error, not a panic.
     let o = run_os(
         &[
