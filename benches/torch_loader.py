@@ -11,6 +11,8 @@ batch on the GPU) is fed three ways:
   (a) prep:   prep.torch.ShardDataset through prep.torch.DataLoader with --workers workers and
               device="cuda" (the workers fill a page-locked ring in shared memory, batches
               arrive on the GPU): prep train's order, every block checked;
+  (a'') prep-shared: (a) with reserve_core=False: the workers may run on the core of the
+              thread that launches the steps (for comparison; not a default);
   (a') prep-pinned: the same with pinned CPU tensors (pin_memory=True, the DataLoader's
               own pinning thread) copied by the loop, as a torch DataLoader is usually used;
   (b) device: the whole split in GPU memory, batches gathered there by a random permutation
@@ -180,7 +182,7 @@ def timed(batches, trainer, warmup, steps, to_device):
 # -- the three feeds -----------------------------------------------------------------------------
 
 
-def feed_prep(a, epoch, on_device):
+def feed_prep(a, epoch, on_device, reserve_core=True):
     cuda = a.device == "cuda"
     data = pt.ShardDataset(a.data, "train", batch_size=a.batch, seed=0, drop_last=True,
                            pin_memory=cuda and not on_device, threads=a.threads)
@@ -188,6 +190,7 @@ def feed_prep(a, epoch, on_device):
     extra = {"prefetch_factor": a.prefetch} if a.workers > 0 else {}  # refused without workers
     if on_device and cuda:
         extra["device"] = a.device
+        extra["reserve_core"] = reserve_core
     loader = pt.DataLoader(data, num_workers=a.workers, **extra)
     return loader
 
@@ -295,8 +298,8 @@ def main():
     def run(mode, epoch):
         if mode == "device":
             return timed(feed_device(x, y, a.batch, epoch), trainer, a.warmup, steps, False)
-        if mode in ("prep", "prep-pinned"):
-            loader = feed_prep(a, epoch, mode == "prep")
+        if mode in ("prep", "prep-shared", "prep-pinned"):
+            loader = feed_prep(a, epoch, mode != "prep-pinned", mode != "prep-shared")
             assert len(loader) == per_epoch, (len(loader), per_epoch)
             return timed(loader, trainer, a.warmup, steps, True)
         if mode == "memmap":

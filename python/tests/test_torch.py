@@ -184,3 +184,45 @@ def test_device_loader_stopped_early_resumes(small_ds):
 def test_device_must_be_cuda(small_ds):
     with pytest.raises(ValueError, match="CUDA device"):
         pt.DataLoader(pt.ShardDataset(small_ds, batch_size=64), device="cpu")
+
+
+def test_worker_cpus_leave_the_launching_core():
+    assert pt._cpu_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 4:
+        assert pt._worker_cpus(2) is None
+        return
+    # Held on one CPU, this thread's core (and its SMT siblings) is left out, the rest given.
+    cpu = max(allowed)
+    try:
+        os.sched_setaffinity(0, {cpu})
+        cpus = pt._worker_cpus(2)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    path = f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+    core = pt._cpu_list(open(path).read()) if os.path.exists(path) else {cpu}
+    assert cpu in core
+    assert set(cpus) == set(allowed) - core
+    assert pt._worker_cpus(len(allowed)) is None  # fewer CPUs left than workers
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="device= needs CUDA")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 4, reason="needs 4 CPUs")
+@pytest.mark.parametrize("reserve", [True, False])
+def test_device_workers_run_on_the_cpus_given(small_ds, monkeypatch, reserve):
+    """The workers (and the reader threads they start) run where _worker_cpus says; with
+    reserve_core=False, wherever this process may."""
+    monkeypatch.setattr(pt, "_worker_cpus", lambda workers: [1, 2, 3])
+    loader = pt.DataLoader(pt.ShardDataset(small_ds, batch_size=64, seed=3), num_workers=2,
+                           device="cuda", reserve_core=reserve)
+    seen = []
+    for i, _ in enumerate(loader):
+        if i == 2:
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/children") as f:
+                    for pid in f.read().split():
+                        for t in os.listdir(f"/proc/{pid}/task"):  # the worker's threads too
+                            seen.append(os.sched_getaffinity(int(t)))
+    assert seen
+    want = {1, 2, 3} if reserve else os.sched_getaffinity(0)
+    assert all(s == want for s in seen), seen

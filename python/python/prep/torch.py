@@ -36,7 +36,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -55,6 +55,40 @@ def _cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _cpu_list(text: str) -> set:
+    """CPUs of a kernel CPU list such as "0-3,8,10-11"."""
+    cpus = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def _worker_cpus(workers: int) -> Optional[List[int]]:
+    """The CPUs for DataLoader workers that feed the GPU: those this process may use except the
+    core the calling thread (the one that launches the training step) runs on, SMT siblings
+    included. A small model's step is bound by that thread's kernel launches: a worker's decode
+    thread on its core, or on the other half of it, slowed the whole loop by up to a quarter.
+    None (no restriction) where that would leave fewer CPUs than workers, or off Linux."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        with open("/proc/thread-self/stat") as f:
+            cpu = int(f.read().rsplit(")", 1)[1].split()[36])  # field 39, "processor"
+    except (AttributeError, OSError, ValueError, IndexError):
+        return None
+    keep = {cpu}
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+            keep |= _cpu_list(f.read())
+    except (OSError, ValueError):
+        pass
+    rest = sorted(allowed - keep)
+    if len(allowed) < 4 or len(rest) < max(1, workers):
+        return None
+    return rest
 
 
 def _to_tensor(a: np.ndarray) -> torch.Tensor:
@@ -233,6 +267,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
         share, count, start, stop = plan["workers"][worker]
         if info is None:
             self.position = plan["position"]
+        cpus = self._ring.worker_cpus if self._ring is not None and info is not None else None
+        if cpus:
+            # Before the reader's threads start: they inherit it.
+            os.sched_setaffinity(0, cpus)
         split = self._open()
         threads = self.threads or max(1, _cpu_count() // workers)
         pin = self.pin_memory and info is None and torch.cuda.is_available()
@@ -337,6 +375,8 @@ class _RingLayout:
         self.slot_bytes = self.image_bytes + _align(batch * 8)
         self.header = _align((2 * workers * slots + 1) * 4)
         self.total = self.header + workers * slots * self.slot_bytes
+        # Where the workers may run (None: anywhere); see _worker_cpus.
+        self.worker_cpus: Optional[List[int]] = None
 
     def pipe(self, worker: int) -> str:
         return os.path.join(self.folder, f"w{worker}")
@@ -422,14 +462,21 @@ class _ToDevice:
         self._zero = torch.zeros(1, dtype=torch.int32, device=device)
         self._dtype = _torch_dtype(layout.dtype)
         self._per = int(np.prod(layout.shape)) * layout.dtype.itemsize
+        # Views made once: each batch costs the launching thread as few calls as can be.
+        n = layout.workers * layout.slots
+        self._slots = [self._base[layout.offset(i // layout.slots, i % layout.slots):][
+            :layout.image_bytes + 8 * layout.batch] for i in range(n)]
+        self._states = [self._state[i:i + 1] for i in range(n)]
 
     def __call__(self, w: int, s: int) -> Tuple[torch.Tensor, torch.Tensor]:
         L = self.layout
-        n = int(self.ring.count[w * L.slots + s])
-        at = L.offset(w, s)
-        buf = self._base[at:at + L.image_bytes + 8 * n].to(self.device, non_blocking=True)
         i = w * L.slots + s
-        self._state[i:i + 1].copy_(self._zero, non_blocking=True)
+        n = int(self.ring.count[i])
+        slot = self._slots[i]
+        if n != L.batch:
+            slot = slot[:L.image_bytes + 8 * n]
+        buf = slot.to(self.device, non_blocking=True)
+        self._states[i].copy_(self._zero, non_blocking=True)
         x = buf[:n * self._per].view(self._dtype).view((n,) + L.shape)
         y = buf[L.image_bytes:].view(torch.int64)
         if self._dtype is torch.int16:  # uint16 on a PyTorch without torch.uint16
@@ -442,6 +489,7 @@ class _ToDevice:
         if self._base is not None:
             torch.cuda.cudart().cudaHostUnregister(self._base.data_ptr())
             self._base = self._state = None  # type: ignore[assignment]
+            self._slots = self._states = []
         self.ring.close()
 
 
@@ -550,11 +598,14 @@ class DataLoader(torch.utils.data.DataLoader):
     the copy has completed. No batch is pickled, mapped afresh or copied in this process, and
     the DataLoader's queues carry nothing per batch: all of that otherwise takes time from the
     thread that launches the training step. Without workers the dataset's pinned batches are copied on the current
-    stream.
+    stream. ``reserve_core`` (with ``device`` and workers): the workers and their threads run
+    on every CPU of this process but the core of the thread that iterates the loader (SMT
+    siblings included), so that the thread launching the GPU's work never waits for a CPU.
     """
 
     def __init__(self, dataset: ShardDataset, num_workers: int = 0,
-                 pin_memory: Optional[bool] = None, device: Any = None, **kwargs: Any) -> None:
+                 pin_memory: Optional[bool] = None, device: Any = None,
+                 reserve_core: bool = True, **kwargs: Any) -> None:
         if not isinstance(dataset, ShardDataset):
             raise TypeError("prep.torch.DataLoader takes a prep.torch.ShardDataset")
         if kwargs.get("persistent_workers"):
@@ -564,6 +615,7 @@ class DataLoader(torch.utils.data.DataLoader):
             if kwargs.get(k) is not None:
                 raise ValueError(f"{k} is the dataset's business: set it on ShardDataset")
         self.device = None if device is None else torch.device(device)
+        self.reserve_core = bool(reserve_core)
         if self.device is not None:
             if self.device.type != "cuda":
                 raise ValueError(f"device must be a CUDA device, got {device!r}")
@@ -619,6 +671,8 @@ class DataLoader(torch.utils.data.DataLoader):
         slots = max((self.prefetch_factor or 2) + 1,
                     min(_RING_MAX_SLOTS, _RING_BYTES // (workers * layout.slot_bytes)))
         layout = _RingLayout(folder, workers, slots, ds.batch_size, split.shape, split.dtype)
+        if self.reserve_core:
+            layout.worker_cpus = _worker_cpus(workers)
         to_device = it = None
         pipes: list = []
         try:
