@@ -67,6 +67,12 @@ def _cpu_list(text: str) -> set:
     return cpus
 
 
+def _current_cpu() -> int:
+    """The CPU the calling thread last ran on."""
+    with open("/proc/thread-self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])  # field 39, "processor"
+
+
 def _worker_cpus(workers: int) -> Optional[List[int]]:
     """The CPUs for DataLoader workers that feed the GPU: those this process may use except the
     core the calling thread (the one that launches the training step) runs on, SMT siblings
@@ -75,8 +81,7 @@ def _worker_cpus(workers: int) -> Optional[List[int]]:
     None (no restriction) where that would leave fewer CPUs than workers, or off Linux."""
     try:
         allowed = os.sched_getaffinity(0)
-        with open("/proc/thread-self/stat") as f:
-            cpu = int(f.read().rsplit(")", 1)[1].split()[36])  # field 39, "processor"
+        cpu = _current_cpu()
     except (AttributeError, OSError, ValueError, IndexError):
         return None
     keep = {cpu}
