@@ -120,8 +120,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
     DDP needs; the few samples past that are left out of the epoch); ``pin_memory`` (return
     pinned tensors; in worker processes pinning is left to the DataLoader's ``pin_memory``,
     which :class:`DataLoader` sets); ``skip_damaged`` (leave damaged blocks out instead of
-    raising ``prep.DamagedBlockError``); ``threads`` (Rust threads per process; default: the
-    cores divided among the DataLoader workers).
+    raising ``prep.DamagedBlockError``); ``threads`` (Rust threads per process; default: all
+    cores without workers, one in each DataLoader worker: the workers are the parallelism, as
+    in any DataLoader, and more threads each only compete with the thread launching the GPU's
+    work).
     """
 
     def __init__(self, path: Any, split: str = "train", batch_size: int = 512,
@@ -277,7 +279,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
             # Before the reader's threads start: they inherit it.
             os.sched_setaffinity(0, cpus)
         split = self._open()
-        threads = self.threads or max(1, _cpu_count() // workers)
+        threads = self.threads or (1 if info is not None else _cpu_count())
         pin = self.pin_memory and info is None and torch.cuda.is_available()
         if self.pin_memory and info is None and not torch.cuda.is_available():
             warnings.warn("pin_memory=True but CUDA is not available: tensors are not pinned",
