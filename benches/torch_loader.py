@@ -257,7 +257,7 @@ def main():
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--threads", type=int, default=None,
-                    help="prep's Rust threads per process (default: the cores divided among workers)")
+                    help="prep's Rust threads per process (default: prep.torch's, one per worker)")
     ap.add_argument("--prefetch", type=int, default=4, help="DataLoader prefetch_factor")
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--steps", type=int, default=10**9, help="at most this many timed steps")
