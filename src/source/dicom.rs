@@ -1228,17 +1228,137 @@ fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject> {
 /// Walk the data set in `b` from `pos`: every element, item and delimiter header must declare no
 /// more bytes than remain of `total` (`b.len()`, or the file's length when `b` is its first bytes;
 /// then the walk stops where `b` ends).
+///
+/// The walk is dicom-parser 0.10's `DataSetReader` without the values: the same states (element
+/// level, sequence level, encapsulated fragments), the same sequence and item ends (a defined
+/// length ends where dicom-rs's own count of bytes reaches it), and the same bytes consumed. It
+/// must visit exactly the headers dicom-rs will, because dicom-rs allocates whatever a header
+/// declares before reading: each place where the two once parted (a value shorter than its VR's
+/// unit, an item header at element level) let a file of a few hundred bytes take gigabytes (the
+/// dicom fuzz target). Where dicom-rs would stop with an error, the walk stops too, accepting:
+/// dicom-rs then says what is wrong.
 fn walk_data_set(b: &[u8], mut pos: usize, mode: Mode, total: usize) -> Result<(), Reject> {
     let prefix = total > b.len();
     let trunc = |what: String| Reject::new(format!("truncated DICOM: {what}"));
-
-    // Data set: a flat walk over element, item and delimiter headers, descending into sequences
-    // and items, stepping over values and pixel data fragments.
-    let mut in_fragments = false;
-    while pos < b.len() {
-        if b.len() - pos < 4 {
+    // An open sequence or item: dicom-rs's `SeqToken`.
+    struct Open {
+        item: bool,
+        pixel_data: bool,
+        len: Option<usize>,
+        /// dicom-rs's count of bytes where its content starts.
+        base: usize,
+    }
+    let mut open: Vec<Open> = Vec::new();
+    // dicom-rs's count of bytes read, which adds a value's declared length where it consumed
+    // whole values only; `pos` is where the next bytes are really read.
+    let mut count = pos;
+    let mut in_sequence = false;
+    let mut check_ends = false;
+    let mut fragments_next = false;
+    let mut offset_table_next = false;
+    loop {
+        if check_ends {
+            match open.last() {
+                Some(o) if o.len.is_some_and(|l| o.base + l == count) => {
+                    in_sequence = o.item;
+                    open.pop();
+                    continue;
+                }
+                // dicom-rs: "inconsistent sequence end"
+                Some(o) if o.len.is_some_and(|l| o.base + l < count) => return Ok(()),
+                _ => check_ends = false,
+            }
+        }
+        if pos >= b.len() || b.len() - pos < 4 {
             break; // dicom-rs ends the data set where a tag cannot be read
         }
+        let fragment = open
+            .last()
+            .filter(|o| o.item && o.pixel_data)
+            .map(|o| o.len);
+        if in_sequence || fragments_next {
+            // An item header: tag and length, in every transfer syntax.
+            let Some(h) = header(b, pos, Mode::ExplicitLe).filter(|h| h.group == 0xFFFE) else {
+                if header(b, pos, mode).is_none() && !prefix {
+                    return Err(trunc(format!("item header cut off at byte {pos}")));
+                }
+                return Ok(()); // dicom-rs: not an item header, or the file ends
+            };
+            let (size, len) = (8, h.len);
+            if let Some(l) = len {
+                let rem = total - pos - size;
+                if l > rem {
+                    return Err(trunc(format!(
+                        "item at byte {pos} declares {l} bytes, {rem} remain"
+                    )));
+                }
+            }
+            let first = fragments_next;
+            let pixel_data = first || open.last().is_some_and(|o| o.pixel_data);
+            if first {
+                if h.elem == 0xE00D {
+                    return Ok(()); // dicom-rs: an item end where the offset table was expected
+                }
+                fragments_next = false;
+                open.push(Open {
+                    item: false,
+                    pixel_data: true,
+                    len: None,
+                    base: count,
+                });
+            }
+            pos += size;
+            count += size;
+            match h.elem {
+                0xE000 => {
+                    if open.is_empty() {
+                        return Ok(()); // dicom-rs: an item header outside a sequence
+                    }
+                    in_sequence = false;
+                    open.push(Open {
+                        item: true,
+                        pixel_data,
+                        len,
+                        base: count,
+                    });
+                    if len == Some(0) {
+                        check_ends = true;
+                    } else if first {
+                        // The first item of encapsulated pixel data: the offset table.
+                        offset_table_next = true;
+                    }
+                }
+                0xE00D => {
+                    open.pop();
+                    in_sequence = true;
+                    check_ends = true;
+                }
+                0xE0DD => {
+                    open.pop();
+                    in_sequence = false;
+                    check_ends = true;
+                }
+                _ => return Ok(()), // dicom-rs: a bad item header
+            }
+            continue;
+        }
+        if let Some(len) = fragment {
+            // A fragment's bytes (or the offset table's, read as whole 32-bit values).
+            let Some(len) = len else {
+                return Ok(()); // dicom-rs: an undefined item length
+            };
+            let n = if offset_table_next {
+                len - len % 4
+            } else {
+                len
+            };
+            offset_table_next = false;
+            pos += n;
+            count += n;
+            check_ends = true;
+            continue;
+        }
+        // An element header.
         let Some(h) = header(b, pos, mode) else {
             if prefix {
                 return Ok(()); // the bytes read end here, not the file
@@ -1258,33 +1378,43 @@ fn walk_data_set(b: &[u8], mut pos: usize, mode: Mode, total: usize) -> Result<(
                 )));
             }
         }
-        if in_fragments {
-            match (h.group, h.elem, h.len) {
-                (0xFFFE, 0xE000, Some(len)) => pos += h.size + len,
-                (0xFFFE, 0xE0DD, _) => {
-                    in_fragments = false;
-                    pos += h.size;
-                }
-                _ => return Ok(()), // malformed: dicom-rs will say how
+        pos += h.size;
+        count += h.size;
+        if h.sq && h.group != 0xFFFE {
+            in_sequence = true;
+            open.push(Open {
+                item: false,
+                pixel_data: false,
+                len: h.len,
+                base: count,
+            });
+            check_ends = h.len == Some(0);
+        } else if (h.group, h.elem) == (0xFFFE, 0xE00D) {
+            if !open.is_empty() {
+                in_sequence = true;
+                open.pop();
+                check_ends = true;
             }
-            continue;
-        }
-        match h.len {
-            // Items, delimiters and sequences: their content is more headers.
-            _ if h.group == 0xFFFE || h.sq => pos += h.size,
-            // dicom-rs reads a binary VR's value as `len / unit` whole values and consumes only
-            // those bytes (dicom-parser 0.10), so the next header is read from there. Stepping
-            // over all of `len`, as the standard would, once put this walk out of step with
-            // dicom-rs, which then zero-filled 775 MB for a 602-byte file (the dicom fuzz target).
-            Some(len) => pos += h.size + len - len % h.unit,
-            None if h.group == 0x7FE0 && h.elem == 0x0010 => {
-                in_fragments = true;
-                pos += h.size;
-            }
-            None => pos += h.size,
+        } else if (h.group, h.elem) == (0x7FE0, 0x0010) && h.len.is_none() {
+            fragments_next = true;
+        } else if let Some(len) = h.len {
+            // A value: dicom-rs reads a binary VR as `len / unit` whole values and consumes
+            // only those bytes, but counts all `len`.
+            pos += len - len % h.unit;
+            count += len;
+            check_ends = true;
+        } else {
+            // Any other undefined length opens a sequence.
+            in_sequence = true;
+            open.push(Open {
+                item: false,
+                pixel_data: false,
+                len: None,
+                base: count,
+            });
         }
     }
-    if in_fragments && !prefix {
+    if !prefix && (fragments_next || open.iter().any(|o| o.pixel_data)) {
         return Err(trunc(
             "the encapsulated pixel data ends without its sequence delimiter".into(),
         ));

@@ -187,3 +187,20 @@ fn dicom_binary_value_length_not_a_multiple_of_its_size() {
         &["declares 774897676 bytes"],
     );
 }
+
+/// A 722-byte JPEG DICOM (found by the dicom fuzz target with `-malloc_limit_mb=256`) whose data
+/// set opens with an item header (FFFE,E000) of length 4 outside any sequence: dicom-rs reads it
+/// as an element and consumes its 4 bytes, while prep's walk stepped into it as into an item, so
+/// the two read different headers from there and dicom-rs allocated 3.77 GB for one of its own
+/// reading. The walk now follows dicom-rs's reader state by state.
+#[test]
+fn dicom_item_header_outside_a_sequence() {
+    convert_fails(
+        &[(
+            "a.dcm",
+            &regression("dicom-alloc-3774mb-item-at-element-level.dcm"),
+        )],
+        "a.dcm",
+        &["element (00E0,FE00)", "declares 3774863615 bytes"],
+    );
+}
