@@ -7,6 +7,7 @@ use prep::mem::human;
 use prep::nn::model::default_lr;
 use prep::train::{gpu_count, train, TrainOptions};
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode};
 use std::time::Duration;
 
@@ -171,6 +172,9 @@ fn launch(gpus: &[usize], quiet: bool) -> anyhow::Result<ExitCode> {
         if nvls {
             c.env("NCCL_NVLS_ENABLE", "0");
         }
+        // A process group of their own: a Ctrl-C at the terminal reaches this process alone,
+        // which passes it on once (a second signal would end a rank before its checkpoint).
+        c.process_group(0);
         match c.spawn() {
             Ok(child) => ranks.push((rank, gpu, child)),
             Err(e) => {
@@ -206,13 +210,15 @@ fn launch(gpus: &[usize], quiet: bool) -> anyhow::Result<ExitCode> {
                 Some(_) => {}
             }
         }
+        if let (Some(_), Some(sig)) = (failed, prep::interrupt::requested()) {
+            // Every rank was told to stop: let each finish (rank 0 saves a checkpoint).
+            for (_, _, c) in &mut ranks {
+                let _ = c.wait();
+            }
+            return Ok(ExitCode::from(prep::interrupt::exit_status(sig) as u8));
+        }
         if let Some((rank, gpu, st)) = failed {
             stop_all(&mut ranks);
-            if forwarded {
-                if let Some(sig) = prep::interrupt::requested() {
-                    return Ok(ExitCode::from(prep::interrupt::exit_status(sig) as u8));
-                }
-            }
             return Err(anyhow::anyhow!(
                 "rank {rank} (GPU {gpu}) failed ({st}); the other ranks were stopped"
             ));

@@ -183,8 +183,13 @@ fn join_world(
                 "error: rank {me} stops because rank {} ended: {}",
                 end.rank, end.reason
             );
-            // At once, without exit handlers: the CUDA driver's would wait for a collective
-            // that the dead rank never joins. The last checkpoint is whole (written by rename).
+            // A rank stopped by SIGINT/SIGTERM (the whole world was signalled): this one is
+            // stopping too, and rank 0 saves a checkpoint on the way; give it time to.
+            if crate::interrupt::requested().is_some() {
+                std::thread::sleep(std::time::Duration::from_secs(10));
+            }
+            // Without exit handlers: the CUDA driver's would wait for a collective that the
+            // dead rank never joins. The last checkpoint is whole (written by rename).
             unsafe { libc::_exit(1) };
         })
         .map_err(Error::Device)?;
@@ -409,6 +414,7 @@ mod tests {
             input_dtype: None,
         };
         let mut host = HostFeed::new(src.clone(), &r, 2);
+        let dev_src = src.clone();
         let mut dev = DeviceFeed::new(&mut g, src, &r, 2).unwrap();
         let init = init_values(&cfg, 1);
         let mut m1 = Model::new(&mut g, cfg.clone(), &init);
@@ -437,6 +443,28 @@ mod tests {
                 batches += 1;
             }
             assert_eq!(batches, 2000 / 64 - start, "epoch {epoch}");
+        }
+        // A data-parallel rank's share: the same batches in both modes, as many as every rank
+        // takes (`rank_batches`: 15 of 64 from 16 of the 32 blocks).
+        let share = Share::new(1, 2).unwrap();
+        let mut host = HostFeed::new(dev_src.clone(), &r, 2).for_rank(share);
+        dev.share = share;
+        for (epoch, start) in [(0, 0), (1, 3)] {
+            Feed::<Cuda>::start(&mut host, &mut g, epoch, start).unwrap();
+            dev.start(&mut g, epoch, start).unwrap();
+            let mut batches = 0;
+            while let Some(a) = host.next(&mut g, &mut m1).unwrap() {
+                assert_eq!(
+                    Some(a),
+                    dev.next(&mut g, &mut m2).unwrap(),
+                    "share, epoch {epoch}"
+                );
+                assert_eq!(g.download(&m1.input), g.download(&m2.input), "share {a:?}");
+                assert_eq!(g.download(&m1.labels), g.download(&m2.labels));
+                batches += 1;
+            }
+            assert_eq!(dev.next(&mut g, &mut m2).unwrap(), None);
+            assert_eq!(batches, 15 - start, "share, epoch {epoch}");
         }
         g.status().unwrap();
     }

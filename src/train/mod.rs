@@ -279,7 +279,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             if recipe.world != world {
                 return Err(Error::Invalid(format!(
                     "--resume {}: the run was trained by {} rank(s) (GPUs), this one has {world}; resume it with {} (each rank's share of the data and its batch depend on the number)",
-                    shown_path(&dir),
+                    shown_path(dir),
                     recipe.world,
                     recipe.world
                 )));
