@@ -182,7 +182,15 @@ pub(crate) fn augmentation(r: &Recipe, epoch: usize, b: usize, n: usize) -> Vec<
 }
 
 /// GPUs the CUDA driver sees, or why it cannot count them (no driver; a build without CUDA).
+///
+/// Test-only: `PREP_TEST_FAKE_GPUS=N` says N, so that a machine without a GPU can check what
+/// `--gpus` does with them up to the first use of a device (the ranks it starts fail there).
 pub fn gpu_count() -> std::result::Result<usize, String> {
+    if let Ok(n) = std::env::var("PREP_TEST_FAKE_GPUS") {
+        return n
+            .parse()
+            .map_err(|_| format!("PREP_TEST_FAKE_GPUS={n} is not a count"));
+    }
     #[cfg(feature = "cuda")]
     {
         crate::nn::cuda::device_count()

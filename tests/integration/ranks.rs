@@ -195,3 +195,57 @@ fn plan_gives_per_gpu_memory_and_the_all_reduce_cost() {
     }
     run(&["plan", "--train", "10", "--gpus", "0"], 2);
 }
+
+/// The launcher of `--gpus`, on GPUs that only the count says are there (PREP_TEST_FAKE_GPUS):
+/// it starts one rank per GPU listed, each on its own GPU with the launcher's flags settled, and
+/// when a rank fails (here at its first use of the device) it stops the others and exits 1
+/// naming the rank.
+#[test]
+fn the_launcher_starts_a_rank_per_gpu_and_reports_the_first_failure() {
+    if gpu_visible() {
+        println!("skipped: this host has a GPU, which a rank given GPU 0 would train on");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let ds = small_dataset(t.path(), &[]);
+    let ds = ds.to_str().unwrap();
+    let out = t.path().join("r");
+    let out = out.to_str().unwrap();
+    let o = prep()
+        .args(train_args(ds, out, &["--gpus", "0,2"]))
+        .env("PREP_TEST_FAKE_GPUS", "3")
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    // The launcher names the rank that failed first and its GPU; that rank's own error names the
+    // device it was given (the other rank may be stopped before it says anything).
+    let last = e.lines().last().unwrap();
+    let named = [(0, 0), (1, 2)]
+        .into_iter()
+        .find(|(r, g)| last.starts_with(&format!("error: rank {r} (GPU {g}) failed")));
+    let (_, gpu) = named.unwrap_or_else(|| panic!("{e}"));
+    assert!(
+        last.ends_with("failed (exit status: 1); the other ranks were stopped"),
+        "{e}"
+    );
+    assert!(e.contains(&format!("--device cuda:{gpu}")), "{e}");
+    assert!(
+        !e.contains("--device cuda:1"),
+        "GPU 1 was not asked for: {e}"
+    );
+    assert!(!Path::new(out).join("config.json").exists());
+    // More GPUs than the count, and an index past it, name what exists.
+    for (gpus, want) in [
+        ("4", "--gpus 4: this host has 3 GPUs (indices 0 to 2)"),
+        ("1,3", "--gpus 1,3: there is no GPU 3; this host has 3 GPUs"),
+    ] {
+        let o = prep()
+            .args(train_args(ds, out, &["--gpus", gpus]))
+            .env("PREP_TEST_FAKE_GPUS", "3")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{}", stderr(&o));
+    }
+}
