@@ -88,12 +88,17 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         skip_damaged: a.skip_damaged,
         quiet,
         stop_after: None,
-        world,
+        world: world.clone(),
     };
     let what = match (&a.resume, &a.data) {
         (Some(r), _) => format!("resuming {}", shown_path(&r)),
         (None, Some(d)) => format!("training on {}", shown_path(&d)),
         _ => "training".into(),
+    };
+    // Every rank of a world reports its own errors: say whose.
+    let what = match &world {
+        Some(w) => format!("rank {} of {}: {what}", w.rank, w.size),
+        None => what,
     };
     let t = train(&opts).context(what)?;
     if let Some(s) = &t.summary {

@@ -224,12 +224,18 @@ fn the_launcher_starts_a_rank_per_gpu_and_reports_the_first_failure() {
     let named = [(0, 0), (1, 2)]
         .into_iter()
         .find(|(r, g)| last.starts_with(&format!("error: rank {r} (GPU {g}) failed")));
-    let (_, gpu) = named.unwrap_or_else(|| panic!("{e}"));
+    let (rank, gpu) = named.unwrap_or_else(|| panic!("{e}"));
     assert!(
         last.ends_with("failed (exit status: 1); the other ranks were stopped"),
         "{e}"
     );
-    assert!(e.contains(&format!("--device cuda:{gpu}")), "{e}");
+    assert!(
+        e.lines().any(
+            |l| l.starts_with(&format!("error: rank {rank} of 2: training on "))
+                && l.contains(&format!("--device cuda:{gpu}: "))
+        ),
+        "{e}"
+    );
     assert!(
         !e.contains("--device cuda:1"),
         "GPU 1 was not asked for: {e}"
