@@ -319,7 +319,11 @@ impl Feed<Cuda> for DeviceFeed {
         if self.augment {
             let mut packed = Vec::with_capacity(self.per_epoch * b);
             for i in 0..self.per_epoch {
-                packed.extend(augmentation(r, epoch, i, b).iter().map(|a| a.packed()));
+                packed.extend(
+                    augmentation(r, epoch, self.share.batch_key(i), b)
+                        .iter()
+                        .map(|a| a.packed()),
+                );
             }
             be.upload_into(&mut self.aug, &packed, Dt::U32);
         }

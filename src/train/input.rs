@@ -459,6 +459,12 @@ impl Share {
             .collect()
     }
 
+    /// The number by which batch `b` of this share draws its augmentation: `b` itself for
+    /// `ALL`; interleaved for ranks, so that no two ranks crop and flip alike.
+    pub fn batch_key(self, b: usize) -> usize {
+        b * self.count + self.index
+    }
+
     /// The key of this share's window `wi` (the shuffle within it): `wi` itself for `ALL`.
     fn window_key(self, seed: u64, epoch: usize, wi: usize) -> u64 {
         let w = (wi * self.count + self.index) as u64;
@@ -1017,6 +1023,12 @@ mod tests {
                     assert_eq!(n, rank_batches(sizes, world, batch));
                 }
             }
+            // A one-reader epoch augments batch b as b; ranks never share a key.
+            assert_eq!(Share::ALL.batch_key(7), 7);
+            let keys: std::collections::HashSet<usize> = (0..3)
+                .flat_map(|r| (0..50).map(move |b| Share::new(r, 3).unwrap().batch_key(b)))
+                .collect();
+            assert_eq!(keys.len(), 150);
             // More ranks than blocks: some rank has nothing, so no rank steps.
             assert_eq!(rank_batches(sizes, sizes.len() + 1, 1), 0);
         }

@@ -555,7 +555,10 @@ impl<B: Backend> Feed<B> for HostFeed {
             labels: &batch.labels,
         };
         let (aug, pad) = if self.epoch < r.augment_epochs {
-            (augmentation(r, self.epoch, batch.index, n), r.crop_pad)
+            (
+                augmentation(r, self.epoch, self.share.batch_key(batch.index), n),
+                r.crop_pad,
+            )
         } else {
             (Vec::new(), 0)
         };
