@@ -386,14 +386,14 @@ if has dist; then
             local name=$1 how=$2 t0 pid rc
             rm -rf "$WORK/$name"
             if [ "$how" = gpus ]; then
-                "$PREP" train "$WORK/dist" --gpus 2 --epochs 4 --batch 64 --checkpoint-every 20 --memory stream \
+                "$PREP" train "$WORK/dist" --gpus 2 --epochs 20 --batch 64 --checkpoint-every 20 --memory stream \
                     --out "$WORK/$name" >"$LOGS/$name.log" 2>&1 &
                 pid=$!
             else
                 port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
                 for rank in 1 0; do
                     WORLD_SIZE=2 RANK=$rank LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCL_NVLS_ENABLE=0 \
-                        "$PREP" train "$WORK/dist" --epochs 4 --batch 64 --checkpoint-every 20 --memory stream \
+                        "$PREP" train "$WORK/dist" --epochs 20 --batch 64 --checkpoint-every 20 --memory stream \
                         --out "$WORK/$name" >"$LOGS/$name-$rank.log" 2>&1 &
                     [ $rank = 0 ] && pid=$!
                 done
