@@ -13,7 +13,7 @@ PREP=$BIN/prep
 FM_RAW=${FM_RAW:-.dev/fm}
 LOGS=${LOGS:-${OUT:-/tmp/gpu-check}}
 WORK=${WORK:-/tmp/prep-gpu}
-STAGES=${STAGES:-"tests fmnist fmnist128 fmnist_resnet sweep speed stream224 modes memory sanitizer"}
+STAGES=${STAGES:-"tests fmnist fmnist128 fmnist_resnet sweep speed stream224 modes memory sanitizer dist"}
 mkdir -p "$LOGS" "$WORK"
 ROWS=()
 # Each row is printed as it comes (a call cut off at its time limit keeps them) and again in the
@@ -338,6 +338,85 @@ if has sanitizer; then
             row "memcheck, $1, $4, $5 mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
         done
     done
+fi
+
+if has dist; then
+    # Issue 12: data-parallel training. Needs 2 GPUs for all but the first two rows.
+    echo "== several GPUs: --gpus 1, then 2 ranks (--gpus 2 and torchrun-style variables), a rank killed mid-epoch"
+    synth dist 16384 3x32x32 2048
+    ok() { [ "$1" = 0 ] && echo ok || echo FAIL; }
+    cmp_w() { python3 scripts/compare-weights.py "$WORK/$1/checkpoint.safetensors" "$WORK/$2/checkpoint.safetensors" --rtol "$3"; }
+    rm -rf "$WORK/dist-g1"
+    "$PREP" train "$WORK/dist" --gpus 1 --epochs 1 --batch 256 --out "$WORK/dist-g1" >"$LOGS/dist-g1.log" 2>&1
+    rc=$?
+    row "--gpus 1: one epoch" "exit $rc, accuracy $(json "$WORK/dist-g1/summary.json" "['test_accuracy']")" "$(ok $rc)"
+    NG=$(nvidia-smi -L | wc -l)
+    if [ "$NG" -lt 2 ]; then
+        row "dist: 2-rank checks" "needs 2 GPUs, this host has $NG" "-"
+    else
+        common=(--epochs 1 --no-augment --seed 5 --precision f32 --memory device)
+        for r in dist-2r dist-2r-again dist-1r dist-tr; do rm -rf "$WORK/$r"; done
+        "$PREP" train "$WORK/dist" --gpus 2 --batch 128 "${common[@]}" --out "$WORK/dist-2r" >"$LOGS/dist-2r.log" 2>&1
+        rc=$?
+        row "--gpus 2: one epoch, batch 128 per GPU" "exit $rc, $(printf %.0f "$(json "$WORK/dist-2r/summary.json" "['samples_per_sec']")") samples/s" "$(ok $rc)"
+        "$PREP" train "$WORK/dist" --gpus 2 --batch 128 "${common[@]}" --out "$WORK/dist-2r-again" >"$LOGS/dist-2r-again.log" 2>&1
+        c=$(cmp_w dist-2r dist-2r-again 1e-5); rc=$?
+        row "2 ranks twice, same arguments: weights" "$(echo "$c" | cut -c1-60)" "$(ok $rc)"
+        # The same world through the launcher variables, set by hand for two processes.
+        port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+        for rank in 0 1; do
+            WORLD_SIZE=2 RANK=$rank LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCL_NVLS_ENABLE=0 \
+                "$PREP" train "$WORK/dist" --batch 128 "${common[@]}" --out "$WORK/dist-tr" >"$LOGS/dist-tr-$rank.log" 2>&1 &
+        done
+        wait
+        c=$(cmp_w dist-2r dist-tr 1e-5); rc=$?
+        row "torchrun-style variables = --gpus 2: weights" "$(echo "$c" | cut -c1-60)" "$(ok $rc)"
+        # One rank at batch 256 sees the same samples per step only up to the ranks' shares (each
+        # rank reads its own blocks) and normalises over 256 samples where each rank's batch norm
+        # sees 128: the weights are close, not equal. A figure, not a pass/fail.
+        "$PREP" train "$WORK/dist" --device cuda:0 --batch 256 "${common[@]}" --out "$WORK/dist-1r" >"$LOGS/dist-1r.log" 2>&1
+        c=$(cmp_w dist-2r dist-1r 1e9)
+        row "2 ranks x 128 against 1 rank x 256: weights" "$(echo "$c" | cut -c1-60)" "-"
+        a2=$(json "$WORK/dist-2r/summary.json" "['test_accuracy']"); a1=$(json "$WORK/dist-1r/summary.json" "['test_accuracy']")
+        row "2 ranks / 1 rank test accuracy" "$a2 / $a1" "-"
+
+        # A rank killed mid-epoch: through the launcher, and through the variables (where the
+        # other rank's watcher, not the launcher, ends it). Both then resume with --gpus 2.
+        killed() { # name, how (gpus|vars)
+            local name=$1 how=$2 t0 pid rc
+            rm -rf "$WORK/$name"
+            if [ "$how" = gpus ]; then
+                "$PREP" train "$WORK/dist" --gpus 2 --epochs 20 --batch 64 --checkpoint-every 20 --memory stream \
+                    --out "$WORK/$name" >"$LOGS/$name.log" 2>&1 &
+                pid=$!
+            else
+                port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+                for rank in 1 0; do
+                    WORLD_SIZE=2 RANK=$rank LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCL_NVLS_ENABLE=0 \
+                        "$PREP" train "$WORK/dist" --epochs 20 --batch 64 --checkpoint-every 20 --memory stream \
+                        --out "$WORK/$name" >"$LOGS/$name-$rank.log" 2>&1 &
+                    [ $rank = 0 ] && pid=$!
+                done
+            fi
+            for _ in $(seq 600); do [ -f "$WORK/$name/checkpoint.safetensors" ] && break; sleep 0.2; done
+            sleep 1
+            # Rank 1: the process whose environment says RANK=1.
+            victim=$(for p in $(pgrep -f "$WORK/$name"); do tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx RANK=1 && echo $p; done | head -1)
+            t0=$(date +%s.%N)
+            kill -9 "$victim"
+            wait "$pid"; rc=$?
+            secs=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')")
+            log=$([ "$how" = gpus ] && echo "$LOGS/$name.log" || echo "$LOGS/$name-0.log")
+            named=$(grep -c "rank 1" "$log")
+            row "$how: rank 1 killed: others exit (status, s)" "exit $rc after $secs s" "$([ "$rc" = 1 ] && [ "$named" -gt 0 ] && python3 -c "print('ok' if $secs <= 30 else 'FAIL')" || echo FAIL)"
+            wait
+            "$PREP" train --resume "$WORK/$name" --gpus 2 >"$LOGS/$name-resume.log" 2>&1
+            rc=$?
+            row "$how: --resume --gpus 2 completes" "exit $rc, accuracy $(json "$WORK/$name/summary.json" "['test_accuracy']")" "$(ok $rc)"
+        }
+        killed dist-kill gpus
+        killed dist-kill-vars vars
+    fi
 fi
 
 echo

@@ -356,6 +356,17 @@ pub struct TrainArgs {
     /// auto, cpu, or cuda[:N].
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// Train one model on several GPUs of this host, one process each, gradients averaged
+    /// through NCCL: a count (the first N), `all`, or indices (0,2). --batch is per GPU.
+    #[arg(long, value_name = "N|all|LIST")]
+    pub gpus: Option<prep::dist::Gpus>,
+    /// Where the ranks of a multi-process run meet: tcp:HOST:PORT, or file:PATH on storage all
+    /// ranks share (default: MASTER_ADDR:MASTER_PORT from the launcher).
+    #[arg(long, value_name = "tcp:HOST:PORT|file:PATH")]
+    pub rendezvous: Option<prep::dist::Rendezvous>,
+    /// Set by `--gpus N` on the processes it starts (each one rank of the world).
+    #[arg(long, hide = true)]
+    pub rank_of_gpus: bool,
     /// Input pipeline on the GPU: device (split held in GPU memory), stream (pinned ring, copies
     /// overlapped), managed (ring of managed memory), or auto (device when the split fits half of
     /// the free GPU memory, else stream). The CPU backend streams.
@@ -464,6 +475,10 @@ pub struct PlanArgs {
     /// The network to size the GPU memory for.
     #[arg(long, default_value = "small", value_parser = MODELS)]
     pub model: String,
+    /// GPUs of a data-parallel run (`prep train --gpus N`): memory per GPU, all-reduce cost and
+    /// speed-up. --batch is then per GPU.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = count::<u64>(1, 4096))]
+    pub gpus: u64,
     /// Print JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -62,6 +62,90 @@ impl std::str::FromStr for Rendezvous {
     }
 }
 
+/// `--gpus`: how many GPUs of this host to train on, or which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gpus {
+    /// The first N.
+    Count(usize),
+    All,
+    /// These indices (as the driver numbers them), two or more, each once.
+    List(Vec<usize>),
+}
+
+const GPUS_FORM: &str =
+    "expected a count of at least 1 (2), `all`, or GPU indices separated by commas (0,2)";
+
+impl std::str::FromStr for Gpus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if t == "all" {
+            return Ok(Gpus::All);
+        }
+        if !t.contains(',') {
+            return match t.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(Gpus::Count(n)),
+                _ => Err(format!("--gpus {s}: {GPUS_FORM}")),
+            };
+        }
+        let mut list = Vec::new();
+        for part in t.split(',') {
+            let i: usize = part
+                .trim()
+                .parse()
+                .map_err(|_| format!("--gpus {s}: `{part}` is not a GPU index; {GPUS_FORM}"))?;
+            if list.contains(&i) {
+                return Err(format!("--gpus {s}: GPU {i} is named twice"));
+            }
+            list.push(i);
+        }
+        Ok(Gpus::List(list))
+    }
+}
+
+impl std::fmt::Display for Gpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gpus::Count(n) => write!(f, "{n}"),
+            Gpus::All => write!(f, "all"),
+            Gpus::List(l) => {
+                let v: Vec<String> = l.iter().map(|i| i.to_string()).collect();
+                write!(f, "{}", v.join(","))
+            }
+        }
+    }
+}
+
+impl Gpus {
+    /// The GPU indices to train on, given what the driver reports: its GPU count, or why there
+    /// is no driver. The error says what exists.
+    pub fn resolve(&self, count: Result<usize, String>) -> Result<Vec<usize>, String> {
+        let n = match count {
+            Ok(0) => {
+                return Err(format!(
+                    "--gpus {self}: no CUDA GPU found (the driver reports none)"
+                ))
+            }
+            Ok(n) => n,
+            Err(why) => return Err(format!("--gpus {self}: no CUDA GPU found ({why})")),
+        };
+        let exist = if n == 1 {
+            "this host has 1 GPU (index 0)".to_string()
+        } else {
+            format!("this host has {n} GPUs (indices 0 to {})", n - 1)
+        };
+        match self {
+            Gpus::All => Ok((0..n).collect()),
+            Gpus::Count(k) if *k <= n => Ok((0..*k).collect()),
+            Gpus::Count(k) => Err(format!("--gpus {k}: {exist}")),
+            Gpus::List(l) => match l.iter().find(|&&i| i >= n) {
+                Some(i) => Err(format!("--gpus {self}: there is no GPU {i}; {exist}")),
+                None => Ok(l.clone()),
+            },
+        }
+    }
+}
+
 /// This process's place in the world.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct World {
@@ -518,6 +602,45 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn gpus_parse_and_resolve() {
+        assert_eq!("2".parse::<Gpus>().unwrap(), Gpus::Count(2));
+        assert_eq!("all".parse::<Gpus>().unwrap(), Gpus::All);
+        assert_eq!("0,2".parse::<Gpus>().unwrap(), Gpus::List(vec![0, 2]));
+        for (bad, want) in [
+            ("0", "a count of at least 1"),
+            (",", "`` is not a GPU index"),
+            ("1,1", "GPU 1 is named twice"),
+            ("two", "a count of at least 1"),
+            ("0,x", "`x` is not a GPU index"),
+            ("-1", "a count of at least 1"),
+        ] {
+            let e = bad.parse::<Gpus>().unwrap_err();
+            assert!(
+                e.contains(want) && e.starts_with(&format!("--gpus {bad}")),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(Gpus::All.resolve(Ok(3)).unwrap(), vec![0, 1, 2]);
+        assert_eq!(Gpus::Count(2).resolve(Ok(4)).unwrap(), vec![0, 1]);
+        assert_eq!(Gpus::List(vec![3, 1]).resolve(Ok(4)).unwrap(), vec![3, 1]);
+        let e = Gpus::Count(2)
+            .resolve(Err("no NVIDIA driver found".into()))
+            .unwrap_err();
+        assert_eq!(e, "--gpus 2: no CUDA GPU found (no NVIDIA driver found)");
+        assert!(Gpus::All
+            .resolve(Ok(0))
+            .unwrap_err()
+            .contains("no CUDA GPU found"));
+        let e = Gpus::Count(4).resolve(Ok(2)).unwrap_err();
+        assert!(e.contains("this host has 2 GPUs (indices 0 to 1)"), "{e}");
+        let e = Gpus::List(vec![0, 2]).resolve(Ok(2)).unwrap_err();
+        assert!(
+            e.contains("there is no GPU 2") && e.contains("0 to 1"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -39,7 +39,10 @@ fn main() -> ExitCode {
                 eprintln!("{e:#}");
                 return ExitCode::from(prep::interrupt::exit_status(s) as u8);
             }
-            eprintln!("error: {e:#}");
+            // One write: the ranks of `train --gpus` share a stderr, and a line written in
+            // pieces would interleave with another rank's.
+            let line = format!("error: {e:#}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
             let usage = e.chain().any(|c| {
                 matches!(
                     c.downcast_ref::<prep::Error>(),

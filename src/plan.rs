@@ -29,7 +29,56 @@ pub struct Plan {
     pub host_ram: Vec<Row>,
     pub gpu_memory: Vec<Row>,
     pub generation_seconds: f64,
+    /// `--gpus N` with N of 2 or more: what the all-reduce of each step costs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<Scaling>,
     pub notes: Vec<String>,
+}
+
+/// Bus bandwidth NCCL's all-reduce reaches between GPUs of one host over NVLink (H100/H200
+/// class), bytes/s: an assumption, stated in the output (nccl-tests all_reduce_perf busbw).
+pub const NVLINK_BUS_BYTES_PER_SEC: f64 = 300e9;
+/// The same over PCIe Gen4/5 without NVLink: an assumption, stated in the output.
+pub const PCIE_BUS_BYTES_PER_SEC: f64 = 20e9;
+
+/// The cost of data-parallel training on `gpus` GPUs. prep averages the gradients (float32) in
+/// one NCCL call group after the backward pass, not overlapped with it, so a step takes the
+/// one-GPU step time plus the all-reduce: speed-up = N * t_step / (t_step + t_allreduce), at
+/// most N. The step time is not known here (it is in `prep train`'s samples/s on one GPU).
+#[derive(Debug, Clone, Serialize)]
+pub struct Scaling {
+    pub gpus: u64,
+    /// Bytes of the gradients averaged at every step.
+    pub gradient_bytes: u64,
+    /// Ring all-reduce time per step, seconds: 2 (N-1)/N of the gradient bytes at the bus
+    /// bandwidth, over NVLink and over PCIe.
+    pub allreduce_seconds_nvlink: f64,
+    pub allreduce_seconds_pcie: f64,
+    /// The one-GPU step time above which the speed-up is at least 0.95 N (19 all-reduces).
+    pub step_seconds_for_95_percent_nvlink: f64,
+    pub step_seconds_for_95_percent_pcie: f64,
+}
+
+/// The all-reduce cost of `model` on `gpus` GPUs (`None` for one GPU).
+pub fn scaling(model: &ModelConfig, gpus: u64) -> Option<Scaling> {
+    if gpus < 2 {
+        return None;
+    }
+    // parameter_bytes counts weights, gradients and momentum, each float32.
+    let gradient_bytes = model.parameter_bytes() / 3;
+    let moved = 2.0 * (gpus - 1) as f64 / gpus as f64 * gradient_bytes as f64;
+    let (nv, pcie) = (
+        moved / NVLINK_BUS_BYTES_PER_SEC,
+        moved / PCIE_BUS_BYTES_PER_SEC,
+    );
+    Some(Scaling {
+        gpus,
+        gradient_bytes,
+        allreduce_seconds_nvlink: nv,
+        allreduce_seconds_pcie: pcie,
+        step_seconds_for_95_percent_nvlink: 19.0 * nv,
+        step_seconds_for_95_percent_pcie: 19.0 * pcie,
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -69,6 +118,7 @@ pub fn plan(
     batch: u64,
     cores: usize,
     model: &ModelConfig,
+    gpus: u64,
 ) -> Plan {
     let spec = SampleSpec {
         shape: shape.clone(),
@@ -138,6 +188,7 @@ pub fn plan(
             ),
         ],
         generation_seconds: raw as f64 / (SYNTH_BYTES_PER_SEC_PER_CORE * cores as f64),
+        scaling: scaling(model, gpus),
         notes: vec![
             format!(
                 "model `{}`, batch {batch}, mixed precision: activations and their gradients ~{}, weights with gradients and momentum {}",

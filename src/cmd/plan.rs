@@ -29,24 +29,33 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
         a.batch,
         cores,
         &model,
+        a.gpus,
     );
     if a.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "plan for {} train + {} test samples of {} {} (batch {}, {} cores)\n",
+        "plan for {} train + {} test samples of {} {} (batch {}{}, {} cores)\n",
         thousands(a.train),
         thousands(a.test),
         a.shape,
         dtype,
         a.batch,
+        if a.gpus > 1 { " per GPU" } else { "" },
         cores
     );
     for (title, rows) in [
         ("disk", &p.disk),
         ("host RAM for training", &p.host_ram),
-        ("GPU memory for training", &p.gpu_memory),
+        (
+            if a.gpus > 1 {
+                "GPU memory for training, on each GPU"
+            } else {
+                "GPU memory for training"
+            },
+            &p.gpu_memory,
+        ),
     ] {
         println!("{title}");
         for r in rows {
@@ -64,6 +73,53 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
             format!("{:.1} min", s / 60.0)
         }
     );
+    if let Some(g) = &p.scaling {
+        let ms = |s: f64| format!("{:.2} ms", s * 1e3);
+        println!(
+            "{} GPUs (data-parallel, gradients averaged through NCCL after each backward pass)",
+            g.gpus
+        );
+        println!(
+            "  {:<48} {:>12}",
+            "gradients all-reduced per step",
+            human(g.gradient_bytes)
+        );
+        for (link, bw, t, t95) in [
+            (
+                "NVLink",
+                prep::plan::NVLINK_BUS_BYTES_PER_SEC,
+                g.allreduce_seconds_nvlink,
+                g.step_seconds_for_95_percent_nvlink,
+            ),
+            (
+                "PCIe",
+                prep::plan::PCIE_BUS_BYTES_PER_SEC,
+                g.allreduce_seconds_pcie,
+                g.step_seconds_for_95_percent_pcie,
+            ),
+        ] {
+            println!(
+                "  {:<48} {:>12}",
+                format!("all-reduce per step, {link} (assumed {:.0} GB/s)", bw / 1e9),
+                ms(t)
+            );
+            println!(
+                "  {:<48} {:>12}",
+                format!(
+                    "speed-up >= {:.2}x where one GPU's step takes",
+                    0.95 * g.gpus as f64
+                ),
+                format!(">= {}", ms(t95))
+            );
+        }
+        println!(
+            "  speed-up = {n} x step / (step + all-reduce), at most {n}x: the all-reduce is not overlapped with the backward pass; the step time is one GPU's (batch / the samples/s of `prep train` on one GPU). The bandwidths are assumptions (NCCL's ring all-reduce moves 2(N-1)/N of the gradient bytes), not measurements of this host.\n",
+            n = g.gpus
+        );
+        println!(
+            "note: every GPU holds what one GPU holds above (--batch is per GPU), --memory device the whole training split on each; host RAM is per rank process\n"
+        );
+    }
     for n in &p.notes {
         println!("note: {n}");
     }

@@ -1,12 +1,70 @@
+use super::UsageError;
 use crate::cli::TrainArgs;
 use anyhow::Context;
+use prep::dist;
 use prep::error::shown_path;
 use prep::mem::human;
 use prep::nn::model::default_lr;
-use prep::train::{train, TrainOptions};
-use std::process::ExitCode;
+use prep::train::{gpu_count, train, TrainOptions};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitCode};
+use std::time::Duration;
 
 pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let env = |k: &str| std::env::var(k).ok();
+    let world = dist::from_env(&env, a.rendezvous.as_ref()).map_err(UsageError)?;
+    let mut device = a.device.clone();
+    match (&a.gpus, &world) {
+        (Some(g), _) if a.device != "auto" => {
+            return Err(UsageError(format!(
+                "--gpus {g} picks the GPUs itself: leave out --device {}",
+                a.device
+            ))
+            .into())
+        }
+        (Some(g), Some(w)) => {
+            return Err(UsageError(format!(
+                "--gpus {g} starts its own processes, but this one is already rank {} of {} ({} variables are set): leave out --gpus",
+                w.rank, w.size, w.launcher
+            ))
+            .into())
+        }
+        (Some(_), None) if a.rendezvous.is_some() => {
+            return Err(UsageError(
+                "--rendezvous is for ranks that a launcher started (torchrun, srun); --gpus sets up its own".into(),
+            )
+            .into())
+        }
+        (Some(g), None) => {
+            let gpus = g.resolve(gpu_count()).map_err(anyhow::Error::msg)?;
+            if gpus.len() > 1 {
+                return launch(&gpus, quiet);
+            }
+            device = format!("cuda:{}", gpus[0]);
+        }
+        (None, Some(w)) => {
+            // A launcher's rank uses the GPU of its local rank unless told otherwise.
+            if device == "auto" {
+                device = format!("cuda:{}", w.local_rank);
+            }
+        }
+        (None, None) if a.rank_of_gpus => {
+            return Err(UsageError(
+                "--rank-of-gpus is set by `prep train --gpus N` on the processes it starts, with their WORLD_SIZE/RANK; it is not for use by hand".into(),
+            )
+            .into())
+        }
+        (None, None) if a.rendezvous.is_some() => {
+            return Err(UsageError(
+                "--rendezvous joins a world of several processes, and none is set: run under a launcher (WORLD_SIZE and RANK, or srun's SLURM_NTASKS and SLURM_PROCID), or use --gpus N on one host".into(),
+            )
+            .into())
+        }
+        (None, None) => {}
+    }
+    // Only rank 0 shows progress and the summary; every rank reports its own errors.
+    let quiet = quiet || world.as_ref().is_some_and(|w| w.rank != 0);
     let lr = a.lr.unwrap_or(default_lr(&a.model));
     // --lr, --momentum, --label-smoothing and --weight-decay are range-checked by clap (cli.rs).
     let opts = TrainOptions {
@@ -24,17 +82,23 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         seed: a.seed,
         augment: !a.no_augment,
         checkpoint_every: a.checkpoint_every,
-        device: a.device.clone(),
+        device,
         memory: a.memory.clone(),
         precision: a.precision.clone(),
         skip_damaged: a.skip_damaged,
         quiet,
         stop_after: None,
+        world: world.clone(),
     };
     let what = match (&a.resume, &a.data) {
         (Some(r), _) => format!("resuming {}", shown_path(&r)),
         (None, Some(d)) => format!("training on {}", shown_path(&d)),
         _ => "training".into(),
+    };
+    // Every rank of a world reports its own errors: say whose.
+    let what = match &world {
+        Some(w) => format!("rank {} of {}: {what}", w.rank, w.size),
+        None => what,
     };
     let t = train(&opts).context(what)?;
     if let Some(s) = &t.summary {
@@ -55,4 +119,161 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The arguments of a rank that `--gpus` starts: this command's, without the flags that the
+/// launcher settles for each rank (`--gpus`, `--device`, `--rendezvous`).
+fn rank_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    const SETTLED: [&str; 3] = ["--gpus", "--device", "--rendezvous"];
+    let mut out = Vec::new();
+    let mut skip_value = false;
+    for a in args {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        let s = a.to_string_lossy();
+        if SETTLED.contains(&s.as_ref()) {
+            skip_value = true;
+            continue;
+        }
+        if SETTLED.iter().any(|f| s.starts_with(&format!("{f}="))) {
+            continue;
+        }
+        out.push(a);
+    }
+    out
+}
+
+/// `--gpus` with two or more GPUs: one process of this executable per GPU, each one rank of a
+/// torchrun-style world on this host (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and a
+/// free MASTER_PORT), NCCL's NVLink multicast off unless the user set NCCL_NVLS_ENABLE. Waits for
+/// all; the first that fails ends the others, and the error names it.
+fn launch(gpus: &[usize], quiet: bool) -> anyhow::Result<ExitCode> {
+    let exe =
+        std::env::current_exe().context("finding prep's own executable to start the ranks")?;
+    let args = rank_args(std::env::args_os().skip(1));
+    let port = dist::free_port().map_err(anyhow::Error::msg)?;
+    let list: Vec<String> = gpus.iter().map(|g| g.to_string()).collect();
+    if !quiet {
+        eprintln!(
+            "starting {} ranks on GPUs {} (rendezvous 127.0.0.1:{port})",
+            gpus.len(),
+            list.join(",")
+        );
+    }
+    let nvls = std::env::var_os("NCCL_NVLS_ENABLE").is_none();
+    let mut ranks: Vec<(usize, usize, Child)> = Vec::new();
+    for (rank, &gpu) in gpus.iter().enumerate() {
+        let mut c = Command::new(&exe);
+        c.args(&args)
+            .arg("--device")
+            .arg(format!("cuda:{gpu}"))
+            .arg("--rank-of-gpus")
+            .env("WORLD_SIZE", gpus.len().to_string())
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string());
+        if nvls {
+            c.env("NCCL_NVLS_ENABLE", "0");
+        }
+        // A process group of their own: a Ctrl-C at the terminal reaches this process alone,
+        // which passes it on once (a second signal would end a rank before its checkpoint).
+        c.process_group(0);
+        match c.spawn() {
+            Ok(child) => ranks.push((rank, gpu, child)),
+            Err(e) => {
+                stop_all(&mut ranks);
+                return Err(anyhow::anyhow!(
+                    "starting rank {rank} ({}): {e}",
+                    shown_path(&exe)
+                ));
+            }
+        }
+    }
+    let mut forwarded = false;
+    loop {
+        // A signal to this process (SIGTERM from a scheduler, say) goes to every rank, which
+        // then stops as one run does: with a checkpoint.
+        if let (Some(sig), false) = (prep::interrupt::requested(), forwarded) {
+            for (_, _, c) in &ranks {
+                unsafe {
+                    libc::kill(c.id() as libc::pid_t, sig);
+                }
+            }
+            forwarded = true;
+        }
+        let mut running = 0;
+        let mut failed = None;
+        for (rank, gpu, c) in &mut ranks {
+            match c.try_wait().context("waiting for the ranks")? {
+                None => running += 1,
+                Some(st) if !st.success() => {
+                    failed = Some((*rank, *gpu, st));
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+        if let (Some(_), Some(sig)) = (failed, prep::interrupt::requested()) {
+            // Every rank was told to stop: let each finish (rank 0 saves a checkpoint).
+            for (_, _, c) in &mut ranks {
+                let _ = c.wait();
+            }
+            return Ok(ExitCode::from(prep::interrupt::exit_status(sig) as u8));
+        }
+        if let Some((rank, gpu, st)) = failed {
+            stop_all(&mut ranks);
+            return Err(anyhow::anyhow!(
+                "rank {rank} (GPU {gpu}) failed ({st}); the other ranks were stopped"
+            ));
+        }
+        if running == 0 {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// End the ranks still running (SIGKILL: they may be inside a collective that never returns).
+fn stop_all(ranks: &mut [(usize, usize, Child)]) {
+    for (_, _, c) in ranks.iter_mut() {
+        if let Ok(None) = c.try_wait() {
+            let _ = c.kill();
+        }
+        let _ = c.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_get_the_arguments_without_the_launchers_flags() {
+        let args = [
+            "train",
+            "data",
+            "--gpus",
+            "0,2",
+            "--device=auto",
+            "--epochs",
+            "3",
+            "--gpus=2",
+            "--rendezvous",
+            "tcp:a:1",
+            "--device",
+            "auto",
+            "-o",
+            "runs/x",
+        ];
+        let got = rank_args(args.iter().map(OsString::from));
+        assert_eq!(
+            got,
+            ["train", "data", "--epochs", "3", "-o", "runs/x"]
+                .iter()
+                .map(OsString::from)
+                .collect::<Vec<_>>()
+        );
+    }
 }

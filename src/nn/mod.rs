@@ -274,6 +274,12 @@ pub trait Backend {
         }
     }
 
+    /// Average the gradients across the ranks of a data-parallel world, before the optimiser
+    /// step; nothing for a backend that is not one of several ranks (the CPU never is).
+    fn all_reduce_grads(&mut self, g: &mut [Self::Buf]) {
+        let _ = g;
+    }
+
     /// (sum of losses, correct predictions) since the last call, then zero. Waits for the device.
     fn take_loss_stats(&mut self) -> (f64, u64);
 

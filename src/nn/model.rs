@@ -782,6 +782,8 @@ impl<B: Backend> Model<B> {
     /// One SGD step over every trainable tensor.
     pub fn step(&mut self, be: &mut B, lr: f32, momentum: f32, weight_decay: f32) {
         let p = &mut self.params;
+        // Data-parallel ranks step on the average of their gradients, so the weights stay equal.
+        be.all_reduce_grads(&mut p.g);
         be.sgd_step_many(
             &mut p.w,
             &p.g,

@@ -8,7 +8,7 @@
 //!
 //! `auto` takes `device` when the split fits half of the GPU's free memory, else `stream`.
 
-use super::input::{epoch_order, Source};
+use super::input::{mix, rank_batches, share_order, Share, Source};
 use super::{augmentation, run_on, Feed, HostFeed, Recipe, RunCtx, Trained};
 use crate::error::{Error, Result};
 use crate::mem::human;
@@ -45,6 +45,13 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         Kind::Pinned
     };
     let mut be = Cuda::new(ordinal, prec, kind).map_err(dev_err)?;
+    // A rank of several joins the others before anything is timed: NCCL's id from rank 0
+    // through the rendezvous, then the communicator. The joined world stays open as the ranks'
+    // liveness until this function returns.
+    let world = match &o.world {
+        Some(w) => Some(join_world(&mut be, w, r)?),
+        None => None,
+    };
     let (free, total) = mem_info().map_err(dev_err)?;
     // What a step needs beside the input (the libraries are loaded by now, so `free` excludes
     // them): refuse before the first step a batch that cannot fit, naming one that does.
@@ -122,17 +129,71 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
             Precision::Bf16 => "bf16",
         }
     );
+    let share = ctx.share;
     let feed: Box<dyn Feed<Cuda>> = if mode == "device" {
-        Box::new(DeviceFeed::new(
-            &mut be,
-            ctx.train_src.clone(),
-            r,
-            ctx.workers,
-        )?)
+        let mut f = DeviceFeed::new(&mut be, ctx.train_src.clone(), r, ctx.workers)?;
+        f.share = share;
+        Box::new(f)
     } else {
-        Box::new(HostFeed::new(ctx.train_src.clone(), r, ctx.workers))
+        Box::new(HostFeed::new(ctx.train_src.clone(), r, ctx.workers).for_rank(share))
     };
-    run_on(be, feed, ctx)
+    let out = run_on(be, feed, ctx);
+    if let Some((joined, mut watch)) = world {
+        match &out {
+            Ok(_) => watch.finish(),
+            Err(e) => watch.fail(&e.to_string()),
+        }
+        drop(joined);
+    }
+    out
+}
+
+/// Join the data-parallel world `w` on this rank's GPU: rank 0 makes NCCL's unique id, the
+/// rendezvous hands it to every rank, and all make the communicator. A watcher thread then ends
+/// this process (exit status 1, naming the rank and why) as soon as another rank ends without
+/// finishing, since this one may be waiting in a collective that will never complete.
+fn join_world(
+    be: &mut Cuda,
+    w: &crate::dist::World,
+    r: &Recipe,
+) -> Result<(crate::dist::Joined, crate::dist::Watch)> {
+    use crate::nn::cuda::nccl;
+    // Ranks of another job on the same port or file do not join this one.
+    let mut key = 0u64;
+    for part in [
+        r.data.to_string_lossy().as_bytes(),
+        r.model.name.as_bytes(),
+        &(r.batch as u64).to_le_bytes(),
+        &r.seed.to_le_bytes(),
+        &(r.epochs as u64).to_le_bytes(),
+    ] {
+        for &b in part {
+            key = mix(key ^ b as u64);
+        }
+        key = mix(key ^ 0xFF);
+    }
+    let joined = crate::dist::join(w, &format!("{key:016x}"), nccl::unique_id)
+        .map_err(|e| Error::Device(format!("rank {} of {}: {e}", w.rank, w.size)))?;
+    be.join_world(w.rank, w.size, &joined.payload)
+        .map_err(|e| Error::Device(format!("rank {} of {}: {e}", w.rank, w.size)))?;
+    let me = w.rank;
+    let watch = joined
+        .watch(move |end| {
+            eprintln!(
+                "error: rank {me} stops because rank {} ended: {}",
+                end.rank, end.reason
+            );
+            // A rank stopped by SIGINT/SIGTERM (the whole world was signalled): this one is
+            // stopping too, and rank 0 saves a checkpoint on the way; give it time to.
+            if crate::interrupt::requested().is_some() {
+                std::thread::sleep(std::time::Duration::from_secs(10));
+            }
+            // Without exit handlers: the CUDA driver's would wait for a collective that the
+            // dead rank never joins. The last checkpoint is whole (written by rename).
+            unsafe { libc::_exit(1) };
+        })
+        .map_err(Error::Device)?;
+    Ok((joined, watch))
 }
 
 /// The training split in GPU memory, and per epoch its order and augmentations.
@@ -151,6 +212,8 @@ pub struct DeviceFeed {
     next: usize,
     augment: bool,
     damaged: usize,
+    /// This rank's share of each epoch (`Share::ALL` for one process).
+    pub share: Share,
 }
 
 impl DeviceFeed {
@@ -225,6 +288,7 @@ impl DeviceFeed {
             next: 0,
             augment: false,
             damaged,
+            share: Share::ALL,
         })
     }
 }
@@ -232,9 +296,22 @@ impl DeviceFeed {
 impl Feed<Cuda> for DeviceFeed {
     fn start(&mut self, be: &mut Cuda, epoch: usize, start: usize) -> Result<()> {
         let r = &self.recipe;
-        let order = epoch_order(&self.sizes, &self.present, r.seed, epoch);
+        let order = share_order(&self.sizes, &self.present, r.seed, epoch, true, self.share);
         let b = r.batch;
         self.per_epoch = order.len() / b;
+        if self.share.count > 1 {
+            // Every rank takes the same steps (the rest of its share waits for another epoch).
+            let n = rank_batches(&self.sizes, self.share.count, b);
+            if self.per_epoch < n {
+                return Err(Error::Source(format!(
+                    "rank {}: its share of epoch {} holds {} batches, fewer than the {n} every rank takes, as damaged blocks were skipped; with several GPUs repair the data (prep verify names the blocks)",
+                    self.share.index,
+                    epoch + 1,
+                    self.per_epoch
+                )));
+            }
+            self.per_epoch = n;
+        }
         self.epoch = epoch;
         self.next = start.min(self.per_epoch);
         self.augment = epoch < r.augment_epochs;
@@ -242,7 +319,11 @@ impl Feed<Cuda> for DeviceFeed {
         if self.augment {
             let mut packed = Vec::with_capacity(self.per_epoch * b);
             for i in 0..self.per_epoch {
-                packed.extend(augmentation(r, epoch, i, b).iter().map(|a| a.packed()));
+                packed.extend(
+                    augmentation(r, epoch, self.share.batch_key(i), b)
+                        .iter()
+                        .map(|a| a.packed()),
+                );
             }
             be.upload_into(&mut self.aug, &packed, Dt::U32);
         }
@@ -328,6 +409,7 @@ mod tests {
             device: "cuda:0".into(),
             precision: "bf16".into(),
             skip_damaged: false,
+            world: 1,
             mean: ds.manifest.mean.iter().map(|&v| v as f32).collect(),
             std: ds.manifest.std.iter().map(|&v| v as f32).collect(),
             classes: ds.manifest.classes.clone(),
@@ -336,6 +418,7 @@ mod tests {
             input_dtype: None,
         };
         let mut host = HostFeed::new(src.clone(), &r, 2);
+        let dev_src = src.clone();
         let mut dev = DeviceFeed::new(&mut g, src, &r, 2).unwrap();
         let init = init_values(&cfg, 1);
         let mut m1 = Model::new(&mut g, cfg.clone(), &init);
@@ -364,6 +447,28 @@ mod tests {
                 batches += 1;
             }
             assert_eq!(batches, 2000 / 64 - start, "epoch {epoch}");
+        }
+        // A data-parallel rank's share: the same batches in both modes, as many as every rank
+        // takes (`rank_batches`: 15 of 64 from 16 of the 32 blocks).
+        let share = Share::new(1, 2).unwrap();
+        let mut host = HostFeed::new(dev_src.clone(), &r, 2).for_rank(share);
+        dev.share = share;
+        for (epoch, start) in [(0, 0), (1, 3)] {
+            Feed::<Cuda>::start(&mut host, &mut g, epoch, start).unwrap();
+            dev.start(&mut g, epoch, start).unwrap();
+            let mut batches = 0;
+            while let Some(a) = host.next(&mut g, &mut m1).unwrap() {
+                assert_eq!(
+                    Some(a),
+                    dev.next(&mut g, &mut m2).unwrap(),
+                    "share, epoch {epoch}"
+                );
+                assert_eq!(g.download(&m1.input), g.download(&m2.input), "share {a:?}");
+                assert_eq!(g.download(&m1.labels), g.download(&m2.labels));
+                batches += 1;
+            }
+            assert_eq!(dev.next(&mut g, &mut m2).unwrap(), None);
+            assert_eq!(batches, 15 - start, "share, epoch {epoch}");
         }
         g.status().unwrap();
     }
@@ -401,6 +506,7 @@ mod tests {
             skip_damaged: false,
             quiet: true,
             stop_after,
+            world: None,
         };
         let weights =
             |out: &str| checkpoint::load(&t.path().join(out).join(checkpoint::FILE)).unwrap();

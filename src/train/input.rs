@@ -459,6 +459,12 @@ impl Share {
             .collect()
     }
 
+    /// The number by which batch `b` of this share draws its augmentation: `b` itself for
+    /// `ALL`; interleaved for ranks, so that no two ranks crop and flip alike.
+    pub fn batch_key(self, b: usize) -> usize {
+        b * self.count + self.index
+    }
+
     /// The key of this share's window `wi` (the shuffle within it): `wi` itself for `ALL`.
     fn window_key(self, seed: u64, epoch: usize, wi: usize) -> u64 {
         let w = (wi * self.count + self.index) as u64;
@@ -489,6 +495,22 @@ pub fn share_samples(
         .iter()
         .map(|&b| sizes[b])
         .sum()
+}
+
+/// Batches per epoch that every one of `world` ranks takes in a data-parallel run. Each rank
+/// reads share `rank` of `world` of the epoch (`Share`); the shares differ by up to a block, and
+/// by epoch, but NCCL needs every rank to make the same number of steps. A share always holds at
+/// least `num_blocks / world` blocks, so it holds at least the samples of that many of the
+/// smallest blocks: that, cut into whole batches, is the count, the same for every rank and every
+/// epoch. What a share holds beyond it (less than a block and a batch) is not trained on in that
+/// epoch, as a one-GPU run drops its last partial batch; the next epoch deals the blocks anew.
+/// With `world` 1 this is `batches_per_epoch` of the whole split.
+pub fn rank_batches(sizes: &[usize], world: usize, batch: usize) -> usize {
+    let world = world.max(1);
+    let mut s = sizes.to_vec();
+    s.sort_unstable();
+    let guaranteed: usize = s[..sizes.len() / world].iter().sum();
+    guaranteed / batch.max(1)
 }
 
 /// The order in which share `share` of an epoch streams the samples (`epoch_share`), as indices
@@ -960,6 +982,56 @@ mod tests {
             epoch_order(&sizes, &present, 7, 2)
         );
         assert!(Share::new(2, 2).is_err() && Share::new(0, 0).is_err());
+    }
+
+    /// Every rank can take `rank_batches` batches from its share in every epoch (so the ranks
+    /// step together), what is left over is under a block and a batch per rank, the count does
+    /// not depend on the seed or epoch, and one rank takes a one-GPU epoch.
+    #[test]
+    fn every_rank_takes_the_same_number_of_batches() {
+        let layouts: [Vec<usize>; 4] = [
+            vec![1024; 40],
+            [vec![1000; 37], vec![123]].concat(),
+            vec![7, 300, 5, 999, 64, 64, 2, 1000, 512, 13, 77],
+            vec![50; 3],
+        ];
+        for sizes in &layouts {
+            let total: usize = sizes.iter().sum();
+            let biggest = *sizes.iter().max().unwrap();
+            let uniform = sizes[..sizes.len() - 1].iter().all(|&b| b == sizes[0]);
+            assert_eq!(rank_batches(sizes, 1, 32), batches_per_epoch(total, 32));
+            for world in [2, 3, 4, 8] {
+                for batch in [1, 16, 100] {
+                    let n = rank_batches(sizes, world, batch);
+                    for seed in 0..5 {
+                        for epoch in 0..4 {
+                            for r in 0..world {
+                                let share = Share::new(r, world).unwrap();
+                                let held = share_samples(sizes, seed, epoch, true, share);
+                                assert!(n * batch <= held, "{sizes:?} {world} {batch}");
+                                // Balanced where the writer's blocks are (all full but the
+                                // last): a rank leaves out under a block, two when the blocks do
+                                // not deal evenly, and a batch.
+                                let uneven = usize::from(sizes.len() % world != 0);
+                                assert!(
+                                    !uniform || held - n * batch < biggest * (1 + uneven) + batch,
+                                    "{sizes:?} world {world} batch {batch}: {held} held, {n} batches"
+                                );
+                            }
+                        }
+                    }
+                    assert_eq!(n, rank_batches(sizes, world, batch));
+                }
+            }
+            // A one-reader epoch augments batch b as b; ranks never share a key.
+            assert_eq!(Share::ALL.batch_key(7), 7);
+            let keys: std::collections::HashSet<usize> = (0..3)
+                .flat_map(|r| (0..50).map(move |b| Share::new(r, 3).unwrap().batch_key(b)))
+                .collect();
+            assert_eq!(keys.len(), 150);
+            // More ranks than blocks: some rank has nothing, so no rank steps.
+            assert_eq!(rank_batches(sizes, sizes.len() + 1, 1), 0);
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::nn::{Aug, Backend, Model, ModelConfig, RawBatch};
 use crate::output::write_atomic;
 use crate::shard::{Dtype, Shape};
 use checkpoint::Cursor;
-use input::{mix, Data, Known, Layout, OnDamage, Source};
+use input::{mix, Data, EpochPlan, Known, Layout, OnDamage, Share, Source};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,11 @@ use std::time::Instant;
 /// Recipes written before `precision` was recorded ran in bfloat16 on a GPU.
 fn bf16() -> String {
     "bf16".into()
+}
+
+/// Recipes written before `world` was recorded ran in one process.
+fn one() -> usize {
+    1
 }
 
 /// The recipe. Saved as `config.json` in the run folder; `--resume` continues with it.
@@ -54,6 +59,10 @@ pub struct Recipe {
     #[serde(default = "bf16")]
     pub precision: String,
     pub skip_damaged: bool,
+    /// Ranks (GPUs) of a data-parallel run, 1 for one process. `--batch` is per rank, and each
+    /// rank reads its own share of the block order, so `--resume` needs the same number.
+    #[serde(default = "one")]
+    pub world: usize,
     /// Per-channel mean and std of the training split, from the manifest (or computed in one
     /// pass over column-major files without one).
     pub mean: Vec<f32>,
@@ -96,6 +105,9 @@ pub struct TrainOptions {
     pub quiet: bool,
     /// Stop after this many optimiser steps in this process (for tests of resuming).
     pub stop_after: Option<usize>,
+    /// This process's place in a data-parallel world (`dist::from_env`); `None` for one process.
+    /// `device` is then this rank's GPU.
+    pub world: Option<crate::dist::World>,
 }
 
 /// One line of `metrics.jsonl`.
@@ -169,6 +181,26 @@ pub(crate) fn augmentation(r: &Recipe, epoch: usize, b: usize, n: usize) -> Vec<
         .collect()
 }
 
+/// GPUs the CUDA driver sees, or why it cannot count them (no driver; a build without CUDA).
+///
+/// Test-only: `PREP_TEST_FAKE_GPUS=N` says N, so that a machine without a GPU can check what
+/// `--gpus` does with them up to the first use of a device (the ranks it starts fail there).
+pub fn gpu_count() -> std::result::Result<usize, String> {
+    if let Ok(n) = std::env::var("PREP_TEST_FAKE_GPUS") {
+        return n
+            .parse()
+            .map_err(|_| format!("PREP_TEST_FAKE_GPUS={n} is not a count"));
+    }
+    #[cfg(feature = "cuda")]
+    {
+        crate::nn::cuda::device_count()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err("this build of prep has no CUDA backend (built without the `cuda` feature)".into())
+    }
+}
+
 /// The backend named by `--device`: `cpu`, `cuda[:N]`, or `auto` (the first GPU when a driver
 /// and a device are there, else the CPU with a one-line notice).
 pub fn pick_device(device: &str, quiet: bool) -> Result<String> {
@@ -231,6 +263,9 @@ pub struct Trained {
 
 pub fn train(o: &TrainOptions) -> Result<Trained> {
     crate::mem::purge_freed_memory_at_once();
+    let world = o.world.as_ref().map_or(1, |w| w.size);
+    // Rank 0 alone writes the run folder; the other ranks only read (a checkpoint to resume).
+    let writer = o.world.as_ref().is_none_or(|w| w.rank == 0);
     let lock: Option<crate::lock::DirLock>;
     let (dir, recipe, resume_state) = match &o.resume {
         Some(dir) => {
@@ -240,11 +275,27 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     shown_path(&dir)
                 )));
             }
-            // One writer per run folder; held until this function returns.
-            lock = Some(crate::lock::lock_dir(dir)?);
+            // One writer per run folder (rank 0 of several); held until this function returns.
+            lock = if writer {
+                Some(crate::lock::lock_dir(dir)?)
+            } else {
+                None
+            };
             let cfg = dir.join("config.json");
-            let recipe: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
+            let mut recipe: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
                 .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
+            if recipe.world != world {
+                return Err(Error::Invalid(format!(
+                    "--resume {}: the run was trained by {} rank(s) (GPUs), this one has {world}; resume it with {} (each rank's share of the data and its batch depend on the number)",
+                    shown_path(dir),
+                    recipe.world,
+                    recipe.world
+                )));
+            }
+            if o.world.is_some() {
+                // Each rank's own GPU, not the one rank 0 recorded.
+                recipe.device = pick_device(&o.device, o.quiet)?;
+            }
             let state = checkpoint::load(&dir.join(checkpoint::FILE))?;
             (dir.clone(), recipe, Some(state))
         }
@@ -295,6 +346,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 },
                 device,
                 skip_damaged: o.skip_damaged,
+                world,
                 mean: data.mean.iter().map(|&v| v as f32).collect(),
                 std: data
                     .std
@@ -306,6 +358,10 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 layout: data.layout,
                 input_dtype: (data.layout == Layout::Colmajor).then_some(data.spec.dtype),
             };
+            if !writer {
+                let dir = o.out.clone().unwrap_or_default();
+                return run(o, &dir, &recipe, None, data);
+            }
             // One writer per run folder, taken before the folder is looked at; released (and the
             // folder removed if this run created it and left it empty) when this returns.
             let (dir, lock) = match &o.out {
@@ -420,11 +476,13 @@ pub struct HostFeed {
     epoch: usize,
     loader: Option<input::Loader>,
     damaged: Arc<Mutex<Vec<String>>>,
+    share: Share,
 }
 
 impl HostFeed {
     pub fn new(src: Arc<Source>, r: &Recipe, workers: usize) -> Self {
         HostFeed {
+            share: Share::ALL,
             per_epoch: input::batches_per_epoch(src.samples, r.batch),
             src,
             recipe: r.clone(),
@@ -439,6 +497,14 @@ impl HostFeed {
             damaged: Arc::new(Mutex::new(Vec::new())),
         }
     }
+
+    /// Read only share `share` of each epoch (a data-parallel rank): `input::rank_batches` of it.
+    pub fn for_rank(mut self, share: Share) -> Self {
+        self.per_epoch =
+            input::rank_batches(&self.src.block_sizes(), share.count, self.recipe.batch);
+        self.share = share;
+        self
+    }
 }
 
 impl<B: Backend> Feed<B> for HostFeed {
@@ -446,15 +512,20 @@ impl<B: Backend> Feed<B> for HostFeed {
         self.loader = None;
         self.epoch = epoch;
         self.damaged = Arc::new(Mutex::new(Vec::new()));
-        self.loader = Some(input::epoch(
+        self.loader = Some(input::epoch_share(
             self.src.clone(),
-            self.recipe.batch,
-            self.recipe.seed,
-            epoch,
-            start,
-            true,
+            EpochPlan {
+                batch: self.recipe.batch,
+                seed: self.recipe.seed,
+                epoch,
+                start,
+                shuffle: true,
+                keep_partial: false,
+                share: self.share,
+            },
             self.on_damage,
             self.workers,
+            None,
             self.damaged.clone(),
         ));
         Ok(())
@@ -484,7 +555,10 @@ impl<B: Backend> Feed<B> for HostFeed {
             labels: &batch.labels,
         };
         let (aug, pad) = if self.epoch < r.augment_epochs {
-            (augmentation(r, self.epoch, batch.index, n), r.crop_pad)
+            (
+                augmentation(r, self.epoch, self.share.batch_key(batch.index), n),
+                r.crop_pad,
+            )
         } else {
             (Vec::new(), 0)
         };
@@ -524,6 +598,8 @@ pub struct RunCtx<'a> {
     pub workers: usize,
     /// What the device and the input pipeline are, for the log and summary.json.
     pub device_desc: String,
+    /// This rank's share of each epoch (`Share::ALL` for one process); rank 0 writes the run.
+    pub share: Share,
 }
 
 fn run(
@@ -557,12 +633,32 @@ fn run(
             r.model.width
         )));
     }
-    let per_epoch = input::batches_per_epoch(train_src.samples, r.batch);
-    if per_epoch == 0 {
+    let share = match &o.world {
+        Some(w) => Share::new(w.rank, w.size)?,
+        None => Share::ALL,
+    };
+    if share.count > 1 && r.device == "cpu" {
         return Err(Error::Invalid(format!(
-            "the training split has {} samples, fewer than one batch of {}",
-            train_src.samples, r.batch
+            "the CPU backend trains in one process; a world of {} ranks needs a GPU for each (--device cuda)",
+            share.count
         )));
+    }
+    let per_epoch = input::rank_batches(&train_src.block_sizes(), share.count, r.batch);
+    if per_epoch == 0 {
+        return Err(Error::Invalid(if share.count > 1 {
+            format!(
+                "the training split has {} samples in {} blocks, too few for {} ranks at --batch {} (per GPU): each rank needs at least one batch from its share of the blocks",
+                train_src.samples,
+                train_src.num_blocks(),
+                share.count,
+                r.batch
+            )
+        } else {
+            format!(
+                "the training split has {} samples, fewer than one batch of {}",
+                train_src.samples, r.batch
+            )
+        }));
     }
     // Threads decoding blocks ahead: on the CPU two outpace any training step, and more would
     // only hold more blocks (the lookahead grows with them) as the thread count grows.
@@ -581,9 +677,10 @@ fn run(
         per_epoch,
         workers,
         device_desc: "cpu".into(),
+        share,
     };
     if r.device == "cpu" {
-        let feed = HostFeed::new(train_src, r, workers);
+        let feed = HostFeed::new(train_src, r, workers).for_rank(share);
         return run_on(Cpu::default(), Box::new(feed), ctx);
     }
     #[cfg(feature = "cuda")]
@@ -613,7 +710,12 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         per_epoch,
         workers,
         device_desc,
+        share,
     } = ctx;
+    let writer = share.index == 0;
+    // Rank 0 alone evaluates (its figures are the ones written); the others go on to the next
+    // step, where NCCL holds them until rank 0 joins.
+    let test_src = test_src.filter(|_| writer);
     let total_steps = per_epoch * r.epochs;
     let (mut model, mut cur) = match resume {
         Some((state, cur)) => {
@@ -634,7 +736,9 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         .filter_map(|l| serde_json::from_str(l).ok())
         .take(cur.epoch)
         .collect();
-    rewrite_metrics(&metrics_path, &history)?;
+    if writer {
+        rewrite_metrics(&metrics_path, &history)?;
+    }
     let ckpt = dir.join(checkpoint::FILE);
     let mut steps_here = 0;
     let mut peak_gpu = history.iter().map(|m| m.gpu_mem_bytes).max().unwrap_or(0);
@@ -679,7 +783,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
                 Err(e) if e.is_interrupted() => {
                     if steps_here > 0 {
                         flush(&mut be, &mut cur, t_seg)?;
-                        checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+                        save_state(writer, &ckpt, &model, &mut be, &cur)?;
                     }
                     return Err(e);
                 }
@@ -719,7 +823,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
                     && cur.batch < per_epoch)
             {
                 flush(&mut be, &mut cur, t_seg)?;
-                checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+                save_state(writer, &ckpt, &model, &mut be, &cur)?;
                 t_seg = Instant::now();
             }
             if stop {
@@ -730,6 +834,15 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             }
         }
         flush(&mut be, &mut cur, t_seg)?;
+        if share.count > 1 && cur.batch < per_epoch {
+            // The others would wait for this rank's next step for ever.
+            return Err(Error::Source(format!(
+                "rank {}: its share of epoch {} ran out after {} of its {per_epoch} batches (damaged blocks were skipped); with several GPUs every rank must take the same steps: repair the data (prep verify names the blocks)",
+                share.index,
+                epoch + 1,
+                cur.batch
+            )));
+        }
         if std::env::var("PREP_PROFILE").as_deref() == Ok("1") {
             eprintln!(
                 "host time this epoch: {t_feed:.3} s getting batches, {t_issue:.3} s issuing steps, {:.3} s training in all",
@@ -744,7 +857,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             Some(t) => match evaluate(&mut be, &mut model, r, t.clone(), workers) {
                 // The epoch's training is done: keep it, and test again on --resume.
                 Err(e) if e.is_interrupted() => {
-                    checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+                    save_state(writer, &ckpt, &model, &mut be, &cur)?;
                     return Err(e);
                 }
                 r => r?,
@@ -758,7 +871,8 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             test_loss,
             test_accuracy: test_acc,
             lr,
-            samples_per_sec: cur.seen as f64 / cur.train_seconds.max(1e-9),
+            // The world's rate: the ranks step together, each on its own batch.
+            samples_per_sec: (cur.seen * share.count as u64) as f64 / cur.train_seconds.max(1e-9),
             seconds: t_epoch.elapsed().as_secs_f64(),
             host_rss_bytes: crate::mem::rss_bytes(),
             gpu_mem_bytes: gpu_mem,
@@ -776,15 +890,23 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             );
         }
         history.push(m);
-        rewrite_metrics(&metrics_path, &history)?;
+        if writer {
+            rewrite_metrics(&metrics_path, &history)?;
+        }
         cur = Cursor {
             epoch: epoch + 1,
             batch: 0,
             step: cur.step,
             ..Default::default()
         };
-        checkpoint::save(&ckpt, &model.state(&mut be), &cur)?;
+        save_state(writer, &ckpt, &model, &mut be, &cur)?;
         last_eval = Some((test_loss, test_acc, confusion));
+    }
+    if !writer {
+        return Ok(Trained {
+            dir: dir.to_path_buf(),
+            summary: None,
+        });
     }
     let (test_loss, test_accuracy, confusion) = match last_eval {
         Some(e) => e,
@@ -842,6 +964,21 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         dir: dir.to_path_buf(),
         summary: Some(summary),
     })
+}
+
+/// A checkpoint, written by the writing rank only (rank 0; the one process of a plain run).
+fn save_state<B: Backend>(
+    writer: bool,
+    path: &Path,
+    model: &Model<B>,
+    be: &mut B,
+    cur: &Cursor,
+) -> Result<()> {
+    if writer {
+        checkpoint::save(path, &model.state(be), cur)
+    } else {
+        Ok(())
+    }
 }
 
 fn rewrite_metrics(path: &Path, history: &[EpochMetrics]) -> Result<()> {

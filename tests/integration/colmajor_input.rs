@@ -703,6 +703,7 @@ fn training_on_colmajor_equals_training_on_its_shards() {
         skip_damaged: false,
         quiet: true,
         stop_after: Some(13),
+        world: None,
     })
     .unwrap();
     let cur = prep::train::checkpoint::load(&stopped.join("checkpoint.safetensors"))

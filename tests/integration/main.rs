@@ -11,6 +11,7 @@ mod float;
 mod hostile;
 mod inspect;
 mod parts;
+mod ranks;
 mod scans;
 mod scans_series;
 mod synth;

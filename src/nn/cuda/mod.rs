@@ -14,6 +14,7 @@
 
 mod dnn;
 mod kernels;
+pub mod nccl;
 pub mod staging;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -133,9 +134,8 @@ pub fn mem_info() -> Result<(usize, usize), String> {
     dr::mem_get_info().map_err(|e| format!("cuMemGetInfo: {e:?}"))
 }
 
-/// Whether CUDA training can run on device `ordinal`: the driver, a device, NVRTC, cuBLAS and
-/// cuDNN. Ok(device name) or Err(why not), in words a user can act on.
-pub fn probe(ordinal: usize) -> Result<String, String> {
+/// GPUs the CUDA driver sees (after CUDA_VISIBLE_DEVICES); an error when there is no driver.
+pub fn device_count() -> Result<usize, String> {
     unsafe {
         if !sys::is_culib_present() {
             return Err("no NVIDIA driver found (libcuda.so could not be loaded)".into());
@@ -144,10 +144,17 @@ pub fn probe(ordinal: usize) -> Result<String, String> {
     dr::init().map_err(|e| format!("the CUDA driver did not start: {e:?}"))?;
     let count = CudaContext::device_count()
         .map_err(|e| format!("the CUDA driver found no devices: {e:?}"))?;
-    if count <= 0 {
+    Ok(count.max(0) as usize)
+}
+
+/// Whether CUDA training can run on device `ordinal`: the driver, a device, NVRTC, cuBLAS and
+/// cuDNN. Ok(device name) or Err(why not), in words a user can act on.
+pub fn probe(ordinal: usize) -> Result<String, String> {
+    let count = device_count()?;
+    if count == 0 {
         return Err("the CUDA driver reports no GPU".into());
     }
-    if ordinal >= count as usize {
+    if ordinal >= count {
         return Err(format!(
             "there is no GPU {ordinal}: the driver reports {count} (cuda:0 to cuda:{})",
             count - 1
@@ -214,6 +221,8 @@ impl Scratch {
 pub struct Cuda {
     // Fields drop in this order: buffers, ring and library handles before the streams, and the
     // context last.
+    /// The data-parallel world's communicator (`join_world`), if this is one of several ranks.
+    comm: Option<nccl::Comm>,
     stats: Buf,
     s: Scratch,
     ring: staging::Ring,
@@ -403,6 +412,7 @@ impl Cuda {
             graphs: std::env::var("PREP_PROFILE").as_deref() != Ok("1")
                 && std::env::var("PREP_NO_GRAPHS").as_deref() != Ok("1"),
             prof: (std::env::var("PREP_PROFILE").as_deref() == Ok("1")).then(Profile::default),
+            comm: None,
             _ctx: ctx,
             copy,
             k,
@@ -446,6 +456,19 @@ impl Cuda {
 
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Join a data-parallel world of `size` ranks as `rank` (`id`: rank 0's NCCL unique id):
+    /// from now on `all_reduce_grads` averages the gradients across the ranks. Returns once all
+    /// ranks have joined. Steps are no longer recorded as graphs: the collective runs directly.
+    pub fn join_world(&mut self, rank: usize, size: usize, id: &[u8]) -> Result<(), String> {
+        self._ctx
+            .bind_to_thread()
+            .map_err(|e| format!("making the CUDA context current: {e:?}"))?;
+        self.comm = Some(nccl::Comm::new(rank, size, id)?);
+        self.graphs = false;
+        self.drop_graph();
+        Ok(())
     }
 
     pub fn staging_kind(&self) -> staging::Kind {
@@ -1654,6 +1677,17 @@ impl Backend for Cuda {
         let lr_p = self.lr_buf.ptr;
         launch!(self, "sgd_multi", (gx, w.len() as u32), THREADS;
             t, lr_p, momentum, weight_decay);
+    }
+
+    fn all_reduce_grads(&mut self, g: &mut [Buf]) {
+        let Some(comm) = &self.comm else { return };
+        if self.err.is_some() {
+            return;
+        }
+        let t: Vec<(u64, usize)> = g.iter().map(|b| (b.ptr, b.len)).collect();
+        if let Err(e) = comm.average_f32(&t, self.stream.cu_stream()) {
+            self.fail(e);
+        }
     }
 
     fn begin_capture(&mut self) -> bool {
