@@ -76,8 +76,9 @@ def _current_cpu() -> int:
 def _worker_cpus(workers: int) -> Optional[List[int]]:
     """The CPUs for DataLoader workers that feed the GPU: those this process may use except the
     core the calling thread (the one that launches the training step) runs on, SMT siblings
-    included. A small model's step is bound by that thread's kernel launches: a worker's decode
-    thread on its core, or on the other half of it, slowed the whole loop by up to a quarter.
+    included. A small model's step is bound by that thread's kernel launches, so a worker
+    thread beside it takes time from the whole loop (on a 16-core H100 host: 0.915 against
+    0.859 of the data-on-GPU loop in one call, no difference in two others; BENCHMARKS.md).
     None (no restriction) where that would leave fewer CPUs than workers, or off Linux."""
     try:
         allowed = os.sched_getaffinity(0)
@@ -607,7 +608,7 @@ class DataLoader(torch.utils.data.DataLoader):
     thread that launches the training step. Without workers the dataset's pinned batches are copied on the current
     stream. ``reserve_core`` (with ``device`` and workers): the workers and their threads run
     on every CPU of this process but the core of the thread that iterates the loader (SMT
-    siblings included), so that the thread launching the GPU's work never waits for a CPU.
+    siblings included), so that the thread launching the GPU's work has a core of its own.
     """
 
     def __init__(self, dataset: ShardDataset, num_workers: int = 0,
