@@ -349,7 +349,9 @@ fn sigkill_leaves_only_what_a_rerun_cleans_up() {
     run(&strs(&long_synth(&reference)), 0);
     let out = t.path().join("out");
     let args = long_synth(&out);
-    let mut c = spawn(&strs(&args));
+    // Every block made 20 ms longer: the half-written shard's file stays long enough to be
+    // seen by a test polling every 2 ms on a loaded machine (without it, CI once missed it).
+    let mut c = spawn_slow(&strs(&args), 20);
     let tmp = out.join("train/train-00003.shard.tmp");
     wait_until(&mut c, "it was writing its fourth shard", || tmp.exists());
     c.kill().unwrap();
