@@ -134,6 +134,45 @@ extern "C" __global__ void bn_finalize(const float* part, int S, int c, long M,
     shift[ci] = fmaf(-sc, mean, beta[ci]);
 }
 
+// Synchronised batch norm (statistics over every rank's batch): each rank packs its sums about
+// zero in double precision (its own shift K differs from the other ranks'), with its row count,
+// as [sum x, sum x^2] per channel then M; NCCL adds the packs of all ranks; bn_sync_finalize
+// then does what bn_finalize does with the world's totals.
+extern "C" __global__ void bn_sync_pack(const float* part, int S, int c, long M, double* out) {
+    int ci = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (ci >= c) return;
+    double s1, s2;
+    part_sums(part, S, ci, &s1, &s2);
+    if ((threadIdx.x & 31) != 0) return;
+    double k = (double)part[(long)c * S * 2 + ci];
+    out[ci * 2] = s1 + M * k;
+    out[ci * 2 + 1] = s2 + 2 * k * s1 + M * k * k;
+    if (ci == 0) out[2 * c] = (double)M;
+}
+
+extern "C" __global__ void bn_sync_finalize(const double* tot, int c, const float* gamma,
+                                            const float* beta, float* mean_out,
+                                            float* invstd_out, float* rmean, float* rvar,
+                                            float momentum, float eps, float* scale,
+                                            float* shift) {
+    int ci = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ci >= c) return;
+    double M = tot[2 * c];
+    double m1 = tot[ci * 2] / M;
+    double var = tot[ci * 2 + 1] / M - m1 * m1;
+    if (var < 0) var = 0;
+    float mean = (float)m1;
+    float inv = (float)(1.0 / sqrt(var + (double)eps));
+    mean_out[ci] = mean;
+    invstd_out[ci] = inv;
+    double unbiased = M > 1 ? var * M / (M - 1) : var;
+    rmean[ci] = (1.f - momentum) * rmean[ci] + momentum * mean;
+    rvar[ci] = (1.f - momentum) * rvar[ci] + momentum * (float)unbiased;
+    float sc = gamma[ci] * inv;
+    scale[ci] = sc;
+    shift[ci] = fmaf(-sc, mean, beta[ci]);
+}
+
 extern "C" __global__ void bn_eval_prep(const float* gamma, const float* beta, const float* rmean,
                                         const float* rvar, float eps, float* scale, float* shift,
                                         int c) {
@@ -256,6 +295,36 @@ extern "C" __global__ void bn_bwd_finalize(const float* part, int S, int c, long
     coef[ci * 3] = gamma[ci] * is;
     coef[ci * 3 + 1] = (float)(s1 / M);
     coef[ci * 3 + 2] = (float)(s2 / M * is * is);
+}
+
+// Synchronised backward: this rank's [sum d, sum d (x - mean)] per channel and its M, packed in
+// double precision for NCCL to add across the ranks (mean is already the world's).
+extern "C" __global__ void bn_bwd_sync_pack(const float* part, int S, int c, long M,
+                                            double* out) {
+    int ci = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (ci >= c) return;
+    double s1, s2;
+    part_sums(part, S, ci, &s1, &s2);
+    if ((threadIdx.x & 31) != 0) return;
+    out[ci * 2] = s1;
+    out[ci * 2 + 1] = s2;
+    if (ci == 0) out[2 * c] = (double)M;
+}
+
+// dgamma and dbeta from this rank's sums (the gradient all-reduce averages them, as for every
+// weight); the coefficients of dx from the world's, as PyTorch's SyncBatchNorm does.
+extern "C" __global__ void bn_bwd_sync_finalize(const double* mine, const double* tot, int c,
+                                                const float* gamma, const float* invstd,
+                                                float* dgamma, float* dbeta, float* coef) {
+    int ci = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ci >= c) return;
+    double M = tot[2 * c];
+    float is = invstd[ci];
+    dbeta[ci] = (float)mine[ci * 2];
+    dgamma[ci] = (float)(mine[ci * 2 + 1] * is);
+    coef[ci * 3] = gamma[ci] * is;
+    coef[ci * 3 + 1] = (float)(tot[ci * 2] / M);
+    coef[ci * 3 + 2] = (float)(tot[ci * 2 + 1] / M * is * is);
 }
 
 // dx, and with a fused sum (out) the masked gradient that its other operand receives (dres).

@@ -345,11 +345,20 @@ if has dist; then
     echo "== several GPUs: --gpus 1, then 2 ranks (--gpus 2 and torchrun-style variables), a rank killed mid-epoch"
     synth dist 16384 3x32x32 2048
     ok() { [ "$1" = 0 ] && echo ok || echo FAIL; }
-    cmp_w() { python3 scripts/compare-weights.py "$WORK/$1/checkpoint.safetensors" "$WORK/$2/checkpoint.safetensors" --rtol "$3"; }
+    cmp_w() { python3 scripts/compare-weights.py "$WORK/$1/checkpoint.safetensors" "$WORK/$2/checkpoint.safetensors" --rtol "$3" "${@:4}"; }
     rm -rf "$WORK/dist-g1"
     "$PREP" train "$WORK/dist" --gpus 1 --epochs 1 --batch 256 --out "$WORK/dist-g1" >"$LOGS/dist-g1.log" 2>&1
     rc=$?
     row "--gpus 1: one epoch" "exit $rc, accuracy $(json "$WORK/dist-g1/summary.json" "['test_accuracy']")" "$(ok $rc)"
+    # --sync-bn on one GPU: its own kernels (no all-reduce with one rank), the same training.
+    [ -f "$WORK/dist-b16/manifest.json" ] || "$PREP" synth --train 4096 --test 1024 --shape 3x32x32 \
+        --block-samples 16 --out "$WORK/dist-b16" --quiet 2>&1 | tail -1
+    for r in dist-sync-g1 dist-plain-g1; do rm -rf "$WORK/$r"; done
+    one=(--device cuda:0 --epochs 1 --no-augment --seed 5 --precision f32 --memory device --batch 256 --lr 0.2)
+    "$PREP" train "$WORK/dist-b16" --sync-bn "${one[@]}" --out "$WORK/dist-sync-g1" >"$LOGS/dist-sync-g1.log" 2>&1
+    "$PREP" train "$WORK/dist-b16" "${one[@]}" --out "$WORK/dist-plain-g1" >"$LOGS/dist-plain-g1.log" 2>&1
+    c=$(cmp_w dist-sync-g1 dist-plain-g1 1e-3 --running); rc=$?
+    row "--sync-bn on 1 GPU = plain batch norm" "$(echo "$c" | cut -c1-60)" "$(ok $rc)"
     NG=$(nvidia-smi -L | wc -l)
     if [ "$NG" -lt 2 ]; then
         row "dist: 2-rank checks" "needs 2 GPUs, this host has $NG" "-"
@@ -371,14 +380,25 @@ if has dist; then
         wait
         c=$(cmp_w dist-2r dist-tr 1e-5); rc=$?
         row "torchrun-style variables = --gpus 2: weights" "$(echo "$c" | cut -c1-60)" "$(ok $rc)"
-        # One rank at batch 256 sees the same samples per step only up to the ranks' shares (each
-        # rank reads its own blocks) and normalises over 256 samples where each rank's batch norm
-        # sees 128: the weights are close, not equal. A figure, not a pass/fail.
+        # Per-rank batch norm (the default) normalises over 128 samples where one rank at batch
+        # 256 normalises over 256, and the default blocks put other samples in a step: the
+        # weights are close, not equal. A figure, not a pass/fail.
         "$PREP" train "$WORK/dist" --device cuda:0 --batch 256 "${common[@]}" --out "$WORK/dist-1r" >"$LOGS/dist-1r.log" 2>&1
         c=$(cmp_w dist-2r dist-1r 1e9)
         row "2 ranks x 128 against 1 rank x 256: weights" "$(echo "$c" | cut -c1-60)" "-"
         a2=$(json "$WORK/dist-2r/summary.json" "['test_accuracy']"); a1=$(json "$WORK/dist-1r/summary.json" "['test_accuracy']")
         row "2 ranks / 1 rank test accuracy" "$a2 / $a1" "-"
+        # Acceptance 1: with 16-sample blocks a rank's batch of 128 is one shuffle window (8
+        # blocks), so step s of 2 ranks x 128 reads the samples of step s of 1 rank x 256
+        # (input::tests::ranks_step_the_samples_of_one_rank_at_their_summed_batch), and with
+        # --sync-bn both normalise over those 256: 16 steps agree to float32 rounding.
+        for r in dist-sync-2r dist-sync-1r; do rm -rf "$WORK/$r"; done
+        "$PREP" train "$WORK/dist-b16" --gpus 2 --batch 128 --sync-bn --lr 0.2 "${common[@]}" \
+            --out "$WORK/dist-sync-2r" >"$LOGS/dist-sync-2r.log" 2>&1
+        "$PREP" train "$WORK/dist-b16" --device cuda:0 --batch 256 --lr 0.2 "${common[@]}" \
+            --out "$WORK/dist-sync-1r" >"$LOGS/dist-sync-1r.log" 2>&1
+        c=$(cmp_w dist-sync-2r dist-sync-1r 1e-3 --running); rc=$?
+        row "--sync-bn 2 ranks x 128 = 1 rank x 256" "$(echo "$c" | cut -c1-60)" "$(ok $rc)"
 
         # A rank killed mid-epoch: through the launcher, and through the variables (where the
         # other rank's watcher, not the launcher, ends it). Both then resume with --gpus 2.

@@ -367,6 +367,11 @@ pub struct TrainArgs {
     /// Set by `--gpus N` on the processes it starts (each one rank of the world).
     #[arg(long, hide = true)]
     pub rank_of_gpus: bool,
+    /// Batch-norm statistics over every rank's batch (as PyTorch's SyncBatchNorm), for small
+    /// per-GPU batches; by default each rank normalises by its own batch, as PyTorch DDP does.
+    /// Costs two small all-reduces per batch-norm layer and step; no effect with one GPU.
+    #[arg(long, conflicts_with = "resume")]
+    pub sync_bn: bool,
     /// Input pipeline on the GPU: device (split held in GPU memory), stream (pinned ring, copies
     /// overlapped), managed (ring of managed memory), or auto (device when the split fits half of
     /// the free GPU memory, else stream). The CPU backend streams.

@@ -89,6 +89,7 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         quiet,
         stop_after: None,
         world: world.clone(),
+        sync_bn: a.sync_bn,
     };
     let what = match (&a.resume, &a.data) {
         (Some(r), _) => format!("resuming {}", shown_path(&r)),

@@ -45,6 +45,7 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         Kind::Pinned
     };
     let mut be = Cuda::new(ordinal, prec, kind).map_err(dev_err)?;
+    be.set_sync_bn(r.sync_bn);
     // A rank of several joins the others before anything is timed: NCCL's id from rank 0
     // through the rendezvous, then the communicator. The joined world stays open as the ranks'
     // liveness until this function returns.
@@ -410,6 +411,7 @@ mod tests {
             precision: "bf16".into(),
             skip_damaged: false,
             world: 1,
+            sync_bn: false,
             mean: ds.manifest.mean.iter().map(|&v| v as f32).collect(),
             std: ds.manifest.std.iter().map(|&v| v as f32).collect(),
             classes: ds.manifest.classes.clone(),
@@ -507,6 +509,7 @@ mod tests {
             quiet: true,
             stop_after,
             world: None,
+            sync_bn: false,
         };
         let weights =
             |out: &str| checkpoint::load(&t.path().join(out).join(checkpoint::FILE)).unwrap();

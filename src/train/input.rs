@@ -984,6 +984,48 @@ mod tests {
         assert!(Share::new(2, 2).is_err() && Share::new(0, 0).is_err());
     }
 
+    /// When a rank's batch is one whole window (`WINDOW_BLOCKS` blocks), step s of W ranks reads
+    /// the same samples as step s of one rank at W times the batch, in another order: with
+    /// synchronised batch norm the two runs train alike (the GPU script's `dist` stage compares
+    /// their weights).
+    #[test]
+    fn ranks_step_the_samples_of_one_rank_at_their_summed_batch() {
+        let block = 16;
+        let sizes = vec![block; 160];
+        let present = vec![true; sizes.len()];
+        for world in [2, 4] {
+            for epoch in 0..3 {
+                let batch = WINDOW_BLOCKS * block;
+                let one = share_order(&sizes, &present, 5, epoch, true, Share::ALL);
+                let ranks: Vec<Vec<u32>> = (0..world)
+                    .map(|r| {
+                        share_order(
+                            &sizes,
+                            &present,
+                            5,
+                            epoch,
+                            true,
+                            Share::new(r, world).unwrap(),
+                        )
+                    })
+                    .collect();
+                let steps = rank_batches(&sizes, world, batch);
+                assert_eq!(steps, sizes.len() / world / WINDOW_BLOCKS);
+                for s in 0..steps {
+                    let mut a: Vec<u32> = ranks
+                        .iter()
+                        .flat_map(|o| o[s * batch..(s + 1) * batch].iter().copied())
+                        .collect();
+                    let mut b = one[s * batch * world..(s + 1) * batch * world].to_vec();
+                    assert_ne!(a, b, "the orders within a step differ");
+                    a.sort_unstable();
+                    b.sort_unstable();
+                    assert_eq!(a, b, "{world} ranks, epoch {epoch}, step {s}");
+                }
+            }
+        }
+    }
+
     /// Every rank can take `rank_batches` batches from its share in every epoch (so the ranks
     /// step together), what is left over is under a block and a batch per rank, the count does
     /// not depend on the seed or epoch, and one rank takes a one-GPU epoch.

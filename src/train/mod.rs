@@ -63,6 +63,9 @@ pub struct Recipe {
     /// rank reads its own share of the block order, so `--resume` needs the same number.
     #[serde(default = "one")]
     pub world: usize,
+    /// Batch-norm statistics over all ranks' batches (`--sync-bn`) rather than each rank's own.
+    #[serde(default)]
+    pub sync_bn: bool,
     /// Per-channel mean and std of the training split, from the manifest (or computed in one
     /// pass over column-major files without one).
     pub mean: Vec<f32>,
@@ -108,6 +111,8 @@ pub struct TrainOptions {
     /// This process's place in a data-parallel world (`dist::from_env`); `None` for one process.
     /// `device` is then this rank's GPU.
     pub world: Option<crate::dist::World>,
+    /// Synchronised batch norm across the ranks (`--sync-bn`).
+    pub sync_bn: bool,
 }
 
 /// One line of `metrics.jsonl`.
@@ -347,6 +352,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 device,
                 skip_damaged: o.skip_damaged,
                 world,
+                sync_bn: o.sync_bn,
                 mean: data.mean.iter().map(|&v| v as f32).collect(),
                 std: data
                     .std

@@ -704,6 +704,7 @@ fn training_on_colmajor_equals_training_on_its_shards() {
         quiet: true,
         stop_after: Some(13),
         world: None,
+        sync_bn: false,
     })
     .unwrap();
     let cur = prep::train::checkpoint::load(&stopped.join("checkpoint.safetensors"))

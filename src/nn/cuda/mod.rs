@@ -200,6 +200,8 @@ struct Scratch {
     dwpk: Buf,
     workspace: Buf,
     idx: Buf,
+    /// Synchronised batch norm's packed sums: this rank's, then the world's (doubles).
+    sync: Buf,
 }
 
 impl Scratch {
@@ -214,6 +216,7 @@ impl Scratch {
             dwpk: e(Dt::Bf16),
             workspace: e(Dt::U8),
             idx: e(Dt::U32),
+            sync: e(Dt::F32),
         }
     }
 }
@@ -244,6 +247,8 @@ pub struct Cuda {
     /// Bumped whenever a buffer moves: a graph recorded before holds stale addresses.
     generation: u64,
     graphs: bool,
+    /// Batch-norm statistics over the whole world's batch (`set_sync_bn`).
+    sync_bn: bool,
     /// The pointer tables of `sgd_step_many`, by content.
     sgd_tables: Vec<(Vec<u64>, Buf)>,
     /// With PREP_PROFILE=1: GPU time per kernel, measured with events around each launch.
@@ -405,6 +410,7 @@ impl Cuda {
         let cs = stream.cu_stream();
         let mut me = Cuda {
             sgd_tables: Vec::new(),
+            sync_bn: false,
             lr_buf: Buf::unallocated(Dt::F32, cs),
             graph: None,
             capturing: false,
@@ -469,6 +475,23 @@ impl Cuda {
         self.graphs = false;
         self.drop_graph();
         Ok(())
+    }
+
+    /// Batch norm in training takes its statistics over every rank's batch, as PyTorch's
+    /// SyncBatchNorm (two small all-reduces per layer and step); off, each rank normalises by
+    /// its own batch, as PyTorch DDP does by default. With one rank both compute the same.
+    pub fn set_sync_bn(&mut self, on: bool) {
+        self.sync_bn = on;
+    }
+
+    /// The world's sum of the `len` doubles at `mine` into `tot` (just `mine` with one rank):
+    /// returns where the totals are.
+    fn sum_over_world(&mut self, mine: u64, tot: u64, len: usize) -> u64 {
+        let Some(comm) = &self.comm else { return mine };
+        if let Err(e) = comm.sum_f64(mine, tot, len, self.stream.cu_stream()) {
+            self.fail(e);
+        }
+        tot
     }
 
     pub fn staging_kind(&self) -> staging::Kind {
@@ -1249,17 +1272,28 @@ impl Backend for Cuda {
             && self.ensure(saved_invstd, c, Dt::F32)
             && self.ensure(&mut s.part, c * gd.stats * 2 + c, Dt::F32)
             && self.ensure(&mut s.scale, c, Dt::F32)
-            && self.ensure(&mut s.shift, c, Dt::F32);
+            && self.ensure(&mut s.shift, c, Dt::F32)
+            && (!self.sync_bn || self.ensure(&mut s.sync, 4 * (2 * c + 1), Dt::F32));
         if ok {
             y.act = Some(Nhwc::of(n, c, hw));
             let sfx = format!("{}_v{}", dt.suffix(), gd.v);
             let (sp, gb) = (gd.stats as i32, gd.gb as i32);
             launch!(self, &format!("bn_stats_{sfx}"), (gd.stats as u32, gd.cb as u32), BN_THREADS;
                 x.ptr, s.part.ptr, m as i64, c as i32, sp, gb);
-            launch!(self, "bn_finalize", (blocks(c * 32, THREADS), 1), THREADS;
-                s.part.ptr, sp, c as i32, m as i64, gamma.ptr, beta.ptr,
-                saved_mean.ptr, saved_invstd.ptr, running_mean.ptr, running_var.ptr,
-                0.1f32, 1e-5f32, s.scale.ptr, s.shift.ptr);
+            if self.sync_bn {
+                let (mine, tot) = (s.sync.ptr, s.sync.ptr + 8 * (2 * c + 1) as u64);
+                launch!(self, "bn_sync_pack", (blocks(c * 32, THREADS), 1), THREADS;
+                    s.part.ptr, sp, c as i32, m as i64, mine);
+                let tot = self.sum_over_world(mine, tot, 2 * c + 1);
+                launch!(self, "bn_sync_finalize", (blocks(c, THREADS), 1), THREADS;
+                    tot, c as i32, gamma.ptr, beta.ptr, saved_mean.ptr, saved_invstd.ptr,
+                    running_mean.ptr, running_var.ptr, 0.1f32, 1e-5f32, s.scale.ptr, s.shift.ptr);
+            } else {
+                launch!(self, "bn_finalize", (blocks(c * 32, THREADS), 1), THREADS;
+                    s.part.ptr, sp, c as i32, m as i64, gamma.ptr, beta.ptr,
+                    saved_mean.ptr, saved_invstd.ptr, running_mean.ptr, running_var.ptr,
+                    0.1f32, 1e-5f32, s.scale.ptr, s.shift.ptr);
+            }
             launch!(self, &format!("bn_apply_{sfx}"), (gd.apply as u32, gd.cb as u32), BN_THREADS;
                 x.ptr, s.scale.ptr, s.shift.ptr, 0u64, y.ptr, m as i64, c as i32,
                 gd.apply as i32, gb, relu as i32);
@@ -1333,7 +1367,8 @@ impl Backend for Cuda {
             && self.ensure(dgamma, c, Dt::F32)
             && self.ensure(dbeta, c, Dt::F32)
             && self.ensure(&mut s.part, c * gd.stats * 2 + c, Dt::F32)
-            && self.ensure(&mut s.coef, 3 * c, Dt::F32);
+            && self.ensure(&mut s.coef, 3 * c, Dt::F32)
+            && (!self.sync_bn || self.ensure(&mut s.sync, 4 * (2 * c + 1), Dt::F32));
         if ok {
             dx.act = Some(Nhwc::of(n, c, hw));
             let sfx = format!("{}_v{}", dt.suffix(), gd.v);
@@ -1342,8 +1377,18 @@ impl Backend for Cuda {
             launch!(self, &format!("bn_bwd_stats_{sfx}"), (gd.stats as u32, gd.cb as u32),
                 BN_THREADS; x.ptr, dy.ptr, 0u64, gp, bp, mp, ip, relu, s.part.ptr, m as i64,
                 c as i32, sp, gb);
-            launch!(self, "bn_bwd_finalize", (blocks(c * 32, THREADS), 1), THREADS;
-                s.part.ptr, sp, c as i32, m as i64, gp, ip, dgamma.ptr, dbeta.ptr, s.coef.ptr);
+            if self.sync_bn {
+                let (mine, tot) = (s.sync.ptr, s.sync.ptr + 8 * (2 * c + 1) as u64);
+                launch!(self, "bn_bwd_sync_pack", (blocks(c * 32, THREADS), 1), THREADS;
+                    s.part.ptr, sp, c as i32, m as i64, mine);
+                let tot = self.sum_over_world(mine, tot, 2 * c + 1);
+                launch!(self, "bn_bwd_sync_finalize", (blocks(c, THREADS), 1), THREADS;
+                    mine, tot, c as i32, gp, ip, dgamma.ptr, dbeta.ptr, s.coef.ptr);
+            } else {
+                launch!(self, "bn_bwd_finalize", (blocks(c * 32, THREADS), 1), THREADS;
+                    s.part.ptr, sp, c as i32, m as i64, gp, ip, dgamma.ptr, dbeta.ptr,
+                    s.coef.ptr);
+            }
             launch!(self, &format!("bn_bwd_apply_{sfx}"), (gd.apply as u32, gd.cb as u32),
                 BN_THREADS; x.ptr, dy.ptr, 0u64, gp, bp, mp, ip, relu, s.coef.ptr, dx.ptr, 0u64,
                 m as i64, c as i32, gd.apply as i32, gb);

@@ -98,6 +98,32 @@ impl Comm {
     }
 }
 
+impl Comm {
+    /// `recv` = the sum over the ranks of each rank's `send` (`len` doubles), on `stream`: the
+    /// statistics of synchronised batch norm.
+    pub fn sum_f64(
+        &self,
+        send: u64,
+        recv: u64,
+        len: usize,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), String> {
+        unsafe {
+            result::all_reduce(
+                send as *const std::ffi::c_void,
+                recv as *mut std::ffi::c_void,
+                len,
+                sys::ncclDataType_t::ncclFloat64,
+                sys::ncclRedOp_t::ncclSum,
+                self.comm,
+                stream as sys::cudaStream_t,
+            )
+        }
+        .map(|_| ())
+        .map_err(|e| format!("NCCL: all-reduce of batch-norm statistics: {e:?}"))
+    }
+}
+
 impl Drop for Comm {
     fn drop(&mut self) {
         // Abort rather than destroy: destroy waits for operations that a dead peer never ends.

@@ -739,6 +739,38 @@ fn shape_sweep_ops_match_the_cpu() {
     shape_sweep(Precision::Bf16, 8e-3, 1e-2);
 }
 
+/// Synchronised batch norm (`--sync-bn`) with one rank computes what batch norm does: its own
+/// kernels (sums packed about zero in double precision, then finalised from the totals) against
+/// the CPU, forward, backward and evaluation, on both channel layouts the kernels take (8 and 1
+/// channels a thread) and on values far from zero.
+#[test]
+fn synchronised_batch_norm_matches_the_cpu() {
+    for (prec, tol) in [(Precision::F32, 1e-5), (Precision::Bf16, 8e-3)] {
+        let Some(mut g) = gpu(prec, Kind::Pinned) else {
+            return;
+        };
+        g.set_sync_bn(true);
+        let mut c = Cpu::default();
+        let mut rng = Rng(23);
+        let mut t = Cmp {
+            g: &mut g,
+            c: &mut c,
+            rng: &mut rng,
+            prec,
+            tol,
+            conv_tol: tol,
+        };
+        for (n, ch, hw, offset) in [(8, 32, 49, 0.0), (3, 13, 97, 0.0), (4, 64, 16, 40.0)] {
+            let xv = t.act(n * ch * hw);
+            let xv = t.round(xv.iter().map(|v| 3.0 * v + offset).collect());
+            let x = t.g.upload_act(&xv, [n, ch, hw, 1]);
+            let what = format!("sync-bn {prec:?} offset {offset}");
+            t.bn_relu(&what, &x, &xv, n, ch, hw);
+        }
+        g.status().unwrap();
+    }
+}
+
 #[test]
 fn gradients_match_finite_differences_on_the_gpu() {
     let Some(mut g) = gpu(Precision::F32, Kind::Pinned) else {
