@@ -13,6 +13,8 @@ batch on the GPU) is fed three ways:
               arrive on the GPU): prep train's order, every block checked;
   (a'') prep-shared: (a) with reserve_core=False: the workers may run on the core of the
               thread that launches the steps (for comparison; not a default);
+  (a''') prep-poll: (a) with the workers polling for a free slot every 0.2 ms (prep.torch
+              before its naps lengthened up to 2 ms; for comparison);
   (a') prep-pinned: the same with pinned CPU tensors (pin_memory=True, the DataLoader's
               own pinning thread) copied by the loop, as a torch DataLoader is usually used;
   (b) device: the whole split in GPU memory, batches gathered there by a random permutation
@@ -298,6 +300,15 @@ def main():
     def run(mode, epoch):
         if mode == "device":
             return timed(feed_device(x, y, a.batch, epoch), trainer, a.warmup, steps, False)
+        if mode == "prep-poll":
+            # (a) with the workers waiting for a free slot as before 2026-11-24: a 0.2 ms nap,
+            # never longer (forked workers take the module's values with them).
+            naps = pt._FIRST_NAP, pt._MAX_NAP
+            pt._FIRST_NAP = pt._MAX_NAP = 0.0002
+            try:
+                return run("prep", epoch)
+            finally:
+                pt._FIRST_NAP, pt._MAX_NAP = naps
         if mode in ("prep", "prep-shared", "prep-pinned"):
             loader = feed_prep(a, epoch, mode != "prep-pinned", mode != "prep-shared")
             assert len(loader) == per_epoch, (len(loader), per_epoch)

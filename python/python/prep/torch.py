@@ -358,6 +358,10 @@ class ShardDataset(torch.utils.data.IterableDataset):
 
 
 _RING_TAG = "prep-ring"
+# A worker waiting for a free slot naps 0.1 ms, then twice as long each time, up to 2 ms: a slot
+# of a ring several batches deep is refilled long before the loop reaches it.
+_FIRST_NAP = 0.0001
+_MAX_NAP = 0.002
 # The ring's size where batches are small: up to 256 MiB, at most 16 batches a worker.
 _RING_BYTES = 256 << 20
 _RING_MAX_SLOTS = 16
@@ -419,14 +423,19 @@ class _RingMap:
         """Wait until the main process's GPU has copied the slot out; False if the ring was
         closed (the loop stopped early, or failed) or the main process is gone."""
         i = worker * self.layout.slots + slot
-        naps = 0
+        nap, napped = _FIRST_NAP, 0.0
         while self.state[i] != 0:
             if self.closed():
                 return False
-            naps += 1
-            if naps % 4096 == 0 and os.getppid() != self.parent:
-                return False
-            time.sleep(0.0002)
+            if napped > 1.0:
+                if os.getppid() != self.parent:
+                    return False
+                napped = 0.0
+            time.sleep(nap)
+            napped += nap
+            # A full ring is the usual state (the workers are ahead): the naps lengthen so that
+            # waiting workers do not wake thousands of times a second beside the training loop.
+            nap = min(2 * nap, _MAX_NAP)
         return True
 
     def fill(self, worker: int, slot: int, n: int) -> None:
