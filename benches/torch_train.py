@@ -8,10 +8,19 @@ bf16 autocast, channels-last, cudnn.benchmark, SGD with Nesterov momentum 0.9 an
 5e-4, cross-entropy with label smoothing 0.1. Each step normalises a uint8 batch gathered from a
 dataset held in GPU memory (as `prep train --memory device` does), without crop or flip, which
 only spares PyTorch work.
+
+Under torchrun (WORLD_SIZE set) it is PyTorch DDP: one process per GPU (LOCAL_RANK), the model
+wrapped in DistributedDataParallel (NCCL, bucketed all-reduce overlapped with the backward pass,
+batch norm per rank), --batch per GPU, each rank with its own data on its GPU; rank 0 prints the
+world's samples/s:
+
+    python3 -m torch.distributed.run --standalone --nproc_per_node 2 benches/torch_train.py \
+        --model resnet18 --shape 3x224x224 --batch 256
 """
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -59,10 +68,21 @@ def main():
     a = ap.parse_args()
     c, h, w = (int(v) for v in a.shape.split("x"))
     torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda")
-    torch.manual_seed(0)
+    world, rank = int(os.environ.get("WORLD_SIZE", "0")), int(os.environ.get("RANK", "0"))
+    if world:
+        import torch.distributed as dist
+
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cuda")
+    torch.manual_seed(rank)
     model = small(c, a.classes) if a.model == "small" else resnet18(c, h, w, a.classes)
     model = model.to(dev).to(memory_format=torch.channels_last)
+    if world:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
     data = torch.randint(0, 256, (a.samples, c, h, w), dtype=torch.uint8, device=dev)
     labels = torch.randint(0, a.classes, (a.samples,), device=dev)
@@ -98,18 +118,28 @@ def main():
             torch.cuda.synchronize()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90))
         return
+    if world:
+        dist.barrier()
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     for i in range(a.steps):
         loss = step(*batch(i))
     torch.cuda.synchronize()
+    if world:
+        dist.barrier()
     dt = time.perf_counter() - t0
-    print(json.dumps({
-        "framework": "pytorch " + torch.__version__ + (" compile" if a.compile else " eager"),
-        "model": a.model, "shape": a.shape, "batch": a.batch, "steps": a.steps,
-        "samples_per_sec": round(a.batch * a.steps / dt, 1),
-        "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated(),
-        "loss": float(loss),
-    }), flush=True)
+    if rank == 0:
+        print(json.dumps({
+            "framework": "pytorch " + torch.__version__ + (" compile" if a.compile else " eager")
+            + (f" DDP x{world}" if world else ""),
+            "model": a.model, "shape": a.shape, "batch": a.batch, "steps": a.steps,
+            "world": max(world, 1),
+            "samples_per_sec": round(max(world, 1) * a.batch * a.steps / dt, 1),
+            "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated(),
+            "loss": float(loss.detach()),
+        }), flush=True)
+    if world:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ PREP=$BIN/prep
 FM_RAW=${FM_RAW:-.dev/fm}
 LOGS=${LOGS:-${OUT:-/tmp/gpu-check}}
 WORK=${WORK:-/tmp/prep-gpu}
-STAGES=${STAGES:-"tests fmnist fmnist128 fmnist_resnet sweep speed stream224 modes memory sanitizer dist"}
+STAGES=${STAGES:-"tests fmnist fmnist128 fmnist_resnet sweep speed stream224 modes memory sanitizer dist scaling"}
 mkdir -p "$LOGS" "$WORK"
 ROWS=()
 # Each row is printed as it comes (a call cut off at its time limit keeps them) and again in the
@@ -436,6 +436,51 @@ if has dist; then
         }
         killed dist-kill gpus
         killed dist-kill-vars vars
+    fi
+fi
+
+if has scaling; then
+    # Issue 12, acceptance 2: samples/s on 1, 2 (and 4) GPUs of prep train --gpus N and of
+    # PyTorch DDP (benches/torch_train.py under torchrun: same model, bf16, channels-last, data on
+    # each GPU), same call; then accuracy after the same epochs on 1 and 2 GPUs (same global batch).
+    echo "== data-parallel scaling against PyTorch DDP"
+    NG=$(nvidia-smi -L | wc -l)
+    synth sc224 8192 3x224x224 512
+    synth sc128 16384 3x128x128 512
+    synth sc32 131072 3x32x32 2048
+    best() { python3 -c "import json; print(max(json.loads(l)['samples_per_sec'] for l in open('$1')))" 2>/dev/null || echo nan; }
+    for cfg in "resnet18 sc224 3x224x224 256 1.95 40" "small sc128 3x128x128 256 1.95 100" "small sc32 3x32x32 512 1.8 400"; do
+        set -- $cfg
+        declare -A P=() T=()
+        for g in 1 2 4; do
+            [ "$g" -le "$NG" ] || continue
+            rm -rf "$WORK/sc-$g"
+            "$PREP" train "$WORK/$2" --gpus "$g" --model "$1" --epochs 3 --batch "$4" --memory device \
+                --out "$WORK/sc-$g" >"$LOGS/scaling-$1-$3-g$g.log" 2>&1
+            P[$g]=$(best "$WORK/sc-$g/metrics.jsonl")
+            T[$g]=$(timeout 300 python3 -m torch.distributed.run --standalone --nproc_per_node "$g" \
+                benches/torch_train.py --model "$1" --shape "$3" --batch "$4" --steps "$6" 2>"$LOGS/ddp-$1-$3-g$g.log" |
+                python3 -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['samples_per_sec'])" || echo nan)
+            row "$1 $3 b$4, $g GPU: prep / DDP samples/s" "$(printf %.0f "${P[$g]}") / $(printf %.0f "${T[$g]}")" "-"
+        done
+        for g in 2 4; do
+            [ "$g" -le "$NG" ] || { [ "$g" = 2 ] && row "$1 $3: 2-GPU scaling" "needs 2 GPUs, this host has $NG" "-"; continue; }
+            goal=$([ "$g" = 2 ] && echo "$5" || echo 3.5)
+            r=$(python3 -c "print(f'{${P[$g]} / ${P[1]}:.3f} / {${T[$g]} / ${T[1]}:.3f}')")
+            ok=$(python3 -c "print('ok' if ${P[$g]} / ${P[1]} >= $goal and ${P[$g]} > ${T[$g]} else 'FAIL')")
+            row "$1 $3: $g/1 GPU speed-up prep / DDP (goal $goal)" "$r" "$ok"
+        done
+        unset P T
+    done
+    if [ "$NG" -ge 2 ]; then
+        for g in 1 2; do
+            rm -rf "$WORK/acc-$g"
+            "$PREP" train "$WORK/sc32" --gpus "$g" --epochs 5 --batch $((512 / g)) --memory device \
+                --out "$WORK/acc-$g" >"$LOGS/scaling-accuracy-g$g.log" 2>&1
+        done
+        a1=$(json "$WORK/acc-1/summary.json" "['test_accuracy']"); a2=$(json "$WORK/acc-2/summary.json" "['test_accuracy']")
+        row "small 3x32x32, 5 epochs, global batch 512: accuracy 1 / 2 GPUs" "$a1 / $a2" \
+            "$(python3 -c "print('ok' if abs($a1 - $a2) <= 0.005 else 'FAIL')" 2>/dev/null || echo FAIL)"
     fi
 fi
 
