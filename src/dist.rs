@@ -2,7 +2,8 @@
 //! they find each other.
 //!
 //! A world comes from the launcher's variables: torchrun's `WORLD_SIZE`/`RANK`/`LOCAL_RANK`/
-//! `MASTER_ADDR`/`MASTER_PORT`, or Slurm's `SLURM_NTASKS`/`SLURM_PROCID`/`SLURM_LOCALID` (with
+//! `MASTER_ADDR`/`MASTER_PORT` (a Kubernetes indexed Job's `JOB_COMPLETION_INDEX` standing in for
+//! `RANK`), or, in an srun step, Slurm's `SLURM_NTASKS`/`SLURM_PROCID`/`SLURM_LOCALID` (with
 //! `MASTER_ADDR`/`MASTER_PORT` from the batch script, or a rendezvous file). `prep train --gpus N`
 //! sets torchrun's variables for the processes it starts, so there is one code path.
 //!
@@ -243,7 +244,7 @@ pub fn from_env(
             // exist only once srun starts them, and a rank would wait for them in vain.
             if size > 1 {
                 return Err(format!(
-                    "SLURM_NTASKS={size} is set but this process is not one of srun's tasks (no SLURM_STEP_ID): it is the batch script itself, and the other {} task(s) would never join. Start prep with srun, one task per GPU: `srun prep train ...`; or train on this node's GPUs alone with `prep train ... --gpus N`",
+                    "SLURM_NTASKS={size} is set but this process is not one of srun's tasks (no SLURM_STEP_ID): it is the batch script (or salloc's shell) itself, and the other {} task(s) would never join. Start prep with srun, one task per GPU: `srun prep train ...`; or train on this node's GPUs alone with `prep train ... --gpus N`",
                     size - 1
                 ));
             }
