@@ -2,7 +2,8 @@
 //! they find each other.
 //!
 //! A world comes from the launcher's variables: torchrun's `WORLD_SIZE`/`RANK`/`LOCAL_RANK`/
-//! `MASTER_ADDR`/`MASTER_PORT`, or Slurm's `SLURM_NTASKS`/`SLURM_PROCID`/`SLURM_LOCALID` (with
+//! `MASTER_ADDR`/`MASTER_PORT` (a Kubernetes indexed Job's `JOB_COMPLETION_INDEX` standing in for
+//! `RANK`), or, in an srun step, Slurm's `SLURM_NTASKS`/`SLURM_PROCID`/`SLURM_LOCALID` (with
 //! `MASTER_ADDR`/`MASTER_PORT` from the batch script, or a rendezvous file). `prep train --gpus N`
 //! sets torchrun's variables for the processes it starts, so there is one code path.
 //!
@@ -21,8 +22,14 @@ use std::time::{Duration, Instant};
 
 /// Protocol tag of every hello, so that a stray connection is refused.
 const MAGIC: &str = "prep-rendezvous-1";
-/// How long ranks wait for each other at the start.
+/// How long ranks wait for each other at the start, unless `PREP_RENDEZVOUS_TIMEOUT` says: the
+/// hosts of one job may start minutes apart.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(300);
+/// The variable that sets the rendezvous wait, in whole seconds.
+pub const TIMEOUT_VAR: &str = "PREP_RENDEZVOUS_TIMEOUT";
+/// The longest wait it may ask for (a week): a longer one is a typo, and `Instant + Duration` must
+/// not overflow.
+const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
 /// Where rank 0 is found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +163,8 @@ pub struct World {
     pub rendezvous: Rendezvous,
     /// Which launcher's variables described it.
     pub launcher: &'static str,
+    /// How long the rendezvous waits for the other ranks (`PREP_RENDEZVOUS_TIMEOUT`).
+    pub join_timeout: Duration,
 }
 
 fn var<'a>(
@@ -172,17 +181,77 @@ fn var<'a>(
     }
 }
 
+/// Whether this process is a task of an srun job step. Slurm sets `SLURM_STEP_ID` (and the older
+/// `SLURM_STEPID`) for the tasks of a step; the batch script's own shell has neither, or the
+/// batch step's reserved id (above `SLURM_MAX_NORMAL_STEP_ID`, shown as `batch`), though it has
+/// the allocation's `SLURM_NTASKS` and `SLURM_PROCID=0`.
+fn in_srun_step(get: &dyn Fn(&str) -> Option<String>) -> bool {
+    const MAX_NORMAL_STEP_ID: u32 = 0xFFFF_FFF0;
+    ["SLURM_STEP_ID", "SLURM_STEPID"]
+        .iter()
+        .filter_map(|n| get(n))
+        .any(|v| matches!(v.trim().parse::<u32>(), Ok(id) if id < MAX_NORMAL_STEP_ID))
+}
+
+/// Whether the Slurm variables describe an allocation of several tasks seen from outside any
+/// srun step (the batch script, or salloc's shell): one process, not one of the tasks.
+/// `prep train --gpus N` may run there: it starts its own ranks on this node.
+pub fn in_slurm_allocation_shell(get: &dyn Fn(&str) -> Option<String>) -> bool {
+    get("WORLD_SIZE").is_none()
+        && matches!(var(get, "SLURM_NTASKS"), Ok(Some((n, _))) if n > 1)
+        && !in_srun_step(get)
+}
+
+/// `PREP_RENDEZVOUS_TIMEOUT`: whole seconds, 1 to a week; 300 when unset.
+fn join_timeout(get: &dyn Fn(&str) -> Option<String>) -> Result<Duration, String> {
+    let Some(v) = get(TIMEOUT_VAR) else {
+        return Ok(JOIN_TIMEOUT);
+    };
+    match v.trim().parse::<u64>() {
+        Ok(s) if (1..=MAX_TIMEOUT_SECS).contains(&s) => Ok(Duration::from_secs(s)),
+        _ => Err(format!(
+            "{TIMEOUT_VAR}={v} is not a number of seconds from 1 to {MAX_TIMEOUT_SECS} (how long the ranks wait for each other at the start; default {})",
+            JOIN_TIMEOUT.as_secs()
+        )),
+    }
+}
+
 /// The world the environment describes, or `None` for a one-process run. `get` reads a variable
 /// (`std::env::var` in the binary; a map in tests); `flag` is `--rendezvous`.
+///
+/// With `WORLD_SIZE` set and `RANK` not, a Kubernetes indexed Job's `JOB_COMPLETION_INDEX` is the
+/// rank, so that a pod needs no shell to copy it.
 pub fn from_env(
     get: &dyn Fn(&str) -> Option<String>,
     flag: Option<&Rendezvous>,
 ) -> Result<Option<World>, String> {
     let (size, rank, local, launcher) = if let Some((size, sn)) = var(get, "WORLD_SIZE")? {
-        let (rank, _) = var(get, "RANK")?.ok_or_else(|| format!("{sn} is set but RANK is not"))?;
-        let local = var(get, "LOCAL_RANK")?.map_or(rank, |v| v.0);
-        (size, rank, local, "torchrun")
+        if let Some((rank, _)) = var(get, "RANK")? {
+            let local = var(get, "LOCAL_RANK")?.map_or(rank, |v| v.0);
+            (size, rank, local, "torchrun")
+        } else if let Some((rank, _)) = var(get, "JOB_COMPLETION_INDEX")? {
+            // An indexed Job runs one pod per rank, each with its own GPU: local rank 0.
+            let local = var(get, "LOCAL_RANK")?.map_or(0, |v| v.0);
+            (size, rank, local, "Kubernetes indexed Job")
+        } else {
+            return Err(format!(
+                "{sn} is set but RANK is not (nor JOB_COMPLETION_INDEX, which a Kubernetes indexed Job sets)"
+            ));
+        }
     } else if let Some((size, _)) = var(get, "SLURM_NTASKS")? {
+        if !in_srun_step(get) {
+            // The batch script (or salloc's shell) is one process: the allocation's other tasks
+            // exist only once srun starts them, and a rank would wait for them in vain.
+            if size > 1 {
+                return Err(format!(
+                    "SLURM_NTASKS={size} is set but this process is not one of srun's tasks (no SLURM_STEP_ID): it is the batch script (or salloc's shell) itself, and the other {} task(s) would never join. Start prep with srun, one task per GPU: `srun prep train ...`; or train on this node's GPUs alone with `prep train ... --gpus N`",
+                    size - 1
+                ));
+            }
+            if size == 1 {
+                return Ok(None);
+            }
+        }
         let (rank, _) =
             var(get, "SLURM_PROCID")?.ok_or("SLURM_NTASKS is set but SLURM_PROCID is not")?;
         let local = var(get, "SLURM_LOCALID")?.map_or(0, |v| v.0);
@@ -199,6 +268,7 @@ pub fn from_env(
     if size == 1 {
         return Ok(None);
     }
+    let join_timeout = join_timeout(get)?;
     let rendezvous = match flag {
         Some(r) => r.clone(),
         None => {
@@ -206,10 +276,10 @@ pub fn from_env(
                 "a multi-process run needs MASTER_ADDR and MASTER_PORT (rank 0's host and a free port), or --rendezvous file:PATH on shared storage",
             )?;
             let port = get("MASTER_PORT").ok_or("MASTER_ADDR is set but MASTER_PORT is not")?;
-            let port = port
-                .trim()
-                .parse()
-                .map_err(|_| format!("MASTER_PORT={port} is not a port (1..65535)"))?;
+            let port = match port.trim().parse::<u16>() {
+                Ok(p) if p > 0 => p,
+                _ => return Err(format!("MASTER_PORT={port} is not a port (1..65535)")),
+            };
             Rendezvous::Tcp { host, port }
         }
     };
@@ -219,6 +289,7 @@ pub fn from_env(
         local_rank: local,
         rendezvous,
         launcher,
+        join_timeout,
     }))
 }
 
@@ -243,7 +314,8 @@ pub fn join(
     key: &str,
     payload: impl FnOnce() -> Result<Vec<u8>, String>,
 ) -> Result<Joined, String> {
-    let deadline = Instant::now() + JOIN_TIMEOUT;
+    let wait = world.join_timeout;
+    let deadline = Instant::now() + wait;
     if world.rank == 0 {
         let (listener, file) = match &world.rendezvous {
             Rendezvous::Tcp { port, .. } => (
@@ -288,8 +360,12 @@ pub fn join(
                             .collect();
                         missing.truncate(8);
                         return Err(format!(
-                            "rendezvous: ranks {missing:?} did not join within {} s",
-                            JOIN_TIMEOUT.as_secs()
+                            "rendezvous: ranks {missing:?} did not join {} within {} s: are they running, and do they reach this host? To wait longer, set {TIMEOUT_VAR}=SECONDS",
+                            match &world.rendezvous {
+                                Rendezvous::Tcp { port, .. } => format!("on port {port}"),
+                                Rendezvous::File(p) => format!("through {}", p.display()),
+                            },
+                            wait.as_secs()
                         ));
                     }
                     std::thread::sleep(Duration::from_millis(20));
@@ -309,39 +385,53 @@ pub fn join(
             file,
         })
     } else {
-        let addr = loop {
-            let a = match &world.rendezvous {
-                Rendezvous::Tcp { host, port } => Some(format!("{host}:{port}")),
-                Rendezvous::File(p) => read_rendezvous_file(p, key),
-            };
-            if let Some(a) = a {
-                break a;
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "rendezvous: rank 0 did not write {} within {} s",
-                    match &world.rendezvous {
-                        Rendezvous::File(p) => p.display().to_string(),
-                        _ => String::new(),
-                    },
-                    JOIN_TIMEOUT.as_secs()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let addr = match &world.rendezvous {
+            Rendezvous::Tcp { host, port } => format!("{host}:{port}"),
+            Rendezvous::File(p) => loop {
+                if let Some(a) = read_rendezvous_file(p, key) {
+                    break a;
+                }
+                if Instant::now() > deadline {
+                    let p = p.display();
+                    return Err(format!(
+                        "rendezvous: rank 0 did not write {p} within {} s: is rank 0 running, and is {p} on storage that every node sees? To wait longer, set {TIMEOUT_VAR}=SECONDS",
+                        wait.as_secs()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            },
         };
-        // Rank 0 may not listen yet: try again until the deadline.
+        // Rank 0 may not listen yet, nor its name resolve (a Kubernetes pod's DNS record comes
+        // with the pod): try again until the deadline, and say what failed last.
         let mut s = loop {
-            let tried = addr
-                .to_socket_addrs()
-                .map_err(|e| io(&format!("resolving {addr}"), e))?
-                .find_map(|a| TcpStream::connect_timeout(&a, Duration::from_secs(5)).ok());
-            if let Some(s) = tried {
-                break s;
-            }
+            // Each attempt ends by the deadline, give or take the connect floor.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let per_try = left.clamp(Duration::from_millis(100), Duration::from_secs(5));
+            let tried = match addr.to_socket_addrs() {
+                Err(e) => Err(format!("resolving {addr}: {e}")),
+                Ok(addrs) => {
+                    let mut last = format!("{addr} resolves to no address");
+                    let mut got = None;
+                    for a in addrs {
+                        match TcpStream::connect_timeout(&a, per_try) {
+                            Ok(s) => {
+                                got = Some(s);
+                                break;
+                            }
+                            Err(e) => last = format!("connecting to {a}: {e}"),
+                        }
+                    }
+                    got.ok_or(last)
+                }
+            };
+            let last = match tried {
+                Ok(s) => break s,
+                Err(why) => why,
+            };
             if Instant::now() > deadline {
                 return Err(format!(
-                    "rendezvous: could not reach rank 0 at {addr} within {} s",
-                    JOIN_TIMEOUT.as_secs()
+                    "rendezvous: could not reach rank 0 at {addr} within {} s (last: {last}): is rank 0 running, and is {addr} its address? To wait longer, set {TIMEOUT_VAR}=SECONDS",
+                    wait.as_secs()
                 ));
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -664,10 +754,12 @@ mod tests {
                 port: 29500
             }
         );
+        // A task of an srun step.
         let s = env(&[
             ("SLURM_NTASKS", "2"),
             ("SLURM_PROCID", "1"),
             ("SLURM_LOCALID", "0"),
+            ("SLURM_STEP_ID", "0"),
         ]);
         let f: Rendezvous = "file:/shared/j.rdv".parse().unwrap();
         let w = from_env(&s, Some(&f)).unwrap().unwrap();
@@ -698,7 +790,14 @@ mod tests {
                 ],
                 "MASTER_PORT=99999",
             ),
-            (&[("SLURM_NTASKS", "2")], "SLURM_PROCID"),
+            (
+                &[("SLURM_NTASKS", "2"), ("SLURM_STEP_ID", "0")],
+                "SLURM_PROCID",
+            ),
+            (
+                &[("WORLD_SIZE", "2"), ("JOB_COMPLETION_INDEX", "x")],
+                "JOB_COMPLETION_INDEX=x",
+            ),
         ];
         for (vars, want) in cases {
             let e = from_env(&env(vars), None).unwrap_err();
@@ -709,6 +808,170 @@ mod tests {
         }
     }
 
+    /// Slurm's batch script has the allocation's SLURM_NTASKS and SLURM_PROCID=0 but no step id:
+    /// it is one process, not rank 0 of a world. An srun step's tasks have SLURM_STEP_ID.
+    #[test]
+    fn a_slurm_batch_script_is_not_a_world() {
+        let base = [
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_LOCALID", "0"),
+            ("MASTER_ADDR", "node1"),
+            ("MASTER_PORT", "29500"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            env(&v)
+        };
+        // srun's tasks join, whichever name of the step id the Slurm version sets.
+        for step in [("SLURM_STEP_ID", "0"), ("SLURM_STEPID", "3")] {
+            let w = from_env(&with(&[step]), None).unwrap().unwrap();
+            assert_eq!((w.rank, w.size, w.launcher), (0, 2, "slurm"), "{step:?}");
+            assert_eq!(w.join_timeout, JOIN_TIMEOUT);
+        }
+        // The batch script: no step id, or the batch step's reserved ids.
+        for extra in [
+            &[][..],
+            &[("SLURM_STEP_ID", "batch")],
+            &[("SLURM_STEP_ID", "4294967291")],
+            &[("SLURM_STEPID", "-2")],
+        ] {
+            let e = from_env(&with(extra), None).unwrap_err();
+            assert!(
+                e.contains("SLURM_NTASKS=2") && e.contains("not one of srun's tasks"),
+                "{extra:?}: {e}"
+            );
+            assert!(e.contains("`srun prep train ...`"), "{e}");
+            assert!(in_slurm_allocation_shell(&with(extra)), "{extra:?}");
+        }
+        assert!(!in_slurm_allocation_shell(&with(&[("SLURM_STEP_ID", "0")])));
+        // A batch script of one task is a plain run.
+        let one = env(&[("SLURM_NTASKS", "1"), ("SLURM_PROCID", "0")]);
+        assert_eq!(from_env(&one, None).unwrap(), None);
+        assert!(!in_slurm_allocation_shell(&one));
+        // torchrun inside a batch script: its variables describe the world.
+        let mut t = base.to_vec();
+        t.extend([("WORLD_SIZE", "2"), ("RANK", "1")]);
+        let w = from_env(&env(&t), None).unwrap().unwrap();
+        assert_eq!((w.rank, w.launcher), (1, "torchrun"));
+        assert!(!in_slurm_allocation_shell(&env(&t)));
+    }
+
+    /// A Kubernetes indexed Job's pod: WORLD_SIZE from the manifest, the rank from the
+    /// JOB_COMPLETION_INDEX that Kubernetes sets; RANK, where set, wins.
+    #[test]
+    fn an_indexed_job_gives_the_rank() {
+        let k = [
+            ("WORLD_SIZE", "4"),
+            ("JOB_COMPLETION_INDEX", "2"),
+            ("MASTER_ADDR", "prep-train-0.prep-train"),
+            ("MASTER_PORT", "29500"),
+        ];
+        let w = from_env(&env(&k), None).unwrap().unwrap();
+        assert_eq!(
+            (w.rank, w.size, w.local_rank, w.launcher),
+            (2, 4, 0, "Kubernetes indexed Job")
+        );
+        let mut r = k.to_vec();
+        r.push(("RANK", "3"));
+        let w = from_env(&env(&r), None).unwrap().unwrap();
+        assert_eq!((w.rank, w.local_rank, w.launcher), (3, 3, "torchrun"));
+        let e = from_env(
+            &env(&[("WORLD_SIZE", "4"), ("JOB_COMPLETION_INDEX", "4")]),
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("rank 4 is not below the world size 4"), "{e}");
+        // Without WORLD_SIZE, an indexed Job (prep synth --part, say) is no world.
+        assert_eq!(
+            from_env(&env(&[("JOB_COMPLETION_INDEX", "2")]), None).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn the_rendezvous_timeout_is_read_and_checked() {
+        let base = [
+            ("WORLD_SIZE", "2"),
+            ("RANK", "1"),
+            ("MASTER_ADDR", "a"),
+            ("MASTER_PORT", "29500"),
+        ];
+        let with = |v: &'static str| {
+            let mut e = base.to_vec();
+            e.push((TIMEOUT_VAR, v));
+            env(&e)
+        };
+        let w = from_env(&with(" 1200 "), None).unwrap().unwrap();
+        assert_eq!(w.join_timeout, Duration::from_secs(1200));
+        for bad in [
+            "0",
+            "-5",
+            "ten",
+            "1.5",
+            "",
+            "99999999999999999999",
+            "604801",
+        ] {
+            let e = from_env(&with(bad), None).unwrap_err();
+            assert!(
+                e.starts_with(&format!("{TIMEOUT_VAR}={bad} is not a number of seconds"))
+                    && e.contains("default 300"),
+                "{bad}: {e}"
+            );
+        }
+        // A one-process run ignores it.
+        let one = env(&[("WORLD_SIZE", "1"), ("RANK", "0"), (TIMEOUT_VAR, "x")]);
+        assert_eq!(from_env(&one, None).unwrap(), None);
+    }
+
+    /// A rank > 0 whose rank 0 never comes fails after PREP_RENDEZVOUS_TIMEOUT, naming what it
+    /// waited on, for how long, and the variable that lengthens the wait.
+    #[test]
+    fn a_rank_without_rank_0_gives_up_after_the_timeout() {
+        let t = tempfile::tempdir().unwrap();
+        let port = free_port().unwrap();
+        let tcp = Rendezvous::Tcp {
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let file = Rendezvous::File(t.path().join("job.rdv"));
+        for (r, names) in [
+            (
+                &tcp,
+                format!("could not reach rank 0 at 127.0.0.1:{port} within 1 s"),
+            ),
+            (
+                &file,
+                format!(
+                    "rank 0 did not write {} within 1 s",
+                    t.path().join("job.rdv").display()
+                ),
+            ),
+        ] {
+            let mut w = world(1, 2, r);
+            w.join_timeout = Duration::from_secs(1);
+            let t0 = Instant::now();
+            let e = join(&w, "job", || unreachable!()).err().unwrap();
+            let took = t0.elapsed();
+            assert!(took < Duration::from_secs(5), "{took:?}");
+            assert!(took >= Duration::from_secs(1), "{took:?}");
+            assert!(e.contains(&names), "{e}");
+            assert!(e.contains("set PREP_RENDEZVOUS_TIMEOUT=SECONDS"), "{e}");
+        }
+        // Rank 0 whose ranks never come says which are missing.
+        let mut w = world(0, 3, &tcp);
+        w.join_timeout = Duration::from_secs(1);
+        let e = join(&w, "job", || Ok(vec![1])).err().unwrap();
+        assert!(
+            e.contains(&format!(
+                "ranks [1, 2] did not join on port {port} within 1 s"
+            )) && e.contains("PREP_RENDEZVOUS_TIMEOUT"),
+            "{e}"
+        );
+    }
+
     fn world(rank: usize, size: usize, r: &Rendezvous) -> World {
         World {
             rank,
@@ -716,6 +979,7 @@ mod tests {
             local_rank: rank,
             rendezvous: r.clone(),
             launcher: "torchrun",
+            join_timeout: JOIN_TIMEOUT,
         }
     }
 

@@ -13,7 +13,13 @@ use std::time::Duration;
 
 pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let env = |k: &str| std::env::var(k).ok();
-    let world = dist::from_env(&env, a.rendezvous.as_ref()).map_err(UsageError)?;
+    // In a Slurm batch script of several tasks (outside srun), the allocation's variables describe
+    // no world of this process; `--gpus N` there starts this node's ranks itself.
+    let world = if a.gpus.is_some() && dist::in_slurm_allocation_shell(&env) {
+        None
+    } else {
+        dist::from_env(&env, a.rendezvous.as_ref()).map_err(UsageError)?
+    };
     let mut device = a.device.clone();
     match (&a.gpus, &world) {
         (Some(g), _) if a.device != "auto" => {

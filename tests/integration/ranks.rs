@@ -73,6 +73,71 @@ fn gpus_flag_forms_are_checked() {
     assert!(!Path::new(out).exists(), "a usage error writes nothing");
 }
 
+/// `prep train` run directly in a Slurm batch script of 2 tasks (SLURM_NTASKS=2, SLURM_PROCID=0,
+/// no srun step) is one process: it exits 2 at once pointing at srun instead of waiting for a
+/// rank 1 that never starts; `--gpus` there is this node's own launcher. A bad
+/// PREP_RENDEZVOUS_TIMEOUT is a usage error too.
+#[test]
+fn a_slurm_batch_script_without_srun_is_told_to_use_it() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = small_dataset(t.path(), &[]);
+    let ds = ds.to_str().unwrap();
+    let out = t.path().join("r");
+    let out = out.to_str().unwrap();
+    let batch = |extra: &[&str]| {
+        let mut c = prep();
+        c.args(train_args(ds, out, extra))
+            .env("SLURM_NTASKS", "2")
+            .env("SLURM_PROCID", "0")
+            .env("SLURM_LOCALID", "0")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", "1");
+        // (In case the tests themselves run inside an srun step or under torchrun.)
+        for v in ["SLURM_STEP_ID", "SLURM_STEPID", "WORLD_SIZE", "RANK"] {
+            c.env_remove(v);
+        }
+        c
+    };
+    let t0 = Instant::now();
+    let o = batch(&["--device", "cpu"]).output().unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(20), "not at once");
+    assert!(
+        e.contains("SLURM_NTASKS=2") && e.contains("`srun prep train ...`"),
+        "{e}"
+    );
+    assert!(!Path::new(out).exists(), "a usage error writes nothing");
+    // The same variables inside an srun step: rank 0 of 2 (which the CPU backend refuses).
+    let o = batch(&["--device", "cpu"])
+        .env("SLURM_STEP_ID", "0")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("a world of 2 ranks"), "{}", stderr(&o));
+    if !gpu_visible() {
+        // --gpus is not refused as "already rank 0 of 2": it goes on to look for GPUs.
+        let o = batch(&["--gpus", "1"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--gpus 1: no CUDA GPU found"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    let o = batch(&["--device", "cpu"])
+        .env("SLURM_STEP_ID", "0")
+        .env("PREP_RENDEZVOUS_TIMEOUT", "0")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("PREP_RENDEZVOUS_TIMEOUT=0 is not a number of seconds"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn gpus_without_a_gpu_fail_at_once_naming_why() {
     if gpu_visible() {
