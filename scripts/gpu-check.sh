@@ -21,6 +21,7 @@ ROWS=()
 row() { ROWS+=("$1|$2|$3"); echo "row: $1 | $2 | $3"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print(d$2)" 2>/dev/null || echo nan; }
+best() { python3 -c "import json; print(max(json.loads(l)['samples_per_sec'] for l in open('$1')))" 2>/dev/null || echo nan; }  # of a metrics.jsonl
 train() { # name, args...: a run folder under $WORK, its log under $LOGS
     local name=$1; shift
     rm -rf "$WORK/$name"
@@ -359,6 +360,24 @@ if has dist; then
     "$PREP" train "$WORK/dist-b16" "${one[@]}" --out "$WORK/dist-plain-g1" >"$LOGS/dist-plain-g1.log" 2>&1
     c=$(cmp_w dist-sync-g1 dist-plain-g1 1e-3 --running); rc=$?
     row "--sync-bn on 1 GPU = plain batch norm" "$(echo "$c" | cut -c1-60)" "$(ok $rc)"
+    # The path of several ranks on one GPU: a world of one (PREP_TEST_WORLD_OF_ONE=1: NCCL's
+    # communicator, its all-reduces of gradients and, with --sync-bn, of batch-norm sums, recorded
+    # in the steps' graphs) trains the weights of a run of one process (NCCL's average over one
+    # rank is exact), at the speed of one process; without graphs, the speed it would lose.
+    synth sc32 131072 3x32x32 2048
+    w1=(--device cuda:0 --epochs 3 --batch 512 --memory device --seed 5 --no-augment)
+    for v in "w1-plain 0 1" "w1-world 1 1" "w1-world-nographs 1 0" "w1-world-sync 1 1 --sync-bn"; do
+        set -- $v
+        rm -rf "$WORK/$1"
+        PREP_TEST_WORLD_OF_ONE=$2 PREP_NO_GRAPHS=$([ "$3" = 0 ] && echo 1 || echo 0) \
+            "$PREP" train "$WORK/sc32" "${w1[@]}" ${4:-} --out "$WORK/$1" >"$LOGS/dist-$1.log" 2>&1
+    done
+    c=$(cmp_w w1-plain w1-world 0); rc=$?
+    row "world of one (NCCL, graphs) = one process" "$(echo "$c" | cut -c1-60)" "$(ok $rc)"
+    c=$(cmp_w w1-plain w1-world-sync 1e-3 --running); rc=$?
+    row "world of one --sync-bn = one process" "$(echo "$c" | cut -c1-60)" "$(ok $rc)"
+    row "small 3x32x32 b512 samples/s: 1 process / world of 1 / without graphs" \
+        "$(printf '%.0f / %.0f / %.0f' "$(best "$WORK/w1-plain/metrics.jsonl")" "$(best "$WORK/w1-world/metrics.jsonl")" "$(best "$WORK/w1-world-nographs/metrics.jsonl")")" "-"
     NG=$(nvidia-smi -L | wc -l)
     if [ "$NG" -lt 2 ]; then
         row "dist: 2-rank checks" "needs 2 GPUs, this host has $NG" "-"
@@ -448,7 +467,6 @@ if has scaling; then
     synth sc224 8192 3x224x224 512
     synth sc128 16384 3x128x128 512
     synth sc32 131072 3x32x32 2048
-    best() { python3 -c "import json; print(max(json.loads(l)['samples_per_sec'] for l in open('$1')))" 2>/dev/null || echo nan; }
     for cfg in "resnet18 sc224 3x224x224 256 1.95 40" "small sc128 3x128x128 256 1.95 100" "small sc32 3x32x32 512 1.8 400"; do
         set -- $cfg
         declare -A P=() T=()

@@ -293,6 +293,27 @@ pub fn from_env(
     }))
 }
 
+impl World {
+    /// A world of one rank meeting on a free local port: the multi-rank path on one GPU, for tests.
+    pub fn of_one() -> Result<World, String> {
+        let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .and_then(|l| l.local_addr())
+            .map_err(|e| io("finding a free port", e))?
+            .port();
+        Ok(World {
+            rank: 0,
+            size: 1,
+            local_rank: 0,
+            rendezvous: Rendezvous::Tcp {
+                host: "127.0.0.1".into(),
+                port,
+            },
+            launcher: "test",
+            join_timeout: JOIN_TIMEOUT,
+        })
+    }
+}
+
 /// The joined world: rank 0 holds a connection to every rank, the others one to rank 0.
 pub struct Joined {
     pub world: World,

@@ -20,6 +20,15 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     } else {
         dist::from_env(&env, a.rendezvous.as_ref()).map_err(UsageError)?
     };
+    // Test-only: `PREP_TEST_WORLD_OF_ONE=1` makes a run of one process a world of one rank, so
+    // that the path of several (NCCL's communicator and all-reduces, within recorded steps) runs
+    // on a machine with one GPU (scripts/gpu-check.sh, stage dist).
+    let world = match world {
+        None if a.gpus.is_none() && env("PREP_TEST_WORLD_OF_ONE").as_deref() == Some("1") => {
+            Some(dist::World::of_one().map_err(anyhow::Error::msg)?)
+        }
+        w => w,
+    };
     let mut device = a.device.clone();
     match (&a.gpus, &world) {
         (Some(g), _) if a.device != "auto" => {

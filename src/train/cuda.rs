@@ -50,7 +50,19 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
     // through the rendezvous, then the communicator. The joined world stays open as the ranks'
     // liveness until this function returns.
     let world = match &o.world {
-        Some(w) => Some(join_world(&mut be, w, r)?),
+        Some(w) => {
+            let joined = join_world(&mut be, w, r)?;
+            if !o.quiet {
+                eprintln!(
+                    "world: rank {} of {} ({}), NCCL {}",
+                    w.rank,
+                    w.size,
+                    w.launcher,
+                    crate::nn::cuda::nccl::version()
+                );
+            }
+            Some(joined)
+        }
         None => None,
     };
     let (free, total) = mem_info().map_err(dev_err)?;

@@ -466,14 +466,13 @@ impl Cuda {
 
     /// Join a data-parallel world of `size` ranks as `rank` (`id`: rank 0's NCCL unique id):
     /// from now on `all_reduce_grads` averages the gradients across the ranks. Returns once all
-    /// ranks have joined. Steps are no longer recorded as graphs: the collective runs directly.
+    /// ranks have joined. Steps are still recorded as graphs with their all-reduces in them
+    /// (NCCL supports stream capture): short steps are bound by launches without them.
     pub fn join_world(&mut self, rank: usize, size: usize, id: &[u8]) -> Result<(), String> {
         self._ctx
             .bind_to_thread()
             .map_err(|e| format!("making the CUDA context current: {e:?}"))?;
         self.comm = Some(nccl::Comm::new(rank, size, id)?);
-        self.graphs = false;
-        self.drop_graph();
         Ok(())
     }
 

@@ -15,6 +15,14 @@ fn present() -> Result<(), String> {
     }
 }
 
+/// The loaded NCCL's version, as "2.21.5".
+pub fn version() -> String {
+    match result::get_nccl_version() {
+        Ok(v) => format!("{}.{}.{}", v / 10000, v % 10000 / 100, v % 100),
+        Err(e) => format!("of unknown version ({e:?})"),
+    }
+}
+
 /// A new unique id (rank 0), as bytes for the rendezvous.
 pub fn unique_id() -> Result<Vec<u8>, String> {
     present()?;
