@@ -159,7 +159,16 @@ def timed(batches, trainer, warmup, steps, to_device):
     t0 = None
     start = time.perf_counter()
     loss = None
-    for x, y in batches:
+    # Host time of the launching thread per timed step: getting the next batch, and the step.
+    t_next = t_step = 0.0
+    it = iter(batches)
+    while True:
+        a = time.perf_counter()
+        try:
+            x, y = next(it)
+        except StopIteration:
+            break
+        b = time.perf_counter()
         if n == warmup:
             sync(trainer.dev)
             t0 = time.perf_counter()
@@ -169,6 +178,8 @@ def timed(batches, trainer, warmup, steps, to_device):
         loss = trainer.step(x, y)
         if n >= warmup:
             samples += y.shape[0]
+            t_next += b - a
+            t_step += time.perf_counter() - b
         n += 1
         if n >= warmup + steps:
             break
@@ -176,9 +187,11 @@ def timed(batches, trainer, warmup, steps, to_device):
     end = time.perf_counter()
     if t0 is None:
         raise SystemExit(f"only {n} batches: fewer than --warmup {warmup}")
+    k = max(n - warmup, 1)
     return {"steps": n - warmup, "samples": samples,
             "samples_per_sec": round(samples / (end - t0), 1),
-            "wall_s_with_startup": round(end - start, 2), "loss": float(loss)}
+            "host_ms_next": round(1e3 * t_next / k, 4), "host_ms_step": round(1e3 * t_step / k, 4),
+            "wall_s_with_startup": round(end - start, 2), "loss": float(loss.detach())}
 
 
 # -- the three feeds -----------------------------------------------------------------------------
@@ -341,6 +354,8 @@ def main():
                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
     for k, rs in runs.items():
         summary[f"{k}_samples_per_sec"] = statistics.median(r["samples_per_sec"] for r in rs)
+        for h in ("host_ms_next", "host_ms_step"):
+            summary[f"{k}_{h}"] = round(statistics.median(r[h] for r in rs), 4)
         summary[f"{k}_peak_tree_pss_bytes"] = max(r["peak_tree_pss_bytes"] for r in rs)
     if "device" in runs:
         dev = summary["device_samples_per_sec"]
@@ -351,6 +366,8 @@ def main():
                 summary[f"{k}_over_device_by_round"] = [
                     round(r["samples_per_sec"] / d["samples_per_sec"], 4)
                     for r, d in zip(runs[k], runs["device"])]
+                summary[f"{k}_over_device_median_of_rounds"] = round(
+                    statistics.median(summary[f"{k}_over_device_by_round"]), 4)
         if "prep" in runs:
             summary["goal_0.95"] = "met" if summary["prep_over_device"] >= 0.95 else "not met"
     print(json.dumps(summary), flush=True)

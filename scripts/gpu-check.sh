@@ -295,13 +295,17 @@ if has python; then
     tail -8 "$LOGS/pytest.log"
     row "python tests (torch included)" "$(tail -1 "$LOGS/pytest.log" | tr -d = | cut -c1-48)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
     synth s1m 1000000
+    # The loop is bound by its launching thread, whose speed moves by 10-20% from one run to the
+    # next on this host: many short rounds, the feeds taking turns.
     PYTHONPATH=$py timeout 420 python3 benches/torch_loader.py "$WORK/s1m" --workers ${WORKERS:-4} --batch 512 \
-        --memmap-steps 300 --rounds 5 2>&1 | tee "$LOGS/torch_loader.log"
+        --memmap-steps 300 --rounds 11 --steps 600 2>&1 | tee "$LOGS/torch_loader.log"
     sum=$LOGS/torch_loader.log
     pj() { python3 -c "import json; s=[json.loads(l) for l in open('$sum') if l.startswith('{')]; s=[d for d in s if d.get('summary')][-1]; print($1)" 2>/dev/null || echo nan; }
     r=$(pj "s['prep_over_device']")
     row "1M 3x32x32 PyTorch loop: prep.torch / data on GPU" "$r" "$(python3 -c "print('ok' if $r >= 0.95 else 'FAIL')" 2>/dev/null || echo FAIL)"
     row "prep.torch / data on GPU, round by round" "$(pj "' '.join(map(str, s['prep_over_device_by_round']))")" "-"
+    row "prep.torch / data on GPU, median of the rounds" "$(pj "s['prep_over_device_median_of_rounds']")" "-"
+    row "launching thread ms/step, next batch + step: data on GPU / prep" "$(pj "'%.3f + %.3f / %.3f + %.3f' % (s['device_host_ms_next'], s['device_host_ms_step'], s['prep_host_ms_next'], s['prep_host_ms_step'])")" "-"
     row "1M 3x32x32 PyTorch loop: prep.torch pinned CPU batches / data on GPU" "$(pj "s['prep-pinned_over_device']")" "-"
     row "1M 3x32x32 PyTorch loop: memmap DataLoader / data on GPU" "$(pj "s['memmap_over_device']")" "-"
     row "samples/s device / prep / prep pinned / memmap" "$(pj "'%.0f / %.0f / %.0f / %.0f' % (s['device_samples_per_sec'], s['prep_samples_per_sec'], s['prep-pinned_samples_per_sec'], s['memmap_samples_per_sec'])")" "-"
