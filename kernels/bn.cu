@@ -108,6 +108,25 @@ __device__ __forceinline__ void part_sums(const float* part, int S, long ci, dou
     *s2 = b;
 }
 
+// What training keeps of channel ci's batch statistics (mean, biased variance over M rows): the
+// saved mean and 1/std, the running statistics, and the scale and shift that bn_apply uses.
+__device__ __forceinline__ void store_stats(int ci, float mean, double var, double M, float eps,
+                                            float momentum, const float* gamma,
+                                            const float* beta, float* mean_out,
+                                            float* invstd_out, float* rmean, float* rvar,
+                                            float* scale, float* shift) {
+    float inv = (float)(1.0 / sqrt(var + (double)eps));
+    mean_out[ci] = mean;
+    invstd_out[ci] = inv;
+    double unbiased = M > 1 ? var * M / (M - 1) : var;
+    rmean[ci] = (1.f - momentum) * rmean[ci] + momentum * mean;
+    rvar[ci] = (1.f - momentum) * rvar[ci] + momentum * (float)unbiased;
+    // As bn_bwd_* recompute them from the saved statistics, bit for bit.
+    float sc = gamma[ci] * inv;
+    scale[ci] = sc;
+    shift[ci] = fmaf(-sc, mean, beta[ci]);
+}
+
 // One warp per channel (blocks of 256 threads).
 extern "C" __global__ void bn_finalize(const float* part, int S, int c, long M,
                                        const float* gamma, const float* beta, float* mean_out,
@@ -122,16 +141,8 @@ extern "C" __global__ void bn_finalize(const float* part, int S, int c, long M,
     double var = s2 / M - m1 * m1;
     if (var < 0) var = 0;
     float mean = (float)((double)part[(long)c * S * 2 + ci] + m1);
-    float inv = (float)(1.0 / sqrt(var + (double)eps));
-    mean_out[ci] = mean;
-    invstd_out[ci] = inv;
-    double unbiased = M > 1 ? var * M / (M - 1) : var;
-    rmean[ci] = (1.f - momentum) * rmean[ci] + momentum * mean;
-    rvar[ci] = (1.f - momentum) * rvar[ci] + momentum * (float)unbiased;
-    // As bn_bwd_* recompute them from the saved statistics, bit for bit.
-    float sc = gamma[ci] * inv;
-    scale[ci] = sc;
-    shift[ci] = fmaf(-sc, mean, beta[ci]);
+    store_stats(ci, mean, var, (double)M, eps, momentum, gamma, beta, mean_out, invstd_out, rmean,
+                rvar, scale, shift);
 }
 
 // Synchronised batch norm (statistics over every rank's batch): each rank packs its sums about
@@ -161,16 +172,8 @@ extern "C" __global__ void bn_sync_finalize(const double* tot, int c, const floa
     double m1 = tot[ci * 2] / M;
     double var = tot[ci * 2 + 1] / M - m1 * m1;
     if (var < 0) var = 0;
-    float mean = (float)m1;
-    float inv = (float)(1.0 / sqrt(var + (double)eps));
-    mean_out[ci] = mean;
-    invstd_out[ci] = inv;
-    double unbiased = M > 1 ? var * M / (M - 1) : var;
-    rmean[ci] = (1.f - momentum) * rmean[ci] + momentum * mean;
-    rvar[ci] = (1.f - momentum) * rvar[ci] + momentum * (float)unbiased;
-    float sc = gamma[ci] * inv;
-    scale[ci] = sc;
-    shift[ci] = fmaf(-sc, mean, beta[ci]);
+    store_stats(ci, (float)m1, var, M, eps, momentum, gamma, beta, mean_out, invstd_out, rmean,
+                rvar, scale, shift);
 }
 
 extern "C" __global__ void bn_eval_prep(const float* gamma, const float* beta, const float* rmean,

@@ -483,14 +483,29 @@ impl Cuda {
         self.sync_bn = on;
     }
 
-    /// The world's sum of the `len` doubles at `mine` into `tot` (just `mine` with one rank):
-    /// returns where the totals are.
-    fn sum_over_world(&mut self, mine: u64, tot: u64, len: usize) -> u64 {
-        let Some(comm) = &self.comm else { return mine };
+    /// Synchronised batch norm's sums: `pack` (a `bn_*sync_pack` kernel) reduces the S partial
+    /// sums of `part` to this rank's per-channel pairs and row count in `sync` (doubles), and the
+    /// world's sum of them lands behind them. Returns (this rank's, the world's); with one rank
+    /// both are this rank's.
+    fn world_sums(
+        &mut self,
+        pack: &str,
+        part: u64,
+        sp: i32,
+        c: usize,
+        m: usize,
+        sync: u64,
+    ) -> (u64, u64) {
+        let len = 2 * c + 1;
+        let (mine, tot) = (sync, sync + 8 * len as u64);
+        launch!(self, pack, (blocks(c * 32, THREADS), 1), THREADS; part, sp, c as i32, m as i64, mine);
+        let Some(comm) = &self.comm else {
+            return (mine, mine);
+        };
         if let Err(e) = comm.sum_f64(mine, tot, len, self.stream.cu_stream()) {
             self.fail(e);
         }
-        tot
+        (mine, tot)
     }
 
     pub fn staging_kind(&self) -> staging::Kind {
@@ -1280,10 +1295,7 @@ impl Backend for Cuda {
             launch!(self, &format!("bn_stats_{sfx}"), (gd.stats as u32, gd.cb as u32), BN_THREADS;
                 x.ptr, s.part.ptr, m as i64, c as i32, sp, gb);
             if self.sync_bn {
-                let (mine, tot) = (s.sync.ptr, s.sync.ptr + 8 * (2 * c + 1) as u64);
-                launch!(self, "bn_sync_pack", (blocks(c * 32, THREADS), 1), THREADS;
-                    s.part.ptr, sp, c as i32, m as i64, mine);
-                let tot = self.sum_over_world(mine, tot, 2 * c + 1);
+                let (_, tot) = self.world_sums("bn_sync_pack", s.part.ptr, sp, c, m, s.sync.ptr);
                 launch!(self, "bn_sync_finalize", (blocks(c, THREADS), 1), THREADS;
                     tot, c as i32, gamma.ptr, beta.ptr, saved_mean.ptr, saved_invstd.ptr,
                     running_mean.ptr, running_var.ptr, 0.1f32, 1e-5f32, s.scale.ptr, s.shift.ptr);
@@ -1377,10 +1389,8 @@ impl Backend for Cuda {
                 BN_THREADS; x.ptr, dy.ptr, 0u64, gp, bp, mp, ip, relu, s.part.ptr, m as i64,
                 c as i32, sp, gb);
             if self.sync_bn {
-                let (mine, tot) = (s.sync.ptr, s.sync.ptr + 8 * (2 * c + 1) as u64);
-                launch!(self, "bn_bwd_sync_pack", (blocks(c * 32, THREADS), 1), THREADS;
-                    s.part.ptr, sp, c as i32, m as i64, mine);
-                let tot = self.sum_over_world(mine, tot, 2 * c + 1);
+                let (mine, tot) =
+                    self.world_sums("bn_bwd_sync_pack", s.part.ptr, sp, c, m, s.sync.ptr);
                 launch!(self, "bn_bwd_sync_finalize", (blocks(c, THREADS), 1), THREADS;
                     mine, tot, c as i32, gp, ip, dgamma.ptr, dbeta.ptr, s.coef.ptr);
             } else {

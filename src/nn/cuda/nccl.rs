@@ -85,17 +85,14 @@ impl Comm {
             if len == 0 {
                 continue;
             }
-            let r = unsafe {
-                result::all_reduce(
-                    ptr as *const std::ffi::c_void,
-                    ptr as *mut std::ffi::c_void,
-                    len,
-                    sys::ncclDataType_t::ncclFloat32,
-                    sys::ncclRedOp_t::ncclAvg,
-                    self.comm,
-                    stream as sys::cudaStream_t,
-                )
-            };
+            let r = self.all_reduce(
+                ptr,
+                ptr,
+                len,
+                sys::ncclDataType_t::ncclFloat32,
+                sys::ncclRedOp_t::ncclAvg,
+                stream,
+            );
             if let (Ok(()), Err(e)) = (&first, r) {
                 first = Err(err(e));
             }
@@ -116,19 +113,33 @@ impl Comm {
         len: usize,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<(), String> {
+        let (t, op) = (sys::ncclDataType_t::ncclFloat64, sys::ncclRedOp_t::ncclSum);
+        self.all_reduce(send, recv, len, t, op, stream)
+            .map_err(|e| format!("NCCL: all-reduce of batch-norm statistics: {e:?}"))
+    }
+
+    /// One all-reduce of `len` elements from device address `send` into `recv`, on `stream`.
+    fn all_reduce(
+        &self,
+        send: u64,
+        recv: u64,
+        len: usize,
+        t: sys::ncclDataType_t,
+        op: sys::ncclRedOp_t,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), result::NcclError> {
         unsafe {
             result::all_reduce(
                 send as *const std::ffi::c_void,
                 recv as *mut std::ffi::c_void,
                 len,
-                sys::ncclDataType_t::ncclFloat64,
-                sys::ncclRedOp_t::ncclSum,
+                t,
+                op,
                 self.comm,
                 stream as sys::cudaStream_t,
             )
         }
         .map(|_| ())
-        .map_err(|e| format!("NCCL: all-reduce of batch-norm statistics: {e:?}"))
     }
 }
 
