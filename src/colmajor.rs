@@ -11,7 +11,7 @@ use memmap2::{MmapMut, MmapOptions};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -393,9 +393,9 @@ impl ColmajorSplitReader {
         let sample_bytes = (features as u64)
             .checked_mul(4)
             .ok_or_else(|| Error::Invalid(format!("a {shape} sample is too large")))?;
-        let f = File::open(images).at(images)?;
+        let f = crate::files::open(images)?;
         let len = f.metadata().at(images)?.len();
-        let lf = File::open(labels).at(labels)?;
+        let lf = crate::files::open(labels)?;
         let llen = lf.metadata().at(labels)?.len();
         let n = match manifest_samples {
             Some(n) => {

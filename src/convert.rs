@@ -870,6 +870,10 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             );
         }
     }
+    // Never opened: a FIFO would block the read, a device never end it.
+    for (rel, what) in &tree.special {
+        reject(rel, format!("is {what}, not a regular file"));
+    }
     if let Some(first) = tree.folder_links.first() {
         let n = tree.folder_links.len();
         notes.push(format!(

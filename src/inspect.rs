@@ -51,6 +51,21 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
     let format = crate::dataset_format(dir)?;
     if format == crate::colmajor::FORMAT {
         let m = ColmajorManifest::read(dir)?;
+        let listed: Vec<(std::path::PathBuf, u64)> = m
+            .splits
+            .values()
+            .flat_map(|s| {
+                [
+                    // float32 feature-major, whatever the sample dtype.
+                    (
+                        dir.join(&s.images),
+                        s.samples * m.sample.shape.elems() as u64 * 4,
+                    ),
+                    (dir.join(&s.labels), s.samples * 4),
+                ]
+            })
+            .collect();
+        crate::files::check_present(&dir.join(crate::shard::manifest::FILE_NAME), &listed)?;
         let splits: Vec<SplitSummary> = m
             .splits
             .iter()
@@ -90,6 +105,11 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
     }
     let ds = Dataset::open(dir)?;
     let m = &ds.manifest;
+    let listed: Vec<(std::path::PathBuf, u64)> = ds
+        .shards()
+        .map(|(_, sh)| (ds.shard_path(sh), sh.bytes))
+        .collect();
+    crate::files::check_present(&dir.join(crate::shard::manifest::FILE_NAME), &listed)?;
     let splits: Vec<SplitSummary> = m
         .splits
         .iter()

@@ -5,6 +5,7 @@ pub mod colmajor;
 pub mod convert;
 pub mod dist;
 pub mod error;
+pub mod files;
 pub mod inspect;
 pub mod interrupt;
 pub mod lock;

@@ -19,6 +19,7 @@ use crate::error::{Error, IoContext, Result};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -156,12 +157,18 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock> {
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NONBLOCK)
             .open(&path)
         {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(Error::io(&path, e)),
         };
+        // Something other than a lock file in its place (a FIFO, a folder): never write to it.
+        let ft = f.metadata().at(&path)?.file_type();
+        if !ft.is_file() {
+            return Err(crate::files::not_a_file(&path, &ft));
+        }
         // A reader probing the lock holds it shared for an instant: wait that out, but refuse a
         // writer (which holds it exclusively) at once.
         let mut got = false;
@@ -241,7 +248,8 @@ impl Drop for DirLock {
 /// Takes no lasting lock and creates nothing (datasets may be read-only).
 pub fn check_not_written(dir: &Path) -> Result<()> {
     let path = dir.join(LOCK_FILE);
-    let Ok(mut f) = File::open(&path) else {
+    // Not there (or not a regular file, which no writer made): nothing holds the folder.
+    let Ok(mut f) = crate::files::open(&path) else {
         return Ok(());
     };
     match flock(&f, libc::LOCK_SH) {

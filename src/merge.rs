@@ -267,8 +267,7 @@ fn merged_rejects(parts: &[Loaded]) -> Result<Vec<String>> {
         if !path.exists() {
             continue;
         }
-        for (i, line) in std::fs::read_to_string(&path)
-            .at(&path)?
+        for (i, line) in crate::files::read_text_capped(&path, 1 << 30, "a rejects list")?
             .lines()
             .enumerate()
         {

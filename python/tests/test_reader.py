@@ -332,6 +332,44 @@ def test_bad_paths(tmp_path, small_ds):
         prep.open(tmp_path / "cm2")
 
 
+@pytest.mark.parametrize("kind", ["dev-zero", "dev-urandom", "fifo", "socket", "directory"])
+@pytest.mark.parametrize("where", ["manifest.json", "train/train-00003.shard"])
+def test_special_files_are_refused_at_once(damaged_copy, kind, where):
+    """A manifest or shard that is a device, FIFO, socket or folder: an OSError naming it within
+    seconds, never a read that does not end (issue 24)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    p = damaged_copy / where
+    p.unlink()
+    if kind.startswith("dev-"):
+        p.symlink_to("/dev/" + kind[4:])
+    elif kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(p))
+        s.close()
+    else:
+        p.mkdir()
+
+    # In a child process: a read that never ends runs in Rust without the GIL, where no
+    # Python alarm could stop it.
+    code = ("import prep, sys\n"
+            "try:\n"
+            f"    prep.open({str(damaged_copy)!r})['train']\n"
+            "except OSError as e:\n"
+            "    print(type(e).__name__, e); sys.exit(0)\n"
+            "sys.exit('no error')\n")
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "not a regular file" in r.stdout and str(p) in r.stdout, r.stdout
+    assert time.monotonic() - t < 20
+
+
 def test_bad_arguments(small_ds):
     s = prep.open(small_ds)["train"]
     for kw in [dict(batch_size=0), dict(batch_size=10, rank=2, world_size=2),

@@ -18,10 +18,14 @@ pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
             shown_path(&a.data)
         )
     })?;
-    let recorded: Option<f64> = std::fs::read(a.run.join("summary.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v["test_accuracy"].as_f64());
+    let recorded: Option<f64> = prep::files::read_capped(
+        &a.run.join("summary.json"),
+        prep::files::JSON_CAP,
+        "a summary",
+    )
+    .ok()
+    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    .and_then(|v| v["test_accuracy"].as_f64());
     if a.json {
         let v = serde_json::json!({ "accuracy": e.accuracy, "loss": e.loss, "samples": e.samples, "device": e.device, "summary_test_accuracy": recorded, "confusion": e.confusion });
         println!("{}", serde_json::to_string_pretty(&v)?);

@@ -3,7 +3,7 @@
 
 use super::format::MAX_CLASSES;
 use super::{Codec, SampleSpec, Stats};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
@@ -301,14 +301,7 @@ pub fn is_split_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// Read a JSON file after checking it against a size cap.
+/// Read a JSON file after checking that it is a regular file within the manifest size cap.
 pub fn read_capped(path: &Path) -> Result<Vec<u8>> {
-    let len = std::fs::metadata(path).at(path)?.len();
-    if len > MAX_MANIFEST_BYTES {
-        return Err(Error::manifest(
-            path,
-            format!("{len} bytes is larger than the {MAX_MANIFEST_BYTES}-byte cap"),
-        ));
-    }
-    std::fs::read(path).at(path)
+    crate::files::read_capped(path, MAX_MANIFEST_BYTES, "a manifest")
 }

@@ -24,7 +24,7 @@ pub struct ShardReader {
 impl ShardReader {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).at(&path)?;
+        let file = crate::files::open(&path)?;
         let file_len = file.metadata().at(&path)?.len();
         let min = (HEADER_LEN + TRAILER_LEN) as u64;
         if file_len < min {

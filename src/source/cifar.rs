@@ -91,5 +91,5 @@ pub fn read(path: &Path, v: Variant) -> Result<Vec<u8>, Reject> {
             v.record()
         )));
     }
-    std::fs::read(path).map_err(|e| Reject::new(e.to_string()))
+    super::read_input(path)
 }

@@ -64,7 +64,7 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
             "DICOM file too large: {len} bytes (limit {MAX_FILE_BYTES})"
         )));
     }
-    let bytes = std::fs::read(path).map_err(|e| Reject::new(format!("cannot read: {e}")))?;
+    let bytes = super::read_input(path)?;
     decode_bytes(&bytes, opts, emit)
 }
 
@@ -95,7 +95,7 @@ pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
         .len();
     let mut last = None;
     for limit in PROBE_BYTES {
-        let f = std::fs::File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+        let f = super::open_input(path)?;
         let mut head = Vec::new();
         f.take(limit)
             .read_to_end(&mut head)
@@ -381,7 +381,7 @@ pub fn read_header(path: &Path) -> Result<SeriesHeader, Reject> {
     for (i, limit) in PROBE_BYTES.into_iter().enumerate() {
         let whole = len <= limit;
         let last = i + 1 == PROBE_BYTES.len();
-        let f = std::fs::File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+        let f = super::open_input(path)?;
         let mut head = Vec::new();
         f.take(limit)
             .read_to_end(&mut head)

@@ -16,7 +16,7 @@ pub struct Idx {
 const MAX_BYTES: usize = 8 << 30;
 
 pub fn read(path: &Path) -> Result<Idx, Reject> {
-    let f = std::fs::File::open(path).map_err(|e| Reject::new(e.to_string()))?;
+    let f = super::open_input(path)?;
     let mut head = [0u8; 2];
     let gz = {
         use std::io::{Seek, SeekFrom};

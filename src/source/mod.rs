@@ -39,6 +39,26 @@ impl Reject {
     }
 }
 
+/// Open an input file, which must be a regular file or a link to one (`crate::files::open`: a
+/// FIFO, device or socket is refused at once rather than read). The reason leaves out the path,
+/// which the caller's report adds.
+pub fn open_input(path: &Path) -> Result<std::fs::File, Reject> {
+    crate::files::open(path).map_err(|e| match e {
+        crate::Error::Io { cause, .. } => Reject::new(cause.to_string()),
+        e => Reject::new(e.to_string()),
+    })
+}
+
+/// An input file's whole contents, through [`open_input`]; callers bound its size first.
+pub fn read_input(path: &Path) -> Result<Vec<u8>, Reject> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    open_input(path)?
+        .read_to_end(&mut out)
+        .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
+    Ok(out)
+}
+
 /// One decoded 2-D image.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
@@ -225,8 +245,5 @@ impl FileKind {
 fn is_dicom_by_content(path: &Path) -> bool {
     use std::io::Read;
     let mut b = [0u8; 132];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-        && &b[128..132] == b"DICM"
+    open_input(path).is_ok_and(|mut f| f.read_exact(&mut b).is_ok()) && &b[128..132] == b"DICM"
 }

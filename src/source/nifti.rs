@@ -21,7 +21,6 @@
 use super::{window_to_u16, DecodeOptions, Emit, FloatFrame, Frame, Probe, Reject};
 use image::{DynamicImage, ImageBuffer, Luma};
 use nifti::{Endianness, NiftiHeader, NiftiType};
-use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
@@ -37,7 +36,7 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
     if opts.axis > 2 {
         return Err(Reject::new(format!("axis {} is not 0, 1 or 2", opts.axis)));
     }
-    let file = File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+    let file = super::open_input(path)?;
     let file_len = file.metadata().map(|m| m.len()).ok();
     let mut buffered = BufReader::with_capacity(1 << 16, file);
     let head = buffered
@@ -58,7 +57,7 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
 /// A volume is grey; the slice size comes from the header alone (only its 348 bytes are read,
 /// un-gzipped where needed).
 pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
-    let file = File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+    let file = super::open_input(path)?;
     let mut buffered = BufReader::with_capacity(1 << 12, file);
     let head = buffered
         .fill_buf()

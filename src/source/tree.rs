@@ -41,6 +41,8 @@ pub struct Tree {
     pub folder_links: Vec<String>,
     /// Symbolic links to nothing (relative paths, sorted).
     pub dangling: Vec<String>,
+    /// FIFOs, sockets and devices, or links to them (relative path, what it is): never opened.
+    pub special: Vec<(String, &'static str)>,
 }
 
 impl Tree {
@@ -100,6 +102,9 @@ pub fn name_text(name: &std::ffi::OsStr) -> String {
 /// any depth the file system allows is walked. An error names the folder it concerns.
 pub fn walk(input: &Path) -> crate::Result<Tree> {
     use crate::error::IoContext;
+    if let Some(t) = crate::files::special(input) {
+        return Err(crate::files::not_a_file(input, &t));
+    }
     if input.is_file() {
         let rel = input.file_name().map(name_text).unwrap_or_default();
         let root = match input.parent() {
@@ -116,6 +121,7 @@ pub fn walk(input: &Path) -> crate::Result<Tree> {
             }],
             folder_links: vec![],
             dangling: vec![],
+            special: vec![],
         });
     }
     let mut tree = Tree {
@@ -124,6 +130,7 @@ pub fn walk(input: &Path) -> crate::Result<Tree> {
         files: vec![],
         folder_links: vec![],
         dangling: vec![],
+        special: vec![],
     };
     let read = |dir: &Path| -> crate::Result<std::vec::IntoIter<std::fs::DirEntry>> {
         let mut entries: Vec<_> = std::fs::read_dir(dir)
@@ -162,6 +169,8 @@ pub fn walk(input: &Path) -> crate::Result<Tree> {
             });
         } else if ft.is_symlink() && p.is_dir() {
             tree.folder_links.push(rel);
+        } else if let Some(t) = crate::files::special(&p) {
+            tree.special.push((rel, crate::files::describe(&t)));
         } else if ft.is_symlink() && std::fs::metadata(&p).is_err() {
             tree.dangling.push(rel);
         }
@@ -226,7 +235,8 @@ pub fn csv_path(raw: &str) -> Result<String, &'static str> {
 /// without rows are errors naming the file and the line.
 pub fn read_labels_csv(path: &Path) -> Result<LabelsCsv, String> {
     let name = shown_path(path);
-    let bytes = std::fs::read(path).map_err(|e| format!("{name}: {e}"))?;
+    let bytes =
+        crate::files::read_capped(path, 1 << 30, "a labels CSV").map_err(|e| e.to_string())?;
     let mut r = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)

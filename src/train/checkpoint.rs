@@ -84,7 +84,8 @@ fn le_bytes(v: &[f32]) -> &[u8] {
 }
 
 pub fn load(path: &Path) -> Result<(Vec<(String, Vec<f32>)>, Cursor)> {
-    let data = std::fs::read(path).at(path)?;
+    // Far beyond any model here (resnet18: 45 MB); what is larger is no checkpoint of prep's.
+    let data = crate::files::read_capped(path, 4 << 30, "a checkpoint")?;
     let bad = |what: String| Error::manifest(path, what);
     let (_, meta) = SafeTensors::read_metadata(&data)
         .map_err(|e| bad(format!("not a safetensors file: {e}")))?;

@@ -287,8 +287,12 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 None
             };
             let cfg = dir.join("config.json");
-            let mut recipe: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
-                .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
+            let mut recipe: Recipe = serde_json::from_slice(&crate::files::read_capped(
+                &cfg,
+                crate::files::JSON_CAP,
+                "a run's config",
+            )?)
+            .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
             if recipe.world != world {
                 return Err(Error::Invalid(format!(
                     "--resume {}: the run was trained by {} rank(s) (GPUs), this one has {world}; resume it with {} (each rank's share of the data and its batch depend on the number)",
@@ -736,8 +740,13 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
     };
     // metrics.jsonl keeps exactly the finished epochs (a killed run may have written no more).
     let metrics_path = dir.join("metrics.jsonl");
-    let mut history: Vec<EpochMetrics> = std::fs::read_to_string(&metrics_path)
-        .unwrap_or_default()
+    let mut history: Vec<EpochMetrics> =
+        match crate::files::read_capped(&metrics_path, crate::files::JSON_CAP, "a metrics log") {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            // A run killed before its first epoch has none.
+            Err(_) if !metrics_path.exists() => String::new(),
+            Err(e) => return Err(e),
+        }
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .take(cur.epoch)
@@ -1062,8 +1071,12 @@ pub fn eval(
     precision: Option<&str>,
 ) -> Result<Evaluation> {
     let cfg = run.join("config.json");
-    let r: Recipe = serde_json::from_slice(&std::fs::read(&cfg).at(&cfg)?)
-        .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
+    let r: Recipe = serde_json::from_slice(&crate::files::read_capped(
+        &cfg,
+        crate::files::JSON_CAP,
+        "a run's config",
+    )?)
+    .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
     let (state, _) = checkpoint::load(&run.join(checkpoint::FILE))?;
     let d = open_run_data(&r, data)?;
     let src = d.source(split)?;

@@ -7,6 +7,7 @@
 mod decoders;
 mod paths;
 mod signals;
+mod special_files;
 mod writes;
 
 use crate::util::{prep, run, small_dataset, stderr, stdout, SMALL_SYNTH};

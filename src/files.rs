@@ -1,0 +1,208 @@
+//! Opening what must be a regular file. A path a user or a dataset names can be anything: a
+//! symbolic link to `/dev/zero` (a read that never ends), a FIFO (an open that blocks until a
+//! writer comes), a socket, a device, a directory. Every file prep reads goes through here: it is
+//! checked for what it is before it is read, opened so that the open cannot block, and metadata
+//! files are read with a hard cap, never "until EOF".
+
+use crate::error::{Error, IoContext, Result};
+use std::fs::{File, FileType};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// What a file type is, for a message: "a directory", "a FIFO (named pipe)", ...
+pub fn describe(ft: &FileType) -> &'static str {
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The error for `path` being `ft` where a regular file is expected.
+pub fn not_a_file(path: &Path, ft: &FileType) -> Error {
+    let what = describe(ft);
+    Error::io(
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("is {what}, not a regular file"),
+        ),
+    )
+}
+
+/// Whether `path` is (or links to) something other than a regular file or a directory: a FIFO,
+/// socket or device, which a tree walk must not open. `None` when it cannot be looked at.
+pub fn special(path: &Path) -> Option<FileType> {
+    let ft = std::fs::metadata(path).ok()?.file_type();
+    (!ft.is_file() && !ft.is_dir()).then_some(ft)
+}
+
+/// Open `path` for reading; it must be a regular file or a symbolic link to one. The type is
+/// checked before the open (a socket cannot be opened at all, and would say so unclearly) and
+/// again on the open file (the path may change in between); the open itself is non-blocking, so
+/// a FIFO put there in between cannot make it wait for a writer.
+pub fn open(path: &Path) -> Result<File> {
+    let ft = std::fs::metadata(path).at(path)?.file_type();
+    if !ft.is_file() {
+        return Err(not_a_file(path, &ft));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .at(path)?;
+    let ft = f.metadata().at(path)?.file_type();
+    if !ft.is_file() {
+        return Err(not_a_file(path, &ft));
+    }
+    // O_NONBLOCK means nothing for a regular file's reads, but is cleared all the same so the
+    // descriptor is an ordinary one for whatever reads it.
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function owns.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(f)
+}
+
+/// The whole of a regular file that is at most `cap` bytes, `what` naming it in the error
+/// ("a manifest", "a checkpoint"). The read stops at `cap + 1` bytes whatever the size said: a
+/// file that grows while it is read (or a special file the kernel calls empty) cannot make it run
+/// on.
+pub fn read_capped(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>> {
+    let f = open(path)?;
+    let len = f.metadata().at(path)?.len();
+    let too_large = |n: u64| {
+        Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{n} bytes is larger than the {cap}-byte cap for {what}"),
+            ),
+        )
+    };
+    if len > cap {
+        return Err(too_large(len));
+    }
+    let mut out = Vec::with_capacity(len as usize);
+    f.take(cap + 1).read_to_end(&mut out).at(path)?;
+    if out.len() as u64 > cap {
+        return Err(too_large(out.len() as u64));
+    }
+    Ok(out)
+}
+
+/// [`read_capped`] as UTF-8 text.
+pub fn read_text_capped(path: &Path, cap: u64, what: &str) -> Result<String> {
+    let bytes = read_capped(path, cap, what)?;
+    String::from_utf8(bytes).map_err(|_| {
+        Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{what} is not UTF-8 text"),
+            ),
+        )
+    })
+}
+
+/// Checks that each of `files` (path, the size the manifest lists) is a regular file of that
+/// size, by a stat each and without reading: what `inspect` promises about a dataset it
+/// summarises. `listed_in` names the manifest; the error lists every file found wanting.
+pub fn check_present(listed_in: &Path, files: &[(std::path::PathBuf, u64)]) -> Result<()> {
+    let mut wrong = Vec::new();
+    for (p, want) in files {
+        let shown = crate::error::shown_path(p);
+        match std::fs::metadata(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                wrong.push(format!("{shown} is missing"))
+            }
+            Err(e) => wrong.push(format!("{shown}: {e}")),
+            Ok(m) if !m.file_type().is_file() => wrong.push(format!(
+                "{shown} is {}, not a regular file",
+                describe(&m.file_type())
+            )),
+            Ok(m) if m.len() != *want => wrong.push(format!(
+                "{shown} is {} bytes, the manifest lists {want}{}",
+                m.len(),
+                if m.len() < *want { " (truncated)" } else { "" }
+            )),
+            Ok(_) => {}
+        }
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(Error::manifest(
+        listed_in,
+        format!(
+            "{} of the {} files it lists {} not as listed: {}",
+            wrong.len(),
+            files.len(),
+            if wrong.len() == 1 { "is" } else { "are" },
+            wrong.join("; ")
+        ),
+    ))
+}
+
+/// Caps for the small files prep reads whole.
+pub const JSON_CAP: u64 = 64 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn special_files_are_refused_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let zero = d.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let sock = d.path().join("sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        for (p, word) in [
+            (&fifo, "FIFO"),
+            (&zero, "character device"),
+            (&sock, "socket"),
+            (&d.path().to_path_buf(), "directory"),
+        ] {
+            let t = Instant::now();
+            let e = read_capped(p, 100, "a test file").unwrap_err().to_string();
+            assert!(t.elapsed() < Duration::from_secs(2));
+            assert!(e.contains(word) && e.contains(&*p.to_string_lossy()), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_file_over_the_cap_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("big.json");
+        std::fs::write(&p, vec![b' '; 101]).unwrap();
+        let e = read_capped(&p, 100, "a manifest").unwrap_err().to_string();
+        assert!(
+            e.contains("101 bytes is larger than the 100-byte cap for a manifest"),
+            "{e}"
+        );
+        assert_eq!(read_capped(&p, 101, "a manifest").unwrap().len(), 101);
+    }
+}
