@@ -119,7 +119,8 @@ fn local_time(secs: i64) -> String {
 /// contents (as much of it as was written).
 fn holder(f: &mut File) -> String {
     let mut s = String::new();
-    let _ = f.read_to_string(&mut s);
+    // A few hundred bytes when prep wrote it; whatever else is there is not read whole.
+    let _ = f.take(1 << 16).read_to_string(&mut s);
     let v: serde_json::Value = serde_json::from_str(&s).unwrap_or_default();
     let pid = v["pid"].as_u64().map_or("?".into(), |p| p.to_string());
     let host = v["host"].as_str().unwrap_or("?");

@@ -70,7 +70,7 @@ pub fn class_names(dir: &Path, v: Variant) -> Option<Vec<String>> {
     };
     let d = find(dir)
         .and_then(|(_, t, _)| t.first().and_then(|p| p.parent().map(Path::to_path_buf)))?;
-    let text = std::fs::read_to_string(d.join(file)).ok()?;
+    let text = crate::files::read_text_capped(&d.join(file), 1 << 20, "a class names file").ok()?;
     let names: Vec<String> = text
         .lines()
         .map(str::trim)

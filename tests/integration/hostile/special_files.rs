@@ -492,3 +492,41 @@ fn inspect_names_missing_and_truncated_shards() {
         "no summary is printed for a dataset with files missing"
     );
 }
+
+#[test]
+fn special_files_in_a_colmajor_dataset_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let src = root.join("cm");
+    let mut args = synth(&src, None);
+    args.extend(["--format".into(), "colmajor".into()]);
+    run(&args, 0);
+    for kind in KINDS {
+        for file in ["images_train.bin", "labels_train.bin"] {
+            let ds = root.join("victim");
+            let _ = std::fs::remove_dir_all(&ds);
+            copy_dir(&src, &ds);
+            let path = ds.join(file);
+            plant(&path, kind);
+            let out = root.join("out");
+            let _ = std::fs::remove_dir_all(&out);
+            for args in [
+                vec!["verify", s(&ds)],
+                vec!["inspect", s(&ds)],
+                vec![
+                    "train",
+                    s(&ds),
+                    "--device",
+                    "cpu",
+                    "--epochs",
+                    "1",
+                    "--out",
+                    s(&out),
+                ],
+                vec!["convert", s(&ds), "--out", s(&out)],
+            ] {
+                refused(&format!("{} colmajor {file}", args[0]), &args, &path, kind);
+            }
+        }
+    }
+}
