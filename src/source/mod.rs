@@ -20,6 +20,7 @@ pub mod images;
 pub mod nifti;
 pub mod npy;
 pub mod series;
+pub mod tiff;
 pub mod transform;
 pub mod tree;
 pub mod video;
@@ -134,13 +135,14 @@ pub struct DecodeOptions {
     /// 2 = z, the usual axial slices).
     pub axis: usize,
     /// Intensity window: DICOM uses its own Window Center/Width unless this overrides it;
-    /// NIfTI uses the `percentiles` window unless this overrides it. (low, high) in stored units
-    /// after rescale slope/intercept.
+    /// NIfTI, and TIFF pages of signed, 32/64-bit or float samples, use the `percentiles` window
+    /// unless this overrides it. (low, high) in stored units after rescale slope/intercept.
     pub window: Option<(f64, f64)>,
-    /// NIfTI: the percentile window (low, high), in percent, over the whole volume's voxels.
+    /// NIfTI (TIFF): the percentile window (low, high), in percent, over the whole volume's voxels
+    /// (the whole file's values).
     pub percentiles: (f64, f64),
-    /// Scans (DICOM grey images, NIfTI): emit `Frame::Float` values in their own units (after
-    /// rescale slope/intercept) with no window, for f16/f32 targets. Other kinds emit images either
+    /// Scans (DICOM grey images, NIfTI) and TIFF value pages: emit `Frame::Float` values in their
+    /// own units (after rescale slope/intercept) with no window, for f16/f32 targets. Other kinds emit images either
     /// way, whose integer values a float target keeps.
     pub float: bool,
 }
@@ -221,7 +223,7 @@ impl FileKind {
     pub fn decode(self, path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), Reject> {
         match self {
             FileKind::Image => images::decode(path, emit),
-            FileKind::Tiff => images::decode_tiff(path, emit),
+            FileKind::Tiff => tiff::decode(path, opts, emit),
             FileKind::Video => video::decode(path, opts, emit),
             FileKind::Dicom => dicom::decode(path, opts, emit),
             FileKind::Nifti => nifti::decode(path, opts, emit),
@@ -233,7 +235,7 @@ impl FileKind {
     pub fn probe(self, path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
         match self {
             FileKind::Image => images::probe(path),
-            FileKind::Tiff => images::probe_tiff(path),
+            FileKind::Tiff => tiff::probe(path),
             FileKind::Video => video::probe(path),
             FileKind::Dicom => dicom::probe(path, opts),
             FileKind::Nifti => nifti::probe(path, opts),

@@ -15,6 +15,7 @@ mod ranks;
 mod scans;
 mod scans_series;
 mod synth;
+mod tiff;
 mod train;
 mod trees;
 mod util;
