@@ -29,7 +29,7 @@
 use super::images::{MAX_ALLOC, MAX_SIDE};
 use super::nifti::percentile_window;
 use super::{window_to_u16, DecodeOptions, Emit, FloatFrame, Frame, Probe, Reject};
-use ::tiff::decoder::{Decoder, DecodingResult, Limits};
+use ::tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits, TiffCodingUnit};
 use ::tiff::tags::Tag;
 use ::tiff::{ColorType, TiffError};
 use image::{DynamicImage, ImageBuffer};
@@ -494,13 +494,18 @@ fn read(d: &mut Tiff, i: &Info) -> Result<Page, String> {
     if !i.ty.is_pixels() && (n * i.keep() * 4) as u64 > MAX_ALLOC {
         return Err(too_big("as float32 values", n * i.keep() * 4));
     }
-    let mut res = DecodingResult::U8(Vec::new());
-    let layout = d
-        .read_image_to_buffer(&mut res)
-        .map_err(|e| format!("cannot decode: {}", tiff_error(e)))?;
-    if res.as_buffer(0).byte_len() < layout.complete_len.min(bytes) {
-        return Err("not every plane could be decoded within the limits".into());
-    }
+    let res = if i.planar && i.samples > 1 && d.get_chunk_type() == ChunkType::Tile {
+        planar_tiles(d, i, bytes)?
+    } else {
+        let mut res = DecodingResult::U8(Vec::new());
+        let layout = d
+            .read_image_to_buffer(&mut res)
+            .map_err(|e| format!("cannot decode: {}", tiff_error(e)))?;
+        if res.as_buffer(0).byte_len() < layout.complete_len.min(bytes) {
+            return Err("not every plane could be decoded within the limits".into());
+        }
+        res
+    };
     let short = || "internal: the decoded samples do not fill the page".to_string();
     let need = n * i.samples;
     let values = |len: usize| if len < need { Err(short()) } else { Ok(()) };
@@ -555,6 +560,71 @@ fn read(d: &mut Tiff, i: &Info) -> Result<Page, String> {
         (Ty::F64, DecodingResult::F64(v)) => float_planes(&v, i, need, |x| x as f32)?,
         (t, _) => return Err(format!("internal: {t:?} samples decoded as another type")),
     })
+}
+
+/// A planar tiled page, read one coding unit (a tile's place in every plane) at a time. The crate
+/// sizes the tiles of planes after the first as if none ended at the image's bottom edge: reading
+/// the whole page, their overhanging rows land in the next plane, or past the buffer's end (a
+/// panic). A unit's planes are read in order into a buffer with room for the last one's overhang,
+/// so each overhang is overwritten or falls in that room; the units are then placed in the page.
+fn planar_tiles(d: &mut Tiff, i: &Info, bytes: usize) -> Result<DecodingResult, String> {
+    let err = |e: TiffError| format!("cannot decode: {}", tiff_error(e));
+    let (w, h) = (i.width as usize, i.height as usize);
+    let (tw, th) = d.chunk_dimensions();
+    let (tw, th) = (tw as usize, th as usize);
+    let size = i.ty.bytes();
+    let (across, down) = (w.div_ceil(tw), h.div_ceil(th));
+    let mut page = vec![0u8; bytes];
+    let mut unit = Vec::new();
+    for ty in 0..down {
+        for tx in 0..across {
+            let code = TiffCodingUnit((ty * across + tx) as u32);
+            let layout = d.image_coding_unit_layout(code).map_err(err)?;
+            let (uw, uh) = (tw.min(w - tx * tw), th.min(h - ty * th));
+            let (row, plane) = (uw * size, uw * uh * size);
+            if layout.complete_len != plane * i.samples {
+                return Err("internal: unexpected layout of a planar tile".into());
+            }
+            unit.clear();
+            unit.resize(layout.complete_len + th * tw * size, 0);
+            d.read_coding_unit_bytes(code, &mut unit).map_err(err)?;
+            for c in 0..i.samples {
+                for r in 0..uh {
+                    let to = c * w * h * size + ((ty * th + r) * w + tx * tw) * size;
+                    page[to..to + row].copy_from_slice(&unit[c * plane + r * row..][..row]);
+                }
+            }
+        }
+    }
+    Ok(typed(page, i.ty))
+}
+
+/// Native-endian sample bytes as the crate's typed buffer.
+fn typed(b: Vec<u8>, ty: Ty) -> DecodingResult {
+    macro_rules! ne {
+        ($t:ty, $n:expr, $f:expr) => {
+            b.chunks_exact($n)
+                .map(|c| {
+                    let mut a = [0u8; $n];
+                    a.copy_from_slice(c);
+                    $f(<$t>::from_ne_bytes(a))
+                })
+                .collect()
+        };
+    }
+    match ty {
+        Ty::Bits(_) | Ty::U8 => DecodingResult::U8(b),
+        Ty::I8 => DecodingResult::I8(b.into_iter().map(|v| v as i8).collect()),
+        Ty::U16 => DecodingResult::U16(ne!(u16, 2, |v| v)),
+        Ty::I16 => DecodingResult::I16(ne!(i16, 2, |v| v)),
+        Ty::F16 => DecodingResult::F16(ne!(u16, 2, half::f16::from_bits)),
+        Ty::U32 => DecodingResult::U32(ne!(u32, 4, |v| v)),
+        Ty::I32 => DecodingResult::I32(ne!(i32, 4, |v| v)),
+        Ty::F32 => DecodingResult::F32(ne!(f32, 4, |v| v)),
+        Ty::U64 => DecodingResult::U64(ne!(u64, 8, |v| v)),
+        Ty::I64 => DecodingResult::I64(ne!(i64, 8, |v| v)),
+        Ty::F64 => DecodingResult::F64(ne!(f64, 8, |v| v)),
+    }
 }
 
 /// How 8/16-bit pixels are interleaved.

@@ -418,7 +418,7 @@ fn matrix_of_types_channels_pages_and_layouts() {
                             p.extra = extra.to_vec();
                             p.planar = planar;
                             p.compression = [1, 8, 32773][case % 3];
-                            if case % 2 == 1 {
+                            if case / 2 % 2 == 1 {
                                 p.tiles = Some((16, 16));
                             } else {
                                 p.rows_per_strip = 7;
@@ -554,5 +554,323 @@ fn check_case(path: &Path, name: &str, ty: &str, ps: &[Page], want: Result<u16, 
             .flat_map(|v| v.to_le_bytes())
             .collect();
         assert!(g == &wb, "{name}: page {pg} whole-file window differs");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// End to end: `prep convert`, the shards read back through the library.
+
+fn convert(input: &Path, out: &Path, extra: &[&str], code: i32) -> std::process::Output {
+    let mut args = vec![
+        "convert",
+        input.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--test-fraction",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    run(&args, code)
+}
+
+/// Every sample of the train split, in order.
+fn shard_samples(d: &Path) -> Vec<Vec<u8>> {
+    let ds = Dataset::open(d).unwrap();
+    let mut out = Vec::new();
+    for info in &ds.manifest.splits["train"].shards {
+        let r = ds.open_shard(info).unwrap();
+        for b in 0..r.num_blocks() {
+            let block = r.read_block(b).unwrap();
+            for i in 0..block.len() {
+                out.push(block.sample(i).to_vec());
+            }
+        }
+    }
+    out
+}
+
+fn rejects(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join("rejects.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A grey page of float32 `values` (w x h), in strips of 3 rows.
+fn f32_page(w: u32, h: u32, values: &[f32]) -> Page {
+    let mut p = Page::new(w, h, 3, 32, 1, 1);
+    p.rows_per_strip = 3;
+    p.values = values.iter().map(|&v| v as f64).collect();
+    p
+}
+
+/// The float32 values a microscope might give, and the ones conversions get wrong: signed zeros,
+/// subnormals, large and tiny magnitudes, f16's limits.
+fn stack_values(n: usize, page: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..n)
+        .map(|i| {
+            let u = ((i + 1000 * page) as u32).wrapping_mul(2654435761) as f64 / u32::MAX as f64;
+            ((u - 0.3) * 3000.0) as f32 + 0.123
+        })
+        .collect();
+    let special = [-0.0, 0.0, 1e-40, -3.4e38, 3.3e38, 5.96e-8, 65504.0, 0.1];
+    v[..special.len()].copy_from_slice(&special);
+    v
+}
+
+#[test]
+fn float32_stacks_keep_their_values_bit_for_bit() {
+    let t = tempfile::tempdir().unwrap();
+    let (w, h) = (9, 7);
+    let vals: Vec<Vec<f32>> = (0..3).map(|p| stack_values((w * h) as usize, p)).collect();
+    // Grey, little-endian strips, Deflate with the floating-point predictor.
+    let grey: Vec<Page> = vals
+        .iter()
+        .map(|v| {
+            let mut p = f32_page(w, h, v);
+            p.compression = 8;
+            p.predictor = 3;
+            p
+        })
+        .collect();
+    write(&t.path().join("grey/stack.tif"), &tiff_bytes(&grey, false));
+    let out = t.path().join("grey-f32");
+    convert(&t.path().join("grey"), &out, &["--dtype", "f32"], 0);
+    let s = shard_samples(&out);
+    assert_eq!(s.len(), 3);
+    for (i, v) in vals.iter().enumerate() {
+        let want: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(s[i], want, "page {i}");
+    }
+    let m = Dataset::open(&out).unwrap().manifest;
+    assert_eq!(
+        (m.sample.dtype, m.sample.shape.0.clone()),
+        (Dtype::F32, vec![1, h, w])
+    );
+
+    // RGB, big-endian, planar, tiled: three planes of three pages.
+    let rgb: Vec<Page> = (0..3)
+        .map(|pg| {
+            let mut p = Page::new(w, h, 3, 32, 2, 3);
+            p.planar = true;
+            p.tiles = Some((16, 16));
+            for (i, v) in p.values.iter_mut().enumerate() {
+                *v = vals[(pg + i % 3) % 3][i / 3] as f64;
+            }
+            p
+        })
+        .collect();
+    write(&t.path().join("rgb/stack.tif"), &tiff_bytes(&rgb, true));
+    let out = t.path().join("rgb-f32");
+    convert(&t.path().join("rgb"), &out, &["--dtype", "f32"], 0);
+    let s = shard_samples(&out);
+    assert_eq!(s.len(), 3);
+    for (pg, p) in rgb.iter().enumerate() {
+        let want: Vec<u8> = kept(p, 3)
+            .iter()
+            .flat_map(|&x| (x as f32).to_le_bytes())
+            .collect();
+        assert_eq!(s[pg], want, "page {pg}");
+    }
+
+    // f16: rounded to nearest; a value beyond f16's range rejects the file by page.
+    let small: Vec<Page> = vals
+        .iter()
+        .map(|v| {
+            let v: Vec<f32> = v.iter().map(|x| x.clamp(-60000.0, 60000.0)).collect();
+            f32_page(w, h, &v)
+        })
+        .collect();
+    write(
+        &t.path().join("small/stack.tif"),
+        &tiff_bytes(&small, false),
+    );
+    let out = t.path().join("f16");
+    convert(&t.path().join("small"), &out, &["--dtype", "f16"], 0);
+    let s = shard_samples(&out);
+    for (i, p) in small.iter().enumerate() {
+        let want: Vec<u8> = p
+            .values
+            .iter()
+            .flat_map(|&x| half::f16::from_f64(x).to_le_bytes())
+            .collect();
+        assert_eq!(s[i], want, "page {i}");
+    }
+    let o = convert(
+        &t.path().join("grey"),
+        &t.path().join("far"),
+        &["--dtype", "f16"],
+        1,
+    );
+    let e = stderr(&o);
+    assert!(
+        e.contains("stack.tif: image 0: value") && e.contains("beyond f16's range"),
+        "{e}"
+    );
+}
+
+#[test]
+fn non_finite_values_reject_a_float_stack_and_window_to_zero() {
+    let t = tempfile::tempdir().unwrap();
+    let (w, h) = (4, 3);
+    let mut pages: Vec<Vec<f32>> = (0..3)
+        .map(|p| (0..12).map(|i| (i + 12 * p) as f32).collect())
+        .collect();
+    pages[1][5] = f32::NAN;
+    pages[2][0] = f32::INFINITY;
+    let ps: Vec<Page> = pages.iter().map(|v| f32_page(w, h, v)).collect();
+    write(&t.path().join("in/nan.tif"), &tiff_bytes(&ps, false));
+    let out = t.path().join("f32");
+    let o = convert(
+        &t.path().join("in"),
+        &out,
+        &["--dtype", "f32", "--on-error", "fail"],
+        1,
+    );
+    let e = stderr(&o);
+    assert!(
+        e.contains("nan.tif") && e.contains("image 1: value NaN at channel 0, row 1, column 1"),
+        "{e}"
+    );
+
+    // Windowed: NaN is 0, +Inf the window's top; the window (0..35 here, min..max of the finite
+    // values at 0-100 percentiles... the default 0.5-99.5 on 34 values) is the whole stack's.
+    let out = t.path().join("u16");
+    convert(
+        &t.path().join("in"),
+        &out,
+        &["--dtype", "u16", "--window", "0:35"],
+        0,
+    );
+    let s = shard_samples(&out);
+    let px = |page: usize, i: usize| u16::from_le_bytes([s[page][2 * i], s[page][2 * i + 1]]);
+    assert_eq!(px(1, 5), 0);
+    assert_eq!(px(2, 0), 65535);
+    assert_eq!(px(1, 6), window_to_u16(18.0, 0.0, 35.0));
+}
+
+/// NumPy's default `percentile` (linear between ranks) of sorted `v`.
+fn percentile(v: &[f64], q: f64) -> f64 {
+    let pos = q / 100.0 * (v.len() - 1) as f64;
+    let k = pos.floor() as usize;
+    let f = pos - k as f64;
+    if k + 1 < v.len() {
+        v[k] + f * (v[k + 1] - v[k])
+    } else {
+        v[k]
+    }
+}
+
+#[test]
+fn integer_stacks_window_onto_u8() {
+    let t = tempfile::tempdir().unwrap();
+    let (w, h) = (6, 5);
+    for (ty, format, bits, scale) in [
+        ("i8", 2, 8, 2.0),
+        ("i16", 2, 16, 97.0),
+        ("u32", 1, 32, 9.0e6),
+        ("i32", 2, 32, -1.1e7),
+        ("f64", 3, 64, 0.013),
+    ] {
+        let dir = t.path().join(ty);
+        // Three pages whose ranges differ: one window for the stack, not one per page.
+        let ps: Vec<Page> = (0..3)
+            .map(|pg| {
+                let mut p = Page::new(w, h, format, bits, 1, 1);
+                p.compression = 32773;
+                for (i, v) in p.values.iter_mut().enumerate() {
+                    let k = (i as f64 - 15.0) * (pg + 1) as f64;
+                    *v = if ty == "u32" {
+                        (k + 400.0) * scale
+                    } else {
+                        k * scale
+                    };
+                }
+                p
+            })
+            .collect();
+        write(&dir.join("stack.tif"), &tiff_bytes(&ps, true));
+        let all: Vec<f64> = ps.iter().flat_map(|p| p.values.clone()).collect();
+
+        // A known window, inside the stack's range.
+        let min = all.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let (lo, hi) = (min + 0.2 * (max - min), max - 0.3 * (max - min));
+        let out = t.path().join(format!("{ty}-window"));
+        let win = format!("{lo}:{hi}");
+        convert(&dir, &out, &["--window", &win], 0);
+        let s = shard_samples(&out);
+        assert_eq!(s.len(), 3, "{ty}");
+        for (pg, p) in ps.iter().enumerate() {
+            let want: Vec<u8> = p
+                .values
+                .iter()
+                .map(|&v| to_u8(window_to_u16(v as f32 as f64, lo, hi)))
+                .collect();
+            assert_eq!(s[pg], want, "{ty} page {pg}");
+        }
+        // Page 2 reaches beyond both ends of the window, page 0 stays within.
+        assert!(s[2].contains(&0) && s[2].contains(&255), "{ty}: {:?}", s[2]);
+        assert!(s[0].iter().all(|&v| v > 0 && v < 255), "{ty}: {:?}", s[0]);
+
+        // No window: the 0.5-99.5 percentile window of the whole stack's values.
+        let out = t.path().join(format!("{ty}-auto"));
+        convert(&dir, &out, &[], 0);
+        let mut sorted: Vec<f64> = all.iter().map(|&v| v as f32 as f64).collect();
+        sorted.sort_by(f64::total_cmp);
+        let (lo, hi) = (percentile(&sorted, 0.5), percentile(&sorted, 99.5));
+        let s = shard_samples(&out);
+        for (pg, p) in ps.iter().enumerate() {
+            let want: Vec<u8> = p
+                .values
+                .iter()
+                .map(|&v| to_u8(window_to_u16(v as f32 as f64, lo, hi)))
+                .collect();
+            assert_eq!(s[pg], want, "{ty} page {pg}");
+        }
+        // Page 0 spans a third of the stack's range: it does not reach 0 or 255.
+        assert!(s[0].iter().all(|&v| v > 40 && v < 215), "{ty}: {:?}", s[0]);
+    }
+}
+
+/// Planar tiled pages of sizes that do and do not fill their tiles (the `tiff` crate alone
+/// misplaces or panics on the bottom tiles of planes after the first).
+#[test]
+fn planar_tiles_of_any_size() {
+    let t = tempfile::tempdir().unwrap();
+    let float = DecodeOptions {
+        float: true,
+        ..DecodeOptions::default()
+    };
+    for (w, h) in [
+        (20, 18),
+        (9, 7),
+        (16, 16),
+        (17, 16),
+        (16, 17),
+        (40, 40),
+        (33, 1),
+    ] {
+        for spp in [3, 4] {
+            let mut p = Page::new(w, h, 3, 32, 2, spp);
+            p.extra = vec![2; spp as usize - 3];
+            p.planar = true;
+            p.tiles = Some((16, 16));
+            for (i, v) in p.values.iter_mut().enumerate() {
+                *v = i as f64 * 0.5 - 100.0;
+            }
+            let path = write(
+                &t.path().join("p.tif"),
+                &tiff_bytes(&[p.clone(), p.clone()], false),
+            );
+            let got = samples_of(frames(&path, &float).unwrap(), 3, Dtype::F32);
+            let want: Vec<u8> = kept(&p, 3)
+                .iter()
+                .flat_map(|&x| (x as f32).to_le_bytes())
+                .collect();
+            assert_eq!(got, vec![want.clone(), want], "{w}x{h}, {spp} samples");
+        }
     }
 }
