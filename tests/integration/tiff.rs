@@ -36,6 +36,10 @@ struct Page {
     predictor: u16,
     /// Samples, pixel-major: (row, column, sample).
     values: Vec<f64>,
+    /// More (tag, type, values) entries.
+    tags: Vec<(u16, u16, Vec<u32>)>,
+    /// Chunks as they are, instead of encoding `values` (a JPEG stream).
+    raw: Option<Vec<Vec<u8>>>,
 }
 
 impl Page {
@@ -54,6 +58,8 @@ impl Page {
             compression: 1,
             predictor: 1,
             values: vec![0.0; (w * h * spp as u32) as usize],
+            tags: Vec::new(),
+            raw: None,
         }
     }
 
@@ -232,7 +238,7 @@ fn tiff_bytes(pages: &[Page], big: bool) -> Vec<u8> {
     for p in pages {
         let mut offsets = Vec::new();
         let mut counts = Vec::new();
-        for c in chunks(p, big) {
+        for c in p.raw.clone().unwrap_or_else(|| chunks(p, big)) {
             offsets.push(out.len() as u32);
             counts.push(c.len() as u32);
             out.extend_from_slice(&c);
@@ -270,6 +276,7 @@ fn tiff_bytes(pages: &[Page], big: bool) -> Vec<u8> {
         if !p.extra.is_empty() {
             e.push((338, 3, p.extra.iter().map(|&v| v as u32).collect()));
         }
+        e.extend(p.tags.iter().cloned());
         e.sort_by_key(|x| x.0);
         let ifd = out.len() as u32;
         out[link..link + 4].copy_from_slice(&u32b(ifd));
@@ -873,4 +880,317 @@ fn planar_tiles_of_any_size() {
             assert_eq!(got, vec![want.clone(), want], "{w}x{h}, {spp} samples");
         }
     }
+}
+
+/// A 3-page grey float32 stack of 12 x 10 pages, in strips of 3 rows.
+fn float_stack() -> Vec<Page> {
+    (0..3)
+        .map(|pg| f32_page(12, 10, &stack_values(120, pg)))
+        .collect()
+}
+
+#[test]
+fn bad_files_are_refused_by_file_and_page() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("in");
+    let good = tiff_bytes(&float_stack(), false);
+    write(&dir.join("good.tif"), &good);
+    let page = |format, bits, photometric, spp| {
+        let mut p = Page::new(8, 6, format, bits, photometric, spp);
+        p.extra = vec![0; spp as usize - if photometric == 2 { 3 } else { 1 }];
+        p
+    };
+    // (file, pages, the reason's words)
+    let bad: Vec<(&str, Vec<Page>, &str)> = vec![
+        (
+            "multi.tif",
+            vec![page(1, 16, 1, 5)],
+            "page 0: 5 samples per pixel in a grey image",
+        ),
+        (
+            "palette.tif",
+            vec![page(1, 8, 3, 1)],
+            "page 0: palette colour",
+        ),
+        ("lab.tif", vec![page(1, 8, 8, 3)], "page 0: CIE L*a*b*"),
+        (
+            "complex.tif",
+            vec![page(6, 64, 1, 1)],
+            "page 0: complex samples",
+        ),
+        (
+            "void.tif",
+            vec![page(4, 8, 1, 1)],
+            "page 0: samples of undefined format",
+        ),
+        (
+            "bits12.tif",
+            vec![page(1, 12, 1, 1)],
+            "page 0: 12-bit unsigned samples",
+        ),
+        (
+            "float24.tif",
+            vec![page(3, 24, 1, 1)],
+            "page 0: 24-bit float samples",
+        ),
+        // A bad page after good ones: the whole file, by the bad page's number.
+        (
+            "third.tif",
+            vec![page(3, 32, 1, 1), page(3, 32, 1, 1), page(5, 32, 1, 1)],
+            "page 2: complex samples",
+        ),
+    ];
+    for (name, pages, _) in &bad {
+        write(&dir.join(name), &tiff_bytes(pages, false));
+    }
+    write(&dir.join("junk.tif"), b"P5 not a tiff at all");
+    write(&dir.join("empty.tif"), b"");
+    // Cut in the middle of the third page's pixel data (its directory follows them).
+    let two = tiff_bytes(&float_stack()[..2], false).len();
+    write(&dir.join("cut.tif"), &good[..two + 200]);
+
+    let out = t.path().join("out");
+    convert(&dir, &out, &["--dtype", "f32"], 0);
+    assert_eq!(shard_samples(&out).len(), 3, "good.tif converts");
+    let r = rejects(&out);
+    let reason = |file: &str| -> String {
+        r.iter()
+            .find(|e| e["path"] == file)
+            .unwrap_or_else(|| panic!("{file} not rejected: {r:?}"))["reason"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    for (name, _, why) in &bad {
+        let got = reason(name);
+        assert!(got.starts_with(why), "{name}: {got}");
+    }
+    assert!(reason("junk.tif").starts_with("not a TIFF"), "{r:?}");
+    assert!(reason("empty.tif").contains("empty file"), "{r:?}");
+    let cut = reason("cut.tif");
+    assert!(cut.starts_with("page 2: truncated"), "{cut}");
+    assert_eq!(r.len(), bad.len() + 3, "{r:?}");
+
+    // Every cut of a stack is refused with a reason, none crashes the decoder.
+    for end in (0..good.len()).step_by(97) {
+        let p = write(&t.path().join("cuts/c.tif"), &good[..end]);
+        let e = frames(&p, &DecodeOptions::default()).unwrap_err();
+        assert!(
+            e.0.starts_with("page ") || e.0.starts_with("not a TIFF") || e.0.contains("empty"),
+            "cut at {end}: {e}"
+        );
+    }
+
+    // --on-error fail stops at the first, naming the file and the page.
+    std::fs::remove_file(dir.join("empty.tif")).unwrap();
+    std::fs::remove_file(dir.join("junk.tif")).unwrap();
+    let o = convert(&dir, &t.path().join("fail"), &["--on-error", "fail"], 1);
+    let e = stderr(&o);
+    assert!(e.contains(".tif") && e.contains(": page "), "{e}");
+}
+
+#[test]
+fn a_page_of_another_size_is_resized_with_the_stack() {
+    let t = tempfile::tempdir().unwrap();
+    let mut ps = float_stack();
+    ps.push(f32_page(24, 20, &[-7.25; 480]));
+    write(&t.path().join("in/s.tif"), &tiff_bytes(&ps, true));
+    let out = t.path().join("f32");
+    convert(&t.path().join("in"), &out, &["--dtype", "f32"], 0);
+    let s = shard_samples(&out);
+    assert_eq!(s.len(), 4);
+    for (i, p) in ps[..3].iter().enumerate() {
+        let want: Vec<u8> = p
+            .values
+            .iter()
+            .flat_map(|&v| (v as f32).to_le_bytes())
+            .collect();
+        assert_eq!(s[i], want, "page {i}");
+    }
+    // The larger page takes the first page's size (10 x 12); a constant stays exact.
+    assert_eq!(s[3], (-7.25f32).to_le_bytes().repeat(120));
+    // 16-bit pages as before: each an image resized to the first page's size.
+    let pages: Vec<Page> = [(12, 10, 1000.0), (6, 5, 2000.0), (12, 10, 3000.0)]
+        .iter()
+        .map(|&(w, h, v)| {
+            let mut p = Page::new(w, h, 1, 16, 1, 1);
+            p.values.iter_mut().for_each(|x| *x = v);
+            p
+        })
+        .collect();
+    write(&t.path().join("in16/s.tif"), &tiff_bytes(&pages, false));
+    let out = t.path().join("u16");
+    convert(&t.path().join("in16"), &out, &["--dtype", "u16"], 0);
+    let s = shard_samples(&out);
+    assert_eq!(s.len(), 3);
+    for (i, v) in [1000u16, 2000, 3000].iter().enumerate() {
+        assert_eq!(s[i], v.to_le_bytes().repeat(120), "page {i}");
+    }
+}
+
+/// RGB of 8-bit samples, pixel-major.
+fn rgb_of(frame: Frame) -> Vec<u8> {
+    match frame {
+        Frame::Image(img) => img.into_rgb8().into_raw(),
+        Frame::Float(_) => panic!("expected an image"),
+    }
+}
+
+/// Grey of 8-bit samples.
+fn grey_of(frame: Frame) -> Vec<u8> {
+    match frame {
+        Frame::Image(img) => img.into_luma8().into_raw(),
+        Frame::Float(_) => panic!("expected an image"),
+    }
+}
+
+#[test]
+fn colour_models_bit_depths_and_the_crates_own_files() {
+    let t = tempfile::tempdir().unwrap();
+    let o = DecodeOptions::default();
+    let (w, h) = (11u32, 5u32);
+    let one = |p: &Page, name: &str| -> Frame {
+        let path = write(
+            &t.path().join(name),
+            &tiff_bytes(std::slice::from_ref(p), false),
+        );
+        let mut f = frames(&path, &o).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(f.len(), 1);
+        f.remove(0)
+    };
+    // Bilevel, white is zero (as fax scans): 0 is white.
+    let mut p = Page::new(w, h, 1, 1, 0, 1);
+    p.values
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = (i % 3 == 0) as u8 as f64);
+    let want: Vec<u8> = p
+        .values
+        .iter()
+        .map(|&v| if v == 0.0 { 255 } else { 0 })
+        .collect();
+    assert_eq!(grey_of(one(&p, "bilevel.tif")), want);
+    // 4-bit grey onto 0..=255.
+    let mut p = Page::new(w, h, 1, 4, 1, 1);
+    p.values
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = (i % 16) as f64);
+    let want: Vec<u8> = p.values.iter().map(|&v| v as u8 * 17).collect();
+    assert_eq!(grey_of(one(&p, "grey4.tif")), want);
+    // CMYK.
+    let mut p = Page::new(w, h, 1, 8, 5, 4);
+    p.values
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = ((i * 53) % 256) as f64);
+    let want: Vec<u8> = p
+        .values
+        .chunks(4)
+        .flat_map(|c| {
+            let k = 255 - c[3] as u32;
+            (0..3).map(move |i| (((255 - c[i] as u32) * k + 127) / 255) as u8)
+        })
+        .collect();
+    assert_eq!(rgb_of(one(&p, "cmyk.tif")), want);
+    // YCbCr, uncompressed and not subsampled, by JFIF's formula.
+    let mut p = Page::new(w, h, 1, 8, 6, 3);
+    p.tags.push((530, 3, vec![1, 1]));
+    p.values
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = ((i * 71 + 40) % 256) as f64);
+    let want: Vec<u8> = p
+        .values
+        .chunks(3)
+        .flat_map(|c| {
+            let (y, cb, cr) = (c[0] as f32, c[1] as f32 - 128.0, c[2] as f32 - 128.0);
+            [
+                y + 1.402 * cr,
+                y - 0.344_136 * cb - 0.714_136 * cr,
+                y + 1.772 * cb,
+            ]
+            .map(|v| v.round().clamp(0.0, 255.0) as u8)
+        })
+        .collect();
+    assert_eq!(rgb_of(one(&p, "ycbcr.tif")), want);
+    // JPEG in TIFF (YCbCr): as the image crate decodes the same JPEG, within rounding.
+    let (jw, jh) = (32u32, 24u32);
+    let src = image::RgbImage::from_fn(jw, jh, |x, y| {
+        image::Rgb([(x * 8) as u8, (y * 10) as u8, ((x + y) * 4) as u8])
+    });
+    let mut jpeg = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 95)
+        .encode_image(&src)
+        .unwrap();
+    let reference = image::load_from_memory(&jpeg)
+        .unwrap()
+        .into_rgb8()
+        .into_raw();
+    let mut p = Page::new(jw, jh, 1, 8, 6, 3);
+    p.compression = 7;
+    p.raw = Some(vec![jpeg]);
+    let got = rgb_of(one(&p, "jpeg.tif"));
+    assert_eq!(got.len(), reference.len());
+    let worst = got
+        .iter()
+        .zip(&reference)
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap();
+    assert!(
+        worst <= 3,
+        "JPEG-in-TIFF differs from the JPEG by up to {worst}"
+    );
+
+    // The tiff crate's encoder: LZW float stack, LZW + predictor RGB16, BigTIFF signed 16-bit.
+    use tiff::encoder::{colortype, Compression, Predictor, TiffEncoder};
+    let path = t.path().join("lzw.tif");
+    let vals: Vec<Vec<f32>> = (0..3).map(|p| stack_values(120, p)).collect();
+    {
+        let f = std::fs::File::create(&path).unwrap();
+        let mut e = TiffEncoder::new(f)
+            .unwrap()
+            .with_compression(Compression::Lzw);
+        for v in &vals {
+            e.write_image::<colortype::Gray32Float>(12, 10, v).unwrap();
+        }
+    }
+    let float = DecodeOptions {
+        float: true,
+        ..DecodeOptions::default()
+    };
+    let got = samples_of(frames(&path, &float).unwrap(), 1, Dtype::F32);
+    let want: Vec<Vec<u8>> = vals
+        .iter()
+        .map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .collect();
+    assert_eq!(got, want);
+    let path = t.path().join("rgb16.tif");
+    let px: Vec<u16> = (0..12 * 10 * 3).map(|i| (i * 541 % 65536) as u16).collect();
+    {
+        let f = std::fs::File::create(&path).unwrap();
+        let mut e = TiffEncoder::new(f)
+            .unwrap()
+            .with_compression(Compression::Lzw)
+            .with_predictor(Predictor::Horizontal);
+        e.write_image::<colortype::RGB16>(12, 10, &px).unwrap();
+    }
+    let got = samples_of(frames(&path, &o).unwrap(), 3, Dtype::U16);
+    let planar: Vec<u8> = (0..3)
+        .flat_map(|c| px.iter().skip(c).step_by(3).flat_map(|v| v.to_le_bytes()))
+        .collect();
+    assert_eq!(got, vec![planar]);
+    let path = t.path().join("big.tif");
+    let px: Vec<i16> = (0..12 * 10)
+        .map(|i| (i * 523 % 65536 - 32768) as i16)
+        .collect();
+    {
+        let f = std::fs::File::create(&path).unwrap();
+        let mut e = TiffEncoder::new_big(f).unwrap();
+        e.write_image::<colortype::GrayI16>(12, 10, &px).unwrap();
+    }
+    let got = samples_of(frames(&path, &float).unwrap(), 1, Dtype::F32);
+    let want: Vec<u8> = px.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect();
+    assert_eq!(got, vec![want]);
 }
