@@ -29,13 +29,15 @@
 use super::images::{MAX_ALLOC, MAX_SIDE};
 use super::nifti::percentile_window;
 use super::{window_to_u16, DecodeOptions, Emit, FloatFrame, Frame, Probe, Reject};
-use ::tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits, TiffCodingUnit};
+use ::tiff::decoder::{Decoder, Limits};
 use ::tiff::tags::Tag;
 use ::tiff::{ColorType, TiffError};
 use image::{DynamicImage, ImageBuffer};
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
+
+mod read;
 
 type Tiff = Decoder<BufReader<File>>;
 
@@ -69,7 +71,7 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
 /// Without a window given: a first pass over the value pages for the file's percentile window,
 /// then the pages.
 fn decode_windowed(path: &Path, percentiles: (f64, f64), emit: &mut Emit) -> Result<(), Reject> {
-    let mut sample = Sample::default();
+    let mut sample = Sample::new(WINDOW_SAMPLE);
     let mut kept: Option<Vec<FloatFrame>> = Some(Vec::new());
     let (mut kept_bytes, mut pixel_pages, mut value_pages) = (0usize, 0usize, 0usize);
     each_page(path, &|i| !i.ty.is_pixels(), &mut |page| {
@@ -151,22 +153,29 @@ fn windowed(f: FloatFrame, low: f64, high: f64) -> Result<DynamicImage, Reject> 
 }
 
 /// Finite values of the pages, for the percentile window: all of them, or every `stride`-th
-/// once there are more than `WINDOW_SAMPLE` (the stride doubles each time the sample fills).
-#[derive(Default)]
+/// once there are more than `cap` (the stride doubles each time the sample fills).
 struct Sample {
     values: Vec<f32>,
+    cap: usize,
     /// Finite values seen.
     seen: usize,
-    /// 0 until the first value: then 1, 2, 4, ...
     stride: usize,
 }
 
 impl Sample {
+    fn new(cap: usize) -> Sample {
+        Sample {
+            values: Vec::new(),
+            cap: cap.max(2),
+            seen: 0,
+            stride: 1,
+        }
+    }
+
     fn add(&mut self, data: &[f32]) {
-        self.stride = self.stride.max(1);
         for &v in data.iter().filter(|v| v.is_finite()) {
             if self.seen % self.stride == 0 {
-                if self.values.len() == WINDOW_SAMPLE {
+                if self.values.len() == self.cap {
                     // Keep the values at even positions: those at multiples of twice the stride.
                     let mut i = 0;
                     self.values.retain(|_| {
@@ -201,7 +210,7 @@ fn each_page(
     loop {
         let info = inspect(&mut d).map_err(|e| at(page, e))?;
         let decoded = if want(&info) {
-            Some(read(&mut d, &info).map_err(|e| at(page, e))?)
+            Some(read::read(&mut d, &info).map_err(|e| at(page, e))?)
         } else {
             None
         };
@@ -341,7 +350,7 @@ fn inspect(d: &mut Tiff) -> Result<Info, String> {
         Some(4) => {
             return Err("a transparency mask (PhotometricInterpretation 4), not an image".into())
         }
-        Some(p @ (8 | 9 | 10)) => {
+        Some(p @ 8..=10) => {
             return Err(format!(
                 "CIE L*a*b* colour (PhotometricInterpretation {p}) is not supported: save it as RGB"
             ))
@@ -475,294 +484,46 @@ fn inspect(d: &mut Tiff) -> Result<Info, String> {
     })
 }
 
-/// Decode the current page: sizes checked before anything is allocated.
-fn read(d: &mut Tiff, i: &Info) -> Result<Page, String> {
-    let n = i.width as usize * i.height as usize;
-    let bytes = match i.ty {
-        Ty::Bits(b) => (i.width as usize * b as usize).div_ceil(8) * i.height as usize,
-        t => n * i.samples * t.bytes(),
-    };
-    let too_big = |what: &str, b: usize| {
-        format!(
-            "{}x{} pixels of {} {:?} samples: {b} bytes {what}, over the limit of {MAX_ALLOC}",
-            i.width, i.height, i.samples, i.ty
-        )
-    };
-    if bytes as u64 > MAX_ALLOC {
-        return Err(too_big("decoded", bytes));
-    }
-    if !i.ty.is_pixels() && (n * i.keep() * 4) as u64 > MAX_ALLOC {
-        return Err(too_big("as float32 values", n * i.keep() * 4));
-    }
-    let res = if i.planar && i.samples > 1 && d.get_chunk_type() == ChunkType::Tile {
-        planar_tiles(d, i, bytes)?
-    } else {
-        let mut res = DecodingResult::U8(Vec::new());
-        let layout = d
-            .read_image_to_buffer(&mut res)
-            .map_err(|e| format!("cannot decode: {}", tiff_error(e)))?;
-        if res.as_buffer(0).byte_len() < layout.complete_len.min(bytes) {
-            return Err("not every plane could be decoded within the limits".into());
-        }
-        res
-    };
-    let short = || "internal: the decoded samples do not fill the page".to_string();
-    let need = n * i.samples;
-    let values = |len: usize| if len < need { Err(short()) } else { Ok(()) };
-    Ok(match (i.ty, res) {
-        (Ty::Bits(b), DecodingResult::U8(v)) => {
-            let px = unpack(&v, i.width as usize, i.height as usize, b).ok_or_else(short)?;
-            let img = ImageBuffer::from_raw(i.width, i.height, px).ok_or_else(short)?;
-            Page::Image(DynamicImage::ImageLuma8(img))
-        }
-        (Ty::U8, DecodingResult::U8(v)) => {
-            values(v.len())?;
-            let (px, kind) = pixels(v, i);
-            match kind {
-                Px::Grey => {
-                    ImageBuffer::from_raw(i.width, i.height, px).map(DynamicImage::ImageLuma8)
-                }
-                Px::Rgb => {
-                    ImageBuffer::from_raw(i.width, i.height, px).map(DynamicImage::ImageRgb8)
-                }
-                Px::Rgba => {
-                    ImageBuffer::from_raw(i.width, i.height, px).map(DynamicImage::ImageRgba8)
-                }
-            }
-            .map(Page::Image)
-            .ok_or_else(short)?
-        }
-        (Ty::U16, DecodingResult::U16(v)) => {
-            values(v.len())?;
-            let (px, kind) = pixels(v, i);
-            match kind {
-                Px::Grey => {
-                    ImageBuffer::from_raw(i.width, i.height, px).map(DynamicImage::ImageLuma16)
-                }
-                Px::Rgb => {
-                    ImageBuffer::from_raw(i.width, i.height, px).map(DynamicImage::ImageRgb16)
-                }
-                Px::Rgba => {
-                    ImageBuffer::from_raw(i.width, i.height, px).map(DynamicImage::ImageRgba16)
-                }
-            }
-            .map(Page::Image)
-            .ok_or_else(short)?
-        }
-        (Ty::U32, DecodingResult::U32(v)) => float_planes(&v, i, need, |x| x as f32)?,
-        (Ty::U64, DecodingResult::U64(v)) => float_planes(&v, i, need, |x| x as f32)?,
-        (Ty::I8, DecodingResult::I8(v)) => float_planes(&v, i, need, f32::from)?,
-        (Ty::I16, DecodingResult::I16(v)) => float_planes(&v, i, need, f32::from)?,
-        (Ty::I32, DecodingResult::I32(v)) => float_planes(&v, i, need, |x| x as f32)?,
-        (Ty::I64, DecodingResult::I64(v)) => float_planes(&v, i, need, |x| x as f32)?,
-        (Ty::F16, DecodingResult::F16(v)) => float_planes(&v, i, need, |x| x.to_f32())?,
-        (Ty::F32, DecodingResult::F32(v)) => float_planes(&v, i, need, |x| x)?,
-        (Ty::F64, DecodingResult::F64(v)) => float_planes(&v, i, need, |x| x as f32)?,
-        (t, _) => return Err(format!("internal: {t:?} samples decoded as another type")),
-    })
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// A planar tiled page, read one coding unit (a tile's place in every plane) at a time. The crate
-/// sizes the tiles of planes after the first as if none ended at the image's bottom edge: reading
-/// the whole page, their overhanging rows land in the next plane, or past the buffer's end (a
-/// panic). A unit's planes are read in order into a buffer with room for the last one's overhang,
-/// so each overhang is overwritten or falls in that room; the units are then placed in the page.
-fn planar_tiles(d: &mut Tiff, i: &Info, bytes: usize) -> Result<DecodingResult, String> {
-    let err = |e: TiffError| format!("cannot decode: {}", tiff_error(e));
-    let (w, h) = (i.width as usize, i.height as usize);
-    let (tw, th) = d.chunk_dimensions();
-    let (tw, th) = (tw as usize, th as usize);
-    let size = i.ty.bytes();
-    let (across, down) = (w.div_ceil(tw), h.div_ceil(th));
-    let mut page = vec![0u8; bytes];
-    let mut unit = Vec::new();
-    for ty in 0..down {
-        for tx in 0..across {
-            let code = TiffCodingUnit((ty * across + tx) as u32);
-            let layout = d.image_coding_unit_layout(code).map_err(err)?;
-            let (uw, uh) = (tw.min(w - tx * tw), th.min(h - ty * th));
-            let (row, plane) = (uw * size, uw * uh * size);
-            if layout.complete_len != plane * i.samples {
-                return Err("internal: unexpected layout of a planar tile".into());
-            }
-            unit.clear();
-            unit.resize(layout.complete_len + th * tw * size, 0);
-            d.read_coding_unit_bytes(code, &mut unit).map_err(err)?;
-            for c in 0..i.samples {
-                for r in 0..uh {
-                    let to = c * w * h * size + ((ty * th + r) * w + tx * tw) * size;
-                    page[to..to + row].copy_from_slice(&unit[c * plane + r * row..][..row]);
-                }
-            }
-        }
+    #[test]
+    fn the_window_sample_is_every_value_then_an_even_stride() {
+        let mut s = Sample::new(8);
+        s.add(&[0.0, f32::NAN, 1.0, 2.0]);
+        s.add(&[3.0, f32::INFINITY, 4.0, 5.0, 6.0, 7.0]);
+        assert_eq!(s.values, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+        // Full: halved to the even values, then every second one.
+        s.add(&[8.0, 9.0, 10.0]);
+        assert_eq!(
+            (s.values.as_slice(), s.stride),
+            (&[0.0, 2.0, 4.0, 6.0, 8.0, 10.0][..], 2)
+        );
+        s.add(&(11..40).map(|v| v as f32).collect::<Vec<_>>());
+        assert_eq!(s.stride, 8);
+        assert_eq!(s.values, [0.0, 8.0, 16.0, 24.0, 32.0]);
+        assert_eq!(s.seen, 40);
     }
-    Ok(typed(page, i.ty))
-}
 
-/// Native-endian sample bytes as the crate's typed buffer.
-fn typed(b: Vec<u8>, ty: Ty) -> DecodingResult {
-    macro_rules! ne {
-        ($t:ty, $n:expr, $f:expr) => {
-            b.chunks_exact($n)
-                .map(|c| {
-                    let mut a = [0u8; $n];
-                    a.copy_from_slice(c);
-                    $f(<$t>::from_ne_bytes(a))
-                })
-                .collect()
+    #[test]
+    fn values_window_onto_grey_and_rgb() {
+        let grey = FloatFrame::grey(2, 1, vec![-1.0, 3.0]);
+        match windowed(grey, -1.0, 3.0).unwrap() {
+            DynamicImage::ImageLuma16(b) => assert_eq!(b.into_raw(), [0, 65535]),
+            other => panic!("{:?}", other.color()),
+        }
+        let rgb = FloatFrame {
+            channels: 3,
+            height: 1,
+            width: 2,
+            data: vec![0.0, 1.0, 2.0, 3.0, f32::NAN, f32::NEG_INFINITY],
         };
-    }
-    match ty {
-        Ty::Bits(_) | Ty::U8 => DecodingResult::U8(b),
-        Ty::I8 => DecodingResult::I8(b.into_iter().map(|v| v as i8).collect()),
-        Ty::U16 => DecodingResult::U16(ne!(u16, 2, |v| v)),
-        Ty::I16 => DecodingResult::I16(ne!(i16, 2, |v| v)),
-        Ty::F16 => DecodingResult::F16(ne!(u16, 2, half::f16::from_bits)),
-        Ty::U32 => DecodingResult::U32(ne!(u32, 4, |v| v)),
-        Ty::I32 => DecodingResult::I32(ne!(i32, 4, |v| v)),
-        Ty::F32 => DecodingResult::F32(ne!(f32, 4, |v| v)),
-        Ty::U64 => DecodingResult::U64(ne!(u64, 8, |v| v)),
-        Ty::I64 => DecodingResult::I64(ne!(i64, 8, |v| v)),
-        Ty::F64 => DecodingResult::F64(ne!(f64, 8, |v| v)),
-    }
-}
-
-/// How 8/16-bit pixels are interleaved.
-enum Px {
-    Grey,
-    Rgb,
-    Rgba,
-}
-
-/// An 8 or 16-bit sample.
-trait Sub: Copy {
-    const MAX: u32;
-    fn get(self) -> u32;
-    fn of(v: u32) -> Self;
-}
-
-impl Sub for u8 {
-    const MAX: u32 = 255;
-    fn get(self) -> u32 {
-        self as u32
-    }
-    fn of(v: u32) -> Self {
-        v.min(255) as u8
-    }
-}
-
-impl Sub for u16 {
-    const MAX: u32 = 65535;
-    fn get(self) -> u32 {
-        self as u32
-    }
-    fn of(v: u32) -> Self {
-        v.min(65535) as u16
-    }
-}
-
-/// 8/16-bit samples (`i.samples` of a pixel, interleaved or in planes) as interleaved grey, RGB,
-/// or RGBA pixels. Grey, RGB and chunky RGBA are the decoded buffer itself, as before.
-fn pixels<T: Sub>(v: Vec<T>, i: &Info) -> (Vec<T>, Px) {
-    let n = i.width as usize * i.height as usize;
-    let at = |p: usize, c: usize| {
-        if i.planar {
-            v[c * n + p]
-        } else {
-            v[p * i.samples + c]
-        }
-    };
-    match i.model {
-        Model::Grey if i.samples == 1 => (v, Px::Grey),
-        Model::Grey => ((0..n).map(|p| at(p, 0)).collect(), Px::Grey),
-        Model::Rgb if !i.planar && i.samples == 3 => (v, Px::Rgb),
-        Model::Rgb if !i.planar && i.samples == 4 => (v, Px::Rgba),
-        Model::Rgb => (
-            (0..n)
-                .flat_map(|p| (0..3).map(move |c| (p, c)))
-                .map(|(p, c)| at(p, c))
-                .collect(),
-            Px::Rgb,
-        ),
-        Model::Cmyk => {
-            let mut out = Vec::with_capacity(n * 3);
-            for p in 0..n {
-                let k = T::MAX - at(p, 3).get().min(T::MAX);
-                for c in 0..3 {
-                    let ink = T::MAX - at(p, c).get().min(T::MAX);
-                    let v = (ink as u64 * k as u64 + T::MAX as u64 / 2) / T::MAX as u64;
-                    out.push(T::of(v as u32));
-                }
+        match windowed(rgb, 0.0, 2.0).unwrap() {
+            DynamicImage::ImageRgb16(b) => {
+                assert_eq!(b.into_raw(), [0, 65535, 0, 32768, 65535, 0])
             }
-            (out, Px::Rgb)
-        }
-        Model::YCbCr => {
-            let mut out = Vec::with_capacity(n * 3);
-            let half = (T::MAX + 1) as f32 / 2.0;
-            for p in 0..n {
-                let y = at(p, 0).get() as f32;
-                let cb = at(p, 1).get() as f32 - half;
-                let cr = at(p, 2).get() as f32 - half;
-                for v in [
-                    y + 1.402 * cr,
-                    y - 0.344_136 * cb - 0.714_136 * cr,
-                    y + 1.772 * cb,
-                ] {
-                    out.push(T::of(v.round().clamp(0.0, T::MAX as f32) as u32));
-                }
-            }
-            (out, Px::Rgb)
+            other => panic!("{:?}", other.color()),
         }
     }
-}
-
-/// Values (`i.samples` of a pixel, interleaved or in planes) as float32 planes of the kept
-/// channels. `need`: the samples the buffer must hold.
-fn float_planes<T: Copy>(
-    v: &[T],
-    i: &Info,
-    need: usize,
-    f: impl Fn(T) -> f32,
-) -> Result<Page, String> {
-    if v.len() < need {
-        return Err("internal: the decoded samples do not fill the page".into());
-    }
-    let n = i.width as usize * i.height as usize;
-    let keep = i.keep();
-    let mut data = Vec::with_capacity(n * keep);
-    for c in 0..keep {
-        if i.planar {
-            data.extend(v[c * n..][..n].iter().map(|&x| f(x)));
-        } else {
-            data.extend(v[c..].iter().step_by(i.samples).take(n).map(|&x| f(x)));
-        }
-    }
-    Ok(Page::Values(FloatFrame {
-        channels: keep,
-        height: i.height,
-        width: i.width,
-        data,
-    }))
-}
-
-/// Packed `bits`-bit grey samples (rows padded to whole bytes, first sample in the high bits) as
-/// 8-bit pixels scaled onto 0..=255.
-fn unpack(v: &[u8], w: usize, h: usize, bits: u8) -> Option<Vec<u8>> {
-    let b = bits as usize;
-    let stride = (w * b).div_ceil(8);
-    if v.len() < stride * h || !(1..=7).contains(&b) {
-        return None;
-    }
-    let mask = (1u16 << b) - 1;
-    let mut out = Vec::with_capacity(w * h);
-    for row in v.chunks_exact(stride).take(h) {
-        for x in 0..w {
-            let bit = x * b;
-            let hi = row[bit / 8] as u16;
-            let lo = row.get(bit / 8 + 1).copied().unwrap_or(0) as u16;
-            let s = ((hi << 8 | lo) >> (16 - bit % 8 - b)) & mask;
-            out.push(((s as u32 * 255 + mask as u32 / 2) / mask as u32) as u8);
-        }
-    }
-    Some(out)
 }
