@@ -19,12 +19,15 @@
 //! does not pick among data channels (save one channel per page). CMYK (8/16 bits) becomes RGB as
 //! `(max - c) * (max - k) / max`, YCbCr (8 bits, as JPEG-in-TIFF stores it) by JFIF's full-range
 //! formula. Palette and CIE L*a*b* colour, complex and undefined sample formats and other bit
-//! depths are refused with the reason.
+//! depths are refused with the reason, and so are interleaved extra samples past RGBA under a
+//! predictor or in tiles overhanging the image, which the crate misreads. Planar tiled pages are
+//! read around the crate's misplacing of their bottom tiles (`read::planar_tiles`).
 //!
 //! Sizes are capped before allocation: at most `MAX_SIDE` a side, at most `MAX_ALLOC` bytes of
 //! decoded samples and as many of float32 values per page (the crate's own limits as a second
 //! guard). The window's first pass keeps decoded pages only up to `KEEP_BYTES`, and decodes the
-//! file again beyond.
+//! file again beyond. Every call into the crate runs under `catch_unwind`: a panic on hostile
+//! bytes is a reject naming the page.
 
 use super::images::{MAX_ALLOC, MAX_SIDE};
 use super::nifti::percentile_window;
@@ -46,12 +49,12 @@ type Tiff = Decoder<BufReader<File>>;
 const WINDOW_SAMPLE: usize = 1 << 24;
 /// Decoded value pages the window's first pass keeps for emitting, so that a small file is
 /// decoded once.
-const KEEP_BYTES: usize = 256 << 20;
+const KEEP_BYTES: usize = 64 << 20;
 
 /// The first page's colour and size, from its header.
 pub fn probe(path: &Path) -> Result<Probe, Reject> {
     let mut d = open(path)?;
-    let i = inspect(&mut d).map_err(|e| at(0, e))?;
+    let i = guard(|| inspect(&mut d)).map_err(|e| at(0, e))?;
     Ok(Probe {
         colour: i.model != Model::Grey,
         size: Some((i.height, i.width)),
@@ -208,9 +211,9 @@ fn each_page(
     let mut d = open(path)?;
     let mut page = 0;
     loop {
-        let info = inspect(&mut d).map_err(|e| at(page, e))?;
+        let info = guard(|| inspect(&mut d)).map_err(|e| at(page, e))?;
         let decoded = if want(&info) {
-            Some(read::read(&mut d, &info).map_err(|e| at(page, e))?)
+            Some(guard(|| read::read(&mut d, &info)).map_err(|e| at(page, e))?)
         } else {
             None
         };
@@ -219,8 +222,20 @@ fn each_page(
         if !d.more_images() {
             return Ok(());
         }
-        d.next_image().map_err(|e| at(page, tiff_error(e)))?;
+        guard(|| d.next_image().map_err(tiff_error)).map_err(|e| at(page, e))?;
     }
+}
+
+/// Run the crate on a page, a panic (it asserts on some malformed layouts) becoming a reason.
+fn guard<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(format!("the TIFF decoder failed on this page ({msg})"))
+    })
 }
 
 fn open(path: &Path) -> Result<Tiff, Reject> {
@@ -245,9 +260,9 @@ fn open(path: &Path) -> Result<Tiff, Reject> {
     let mut lim = Limits::default();
     lim.decoding_buffer_size = MAX_ALLOC as usize;
     lim.intermediate_buffer_size = MAX_ALLOC as usize;
-    Decoder::new(BufReader::new(f))
+    guard(|| Decoder::new(BufReader::new(f)).map_err(tiff_error))
         .map(|d| d.with_limits(lim))
-        .map_err(|e| at(0, tiff_error(e)))
+        .map_err(|e| at(0, e))
 }
 
 /// The crate's error, a file that ends early said as such.

@@ -981,6 +981,33 @@ fn bad_files_are_refused_by_file_and_page() {
         );
     }
 
+    // Every byte flipped in turn, in files of strips and of planar tiles: a reason or pages,
+    // never a panic out of the decoder.
+    let mut tiled = Page::new(17, 5, 1, 8, 2, 3);
+    tiled.planar = true;
+    tiled.tiles = Some((16, 16));
+    for (name, bytes) in [
+        ("strips", tiff_bytes(&float_stack()[..2], true)),
+        ("tiles", tiff_bytes(&[tiled.clone(), tiled], false)),
+    ] {
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x5A;
+            let p = write(&t.path().join("flips/f.tif"), &b);
+            for o in [
+                DecodeOptions::default(),
+                DecodeOptions {
+                    float: true,
+                    ..Default::default()
+                },
+            ] {
+                if let Err(e) = frames(&p, &o) {
+                    assert!(!e.0.is_empty(), "{name} byte {i}");
+                }
+            }
+        }
+    }
+
     // --on-error fail stops at the first, naming the file and the page.
     std::fs::remove_file(dir.join("empty.tif")).unwrap();
     std::fs::remove_file(dir.join("junk.tif")).unwrap();

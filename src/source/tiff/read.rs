@@ -119,8 +119,13 @@ fn planar_tiles(d: &mut Tiff, i: &Info, bytes: usize) -> Result<DecodingResult, 
             if layout.complete_len != plane * i.samples {
                 return Err("internal: unexpected layout of a planar tile".into());
             }
+            // Room for the last plane's overhang: `th` rows where the tile has `uh`.
+            let room = (th - uh) * row;
+            if room as u64 > MAX_ALLOC {
+                return Err(format!("tiles of {tw}x{th} for a {w}x{h} page: absurd"));
+            }
             unit.clear();
-            unit.resize(layout.complete_len + th * tw * size, 0);
+            unit.resize(layout.complete_len + room, 0);
             d.read_coding_unit_bytes(code, &mut unit).map_err(err)?;
             for c in 0..i.samples {
                 for r in 0..uh {
