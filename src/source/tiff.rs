@@ -299,6 +299,24 @@ impl Ty {
         matches!(self, Ty::Bits(_) | Ty::U8 | Ty::U16)
     }
 
+    /// As messages name it.
+    fn name(self) -> String {
+        match self {
+            Ty::Bits(b) => format!("{b}-bit"),
+            Ty::U8 => "uint8".into(),
+            Ty::U16 => "uint16".into(),
+            Ty::U32 => "uint32".into(),
+            Ty::U64 => "uint64".into(),
+            Ty::I8 => "int8".into(),
+            Ty::I16 => "int16".into(),
+            Ty::I32 => "int32".into(),
+            Ty::I64 => "int64".into(),
+            Ty::F16 => "float16".into(),
+            Ty::F32 => "float32".into(),
+            Ty::F64 => "float64".into(),
+        }
+    }
+
     fn bytes(self) -> usize {
         match self {
             Ty::Bits(_) | Ty::U8 | Ty::I8 => 1,
@@ -452,11 +470,15 @@ fn inspect(d: &mut Tiff) -> Result<Info, String> {
         }
         (Model::Cmyk, t) if !matches!(t, Ty::U8 | Ty::U16) => {
             return Err(format!(
-                "CMYK of {t:?} samples is not supported (8 or 16 bits)"
+                "CMYK of {} samples is not supported (8 or 16 bits)",
+                t.name()
             ))
         }
         (Model::YCbCr, t) if t != Ty::U8 => {
-            return Err(format!("YCbCr of {t:?} samples is not supported (8 bits)"))
+            return Err(format!(
+                "YCbCr of {} samples is not supported (8 bits)",
+                t.name()
+            ))
         }
         _ => {}
     }

@@ -897,6 +897,14 @@ fn float_stack() -> Vec<Page> {
         .collect()
 }
 
+/// A float32 page of `w` x `h` whose one strip holds 16 bytes.
+fn header_only(w: u32, h: u32) -> Page {
+    let mut p = Page::new(1, 1, 3, 32, 1, 1);
+    (p.w, p.h, p.rows_per_strip) = (w, h, h);
+    p.raw = Some(vec![vec![0; 16]]);
+    p
+}
+
 #[test]
 fn bad_files_are_refused_by_file_and_page() {
     let t = tempfile::tempdir().unwrap();
@@ -940,6 +948,17 @@ fn bad_files_are_refused_by_file_and_page() {
             "float24.tif",
             vec![page(3, 24, 1, 1)],
             "page 0: 24-bit float samples",
+        ),
+        // Sizes refused from the header, before anything is allocated.
+        (
+            "huge.tif",
+            vec![header_only(30000, 30000)],
+            "page 0: 30000x30000 pixels of 1 float32",
+        ),
+        (
+            "wide.tif",
+            vec![header_only(40000, 2)],
+            "page 0: absurd size 40000x2",
         ),
         // A bad page after good ones: the whole file, by the bad page's number.
         (

@@ -18,8 +18,11 @@ pub(super) fn read(d: &mut Tiff, i: &Info) -> Result<Page, String> {
     };
     let too_big = |what: &str, b: usize| {
         format!(
-            "{}x{} pixels of {} {:?} samples: {b} bytes {what}, over the limit of {MAX_ALLOC}",
-            i.width, i.height, i.samples, i.ty
+            "{}x{} pixels of {} {} samples: {b} bytes {what}, over the limit of {MAX_ALLOC}",
+            i.width,
+            i.height,
+            i.samples,
+            i.ty.name()
         )
     };
     if bytes as u64 > MAX_ALLOC {
@@ -92,7 +95,12 @@ pub(super) fn read(d: &mut Tiff, i: &Info) -> Result<Page, String> {
         (Ty::F16, DecodingResult::F16(v)) => float_planes(&v, i, need, |x| x.to_f32())?,
         (Ty::F32, DecodingResult::F32(v)) => float_planes(&v, i, need, |x| x)?,
         (Ty::F64, DecodingResult::F64(v)) => float_planes(&v, i, need, |x| x as f32)?,
-        (t, _) => return Err(format!("internal: {t:?} samples decoded as another type")),
+        (t, _) => {
+            return Err(format!(
+                "internal: {} samples decoded as another type",
+                t.name()
+            ))
+        }
     })
 }
 
