@@ -239,18 +239,19 @@ fn guard<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
 }
 
 fn open(path: &Path) -> Result<Tiff, Reject> {
-    let mut f = File::open(path).map_err(|e| Reject::new(format!("cannot open: {e}")))?;
+    let mut f = super::open_input(path)?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len == 0 {
         return Err(Reject::new("empty file (0 bytes)"));
     }
     let mut magic = [0u8; 4];
-    let got = (&mut f)
-        .take(4)
-        .read(&mut magic)
-        .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
+    let whole = match f.read_exact(&mut magic) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => false,
+        Err(e) => return Err(Reject::new(format!("cannot read: {e}"))),
+    };
     // Classic TIFF (42) and BigTIFF (43), either byte order.
-    if got < 4 || !matches!(&magic, b"II*\0" | b"MM\0*" | b"II+\0" | b"MM\0+") {
+    if !whole || !matches!(&magic, b"II*\0" | b"MM\0*" | b"II+\0" | b"MM\0+") {
         return Err(Reject::new(
             "not a TIFF (no II*/MM* header in its first 4 bytes)",
         ));
