@@ -44,9 +44,9 @@ mod read;
 
 type Tiff = Decoder<BufReader<File>>;
 
-/// Values the percentile window is computed from: all of them up to this many, an even stride
-/// of them above (64 MiB).
-const WINDOW_SAMPLE: usize = 1 << 24;
+/// Values the percentile window is computed from: all of them up to this many (a 2048 x 2048
+/// page), an even stride of them above; 16 MiB, and as much again while the percentiles are found.
+const WINDOW_SAMPLE: usize = 1 << 22;
 /// Decoded value pages the window's first pass keeps for emitting, so that a small file is
 /// decoded once.
 const KEEP_BYTES: usize = 64 << 20;
