@@ -1,3 +1,4 @@
+use super::outln;
 use super::{thousands, UsageError};
 use crate::cli::{ConvertArgs, FitArg, KindArg, OnErrorArg};
 use anyhow::Context;
@@ -20,11 +21,26 @@ fn pair<T: std::str::FromStr>(s: &str, sep: char, what: &str) -> Result<(T, T), 
 pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let size = match &a.size {
         Some(s) => {
-            let (h, w): (u32, u32) = pair(
-                &s.to_ascii_lowercase(),
-                'x',
-                "--size (expected HxW, e.g. 32x32)",
-            )?;
+            let lower = s.trim().to_ascii_lowercase();
+            let bad = || {
+                UsageError(format!(
+                    "--size {s}: expected HxW or one side for a square, e.g. 32x32, 224x160 or 32"
+                ))
+            };
+            // One number is a square: --size 32 is 32x32.
+            let (h, w): (u32, u32) = match lower.split_once('x') {
+                Some(_) if lower.matches('x').count() > 1 => {
+                    return Err(UsageError(format!(
+                        "--size {s}: expected HxW (the channels are --channels), e.g. 32x32"
+                    ))
+                    .into())
+                }
+                Some(_) => pair(&lower, 'x', "--size (expected HxW, e.g. 32x32)")?,
+                None => {
+                    let n = lower.parse().map_err(|_| bad())?;
+                    (n, n)
+                }
+            };
             if h == 0 || w == 0 {
                 return Err(UsageError(format!("--size {s}: sides must be at least 1")).into());
             }
@@ -119,7 +135,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         )
     })?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
     } else if !quiet {
         let shape: Vec<String> = r.shape.iter().map(|d| d.to_string()).collect();
         let splits: Vec<String> = r
@@ -127,7 +143,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(s, n)| format!("{} {s}", thousands(*n)))
             .collect();
-        println!(
+        outln!(
             "converted {} ({:?}) to {}: {} samples of {} {}, {} classes, in {:.2} s ({} samples/s), {} on disk, peak RSS {}",
             a.input.display(),
             r.kind,
