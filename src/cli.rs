@@ -286,8 +286,9 @@ pub struct ConvertArgs {
     /// rejected.
     #[arg(long, value_name = "REGEX", conflicts_with = "labels")]
     pub label_from: Option<String>,
-    /// Fraction of inputs put in the test split, by a hash of their path (sources with their own
-    /// split keep it).
+    /// Fraction of inputs put in the test split, by a hash of their path. Sources with their own
+    /// split keep it: IDX and CIFAR files, and trees whose top folders are split folders (train/
+    /// with val/, valid/, validation/ or test/), where this flag is refused.
     #[arg(long, value_name = "F", default_value_t = 0.1, allow_negative_numbers = true, value_parser = fraction)]
     pub test_fraction: f64,
     /// What to do with an input that cannot be decoded.

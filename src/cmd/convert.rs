@@ -108,6 +108,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         labels: a.labels.clone(),
         label_from: a.label_from.clone(),
         test_fraction: a.test_fraction,
+        test_fraction_given: a.given.iter().any(|g| g == "test_fraction"),
         on_error: match a.on_error {
             OnErrorArg::Skip => OnError::Skip,
             OnErrorArg::Fail => OnError::Fail,
@@ -138,17 +139,39 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         outln!("{}", serde_json::to_string_pretty(&r)?);
     } else if !quiet {
         let shape: Vec<String> = r.shape.iter().map(|d| d.to_string()).collect();
-        let splits: Vec<String> = r
-            .splits
-            .iter()
-            .map(|(s, n)| format!("{} {s}", thousands(*n)))
-            .collect();
+        // A tree's own split folders are named with their counts: "splits from folders:
+        // train 1,200, val/ -> test 300".
+        let splits = if r.split_folders.is_empty() {
+            let each: Vec<String> = r
+                .splits
+                .iter()
+                .map(|(s, n)| format!("{} {s}", thousands(*n)))
+                .collect();
+            format!("{} samples", each.join(" + "))
+        } else {
+            let each: Vec<String> = r
+                .split_folders
+                .iter()
+                .map(|(folder, s)| {
+                    let n = thousands(r.splits.get(s).copied().unwrap_or(0));
+                    if folder == s {
+                        format!("{s} {n}")
+                    } else {
+                        format!("{}/ -> {s} {n}", prep::source::tree::shown(folder))
+                    }
+                })
+                .collect();
+            format!(
+                "{} samples (splits from folders: {})",
+                thousands(r.splits.values().sum()),
+                each.join(", ")
+            )
+        };
         outln!(
-            "converted {} ({:?}) to {}: {} samples of {} {}, {} classes, in {:.2} s ({} samples/s), {} on disk, peak RSS {}",
+            "converted {} ({:?}) to {}: {splits} of {} {}, {} classes, in {:.2} s ({} samples/s), {} on disk, peak RSS {}",
             a.input.display(),
             r.kind,
             a.out.display(),
-            splits.join(" + "),
             shape.join("x"),
             r.dtype,
             r.classes,
