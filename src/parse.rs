@@ -135,13 +135,10 @@ impl<T: TryFrom<u64> + Clone + Send + Sync + 'static> TypedValueParser for Count
         let s = value.to_string_lossy();
         let v = parse_count(&s).map_err(fail)?;
         if v < self.lo || v > self.hi {
-            return Err(fail(format!(
-                "{s} is out of range: from {} to {}",
-                crate::cmd::thousands(self.lo),
-                crate::cmd::thousands(self.hi)
-            )));
+            // As clap's own range check writes it.
+            return Err(fail(format!("{s} is not in {}..={}", self.lo, self.hi)));
         }
-        T::try_from(v).map_err(|_| fail(format!("{s} is out of range")))
+        T::try_from(v).map_err(|_| fail(format!("{s} is not in {}..={}", self.lo, self.hi)))
     }
 }
 

@@ -33,9 +33,13 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     // --resume keeps the run's settings: a flag given with another value is refused by name.
     let mut epochs = a.epochs;
     if let Some(dir) = &a.resume {
+        // A run another prep is writing is refused as the library refuses it (its config may
+        // not be written yet); a config that cannot be read is left for the library to report.
         if dir.is_dir() {
-            let r = prep::train::read_recipe(dir)
+            prep::lock::check_not_written(dir)
                 .with_context(|| format!("resuming {}", shown_path(dir)))?;
+        }
+        if let Ok(r) = prep::train::read_recipe(dir) {
             let launched = a.gpus.is_some() || a.rank_of_gpus || world.is_some();
             let differ = resume_conflicts(&a, &r, launched);
             if !differ.is_empty() {

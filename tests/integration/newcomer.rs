@@ -633,7 +633,7 @@ fn counts_take_suffixes_and_exponents() {
         ("--train", "1.5", "not a whole number"),
         ("--test", "10x", "60k"),
         ("--train", "1Ki", "binary"),
-        ("--train", "2T", "out of range"),
+        ("--train", "2T", "is not in 0..=1000000000000"),
     ] {
         let o = run(&["synth", flag, value], 2);
         let e = stderr(&o);
