@@ -342,6 +342,7 @@ pub struct TrainArgs {
     /// (7x7/2 stem and max-pool from 96 px up, a 3x3/1 stem below).
     #[arg(long, default_value = "small", value_parser = MODELS)]
     pub model: String,
+    /// Epochs of the run; with --resume, more than the run's extends it to this many.
     #[arg(long, default_value_t = 15, value_parser = count::<usize>(1, MAX_EPOCHS))]
     pub epochs: usize,
     #[arg(long, default_value_t = 512, value_parser = count::<u64>(1, 65536))]
@@ -391,7 +392,10 @@ pub struct TrainArgs {
     /// Run folder (default: the next free runs/NNN).
     #[arg(long, short, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Continue the run in DIR from its last checkpoint.
+    /// Continue the run in DIR from its last checkpoint, with the run's settings: a flag given
+    /// with another value is refused by name, except --epochs N above the run's, which extends
+    /// it to N epochs (the one-cycle schedule recomputed for N from the current step). DATA, if
+    /// given, must hold the dataset the run was trained on.
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     pub resume: Option<PathBuf>,
     /// Write a checkpoint every N steps as well as after each epoch (0: only after each epoch).
