@@ -8,7 +8,8 @@ use std::path::PathBuf;
 #[command(
     name = "prep",
     version,
-    about = "Generate, convert, check and stream image datasets as compact checksummed shards."
+    about = "Generate, convert, check and stream image datasets as compact checksummed shards.",
+    after_help = COUNTS_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -20,6 +21,15 @@ pub struct Cli {
     #[arg(long, short, global = true, value_name = "N", value_parser = count::<usize>(1, MAX_JOBS))]
     pub jobs: Option<usize>,
 }
+
+const COUNTS_HELP: &str = "\
+Counts (--train, --test, --batch, --block-samples, --epochs, ...) are whole numbers written 60000,
+60,000, 60k, 1.5M or 1e6: decimal suffixes (k or K = 1000, M = 10^6, G = 10^9, T = 10^12), no
+binary ones (Ki, Mi). Shapes are channels first, CxHxW (3x32x32): numpy's and PIL's HxWxC order
+(32x32x3) is refused with the shape to write.
+
+A reader that stops reading (prep inspect DS | head -4) ends prep quietly as it ends other Unix
+tools: killed by SIGPIPE, status 141 in a shell.";
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
@@ -73,13 +83,7 @@ pub const MAX_SAMPLES: u64 = 1_000_000_000_000;
 /// The most epochs of a run.
 pub const MAX_EPOCHS: u64 = 1_000_000;
 
-/// A whole number in `lo..=hi`, for clap (which names the flag in its message).
-fn count<T: TryFrom<u64> + Clone + Send + Sync + 'static>(
-    lo: u64,
-    hi: u64,
-) -> clap::builder::RangedU64ValueParser<T> {
-    clap::builder::RangedU64ValueParser::<T>::new().range(lo..=hi)
-}
+use crate::parse::count;
 
 /// A finite number in a range: `[lo, hi]`, or open at an end where `open` says so. NaN and the
 /// infinities are refused with the range in the message.
@@ -139,14 +143,14 @@ pub enum CodecArg {
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Training samples.
+    /// Training samples (60000, 60k, 1.5M, 1e6: decimal, k = 1000).
     #[arg(long, value_name = "N", value_parser = count::<u64>(0, MAX_SAMPLES))]
     pub train: u64,
-    /// Test samples.
+    /// Test samples (10000, 10k, 1e4).
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = count::<u64>(0, MAX_SAMPLES))]
     pub test: u64,
-    /// Sample shape, channels first.
-    #[arg(long, value_name = "CxHxW", default_value = "3x32x32")]
+    /// Sample shape, channels first (3x32x32; numpy's 32x32x3 is refused with a hint).
+    #[arg(long, value_name = "CxHxW", default_value = "3x32x32", value_parser = crate::parse::shape)]
     pub shape: Shape,
     /// Number of classes.
     #[arg(long, value_name = "K", default_value_t = 10, value_parser = count::<u32>(1, prep::shard::format::MAX_CLASSES as u64))]
@@ -199,10 +203,10 @@ pub struct StoreArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=22))]
     pub level: i32,
     /// Samples per block (default: about 4 MiB of pixels, a power of two).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    #[arg(long, value_name = "N", value_parser = count::<u32>(1, 1_048_576))]
     pub block_samples: Option<u32>,
     /// Blocks per shard file (default: about 256 MiB of pixels).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    #[arg(long, value_name = "N", value_parser = count::<u32>(1, 1_048_576))]
     pub shard_blocks: Option<u32>,
 }
 
@@ -253,9 +257,9 @@ pub struct ConvertArgs {
     pub kind: KindArg,
     /// Sample shape of column-major files without prep's manifest.json (images_<split>.bin,
     /// labels_<split>.bin), which do not say it.
-    #[arg(long, value_name = "CxHxW")]
+    #[arg(long, value_name = "CxHxW", value_parser = crate::parse::shape)]
     pub shape: Option<Shape>,
-    /// Sample size (default: the source's own).
+    /// Sample size, HxW, or one side for a square (32 is 32x32). Default: the source's own.
     #[arg(long, value_name = "HxW")]
     pub size: Option<String>,
     /// Channels of every sample: 1 (grey) or 3 (RGB). Default: 3 if any input is colour (read
@@ -282,15 +286,16 @@ pub struct ConvertArgs {
     /// rejected.
     #[arg(long, value_name = "REGEX", conflicts_with = "labels")]
     pub label_from: Option<String>,
-    /// Fraction of inputs put in the test split, by a hash of their path (sources with their own
-    /// split keep it).
+    /// Fraction of inputs put in the test split, by a hash of their path. Sources with their own
+    /// split keep it: IDX and CIFAR files, and trees whose top folders are split folders (train/
+    /// with val/, valid/, validation/ or test/), where this flag is refused.
     #[arg(long, value_name = "F", default_value_t = 0.1, allow_negative_numbers = true, value_parser = fraction)]
     pub test_fraction: f64,
     /// What to do with an input that cannot be decoded.
     #[arg(long, value_enum, default_value = "skip")]
     pub on_error: OnErrorArg,
     /// Video: keep every Nth frame.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = count::<u32>(1, 1_000_000))]
     pub every: u32,
     /// Video: sample frames at F per second (instead of --every).
     #[arg(long, value_name = "F", allow_negative_numbers = true, value_parser = fps)]
@@ -316,6 +321,9 @@ pub struct ConvertArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// The flags given on the command line (clap ids), set after parsing.
+    #[arg(skip)]
+    pub given: Vec<String>,
 }
 
 const PRECISIONS: [&str; 2] = ["bf16", "f32"];
@@ -328,15 +336,16 @@ pub struct TrainArgs {
     #[arg(required_unless_present = "resume")]
     pub data: Option<PathBuf>,
     /// Sample shape of column-major files without prep's manifest.json, which do not say it.
-    #[arg(long, value_name = "CxHxW", conflicts_with = "resume")]
+    #[arg(long, value_name = "CxHxW", conflicts_with = "resume", value_parser = crate::parse::shape)]
     pub shape: Option<Shape>,
     /// The network: small (three convolutions, for small images and quick runs) or resnet18
     /// (7x7/2 stem and max-pool from 96 px up, a 3x3/1 stem below).
     #[arg(long, default_value = "small", value_parser = MODELS)]
     pub model: String,
+    /// Epochs of the run; with --resume, more than the run's extends it to this many.
     #[arg(long, default_value_t = 15, value_parser = count::<usize>(1, MAX_EPOCHS))]
     pub epochs: usize,
-    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    #[arg(long, default_value_t = 512, value_parser = count::<u64>(1, 65536))]
     pub batch: u64,
     /// Peak learning rate of the one-cycle schedule (default: 1.2 for small, 0.4 for resnet18).
     #[arg(long, allow_negative_numbers = true, value_parser = lr)]
@@ -383,7 +392,10 @@ pub struct TrainArgs {
     /// Run folder (default: the next free runs/NNN).
     #[arg(long, short, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Continue the run in DIR from its last checkpoint.
+    /// Continue the run in DIR from its last checkpoint, with the run's settings: a flag given
+    /// with another value is refused by name, except --epochs N above the run's, which extends
+    /// it to N epochs (the one-cycle schedule recomputed for N from the current step). DATA, if
+    /// given, must hold the dataset the run was trained on.
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     pub resume: Option<PathBuf>,
     /// Write a checkpoint every N steps as well as after each epoch (0: only after each epoch).
@@ -395,6 +407,10 @@ pub struct TrainArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// The flags given on the command line (clap ids), set after parsing: `--resume` refuses
+    /// those that differ from the run's settings, and only those.
+    #[arg(skip)]
+    pub given: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -462,20 +478,20 @@ pub struct MergeArgs {
 
 #[derive(Args, Debug)]
 pub struct PlanArgs {
-    /// Training samples.
+    /// Training samples (60000, 60k, 1.5M, 1e6: decimal, k = 1000).
     #[arg(long, value_name = "N", value_parser = count::<u64>(0, MAX_SAMPLES))]
     pub train: u64,
-    /// Test samples.
+    /// Test samples (10000, 10k, 1e4).
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = count::<u64>(0, MAX_SAMPLES))]
     pub test: u64,
-    /// Sample shape, channels first.
-    #[arg(long, value_name = "CxHxW", default_value = "3x32x32")]
+    /// Sample shape, channels first (3x32x32; numpy's 32x32x3 is refused with a hint).
+    #[arg(long, value_name = "CxHxW", default_value = "3x32x32", value_parser = crate::parse::shape)]
     pub shape: Shape,
     /// Pixel type on disk.
     #[arg(long, value_enum, default_value = "u8")]
     pub dtype: DtypeArg,
     /// Training batch size.
-    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    #[arg(long, default_value_t = 512, value_parser = count::<u64>(1, 65536))]
     pub batch: u64,
     /// The network to size the GPU memory for.
     #[arg(long, default_value = "small", value_parser = MODELS)]

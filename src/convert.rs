@@ -74,6 +74,8 @@ pub struct ConvertOptions {
     /// is its class (see `tree::LabelRegex`).
     pub label_from: Option<String>,
     pub test_fraction: f64,
+    /// `--test-fraction` was given (refused for a tree that keeps its own split folders).
+    pub test_fraction_given: bool,
     pub on_error: OnError,
     pub decode: DecodeOptions,
     pub format: OutputFormat,
@@ -103,6 +105,10 @@ pub struct ConvertReport {
     pub splits: BTreeMap<String, u64>,
     pub inputs: usize,
     pub rejects: Vec<RejectEntry>,
+    /// A tree's own split folders (top folder -> split), empty when the splits were drawn by
+    /// hash or come from the source's files.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub split_folders: BTreeMap<String, String>,
     /// What the conversion decided on its own (one class for a flat folder, channels from mixed
     /// inputs, ...), also printed on stderr unless quiet.
     pub notes: Vec<String>,
@@ -314,9 +320,8 @@ struct Plan {
     root: PathBuf,
     /// Decisions to tell the user about.
     notes: Vec<String>,
-    /// Trees: what the train/test split grouped inputs by (`TreeUnits::split_key`), and how many
-    /// units each key split.
-    split_key: Option<(String, BTreeMap<String, usize>)>,
+    /// Trees: how the splits were decided (`TreeSplit`).
+    split_key: Option<TreeSplit>,
     /// For a prep dataset or column-major files: the samples' shape and dtype (None: the
     /// dtype is found as the values are read).
     stored: Option<(Shape, Option<Dtype>)>,
@@ -883,8 +888,9 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         ));
     }
 
-    // Each usable file with its class.
+    // Each usable file with its class, and the splits its top folders may give.
     let mut chosen: Vec<(&tree::TreeFile, String)> = Vec::new();
+    let mut folders = tree::SplitFolders::None;
     match &labelling {
         Labelling::Csv(m) => {
             chosen.extend(
@@ -954,10 +960,85 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
                 });
                 chosen.extend(loose.into_iter().map(|f| (f, class.clone())));
             } else {
-                chosen.extend(nested.into_iter().filter_map(|f| {
-                    let c = f.top_folder()?.to_string();
-                    Some((f, c))
-                }));
+                folders = split_folders(o, nested.iter().filter_map(|f| f.top_folder()), false)?;
+                if folders == tree::SplitFolders::None {
+                    chosen.extend(nested.into_iter().filter_map(|f| {
+                        let c = f.top_folder()?.to_string();
+                        Some((f, c))
+                    }));
+                } else {
+                    // split/class/file: the class is the folder below the split's.
+                    for f in nested {
+                        let below = f.rel.split_once('/').and_then(|(_, r)| r.split_once('/'));
+                        match below {
+                            Some((class, _)) => chosen.push((f, class.to_string())),
+                            None => {
+                                let top = f.top_folder().unwrap_or_default();
+                                return Err(Error::Invalid(format!(
+                                    "{}: {} stands directly in the split folder {}/, whose files need class sub-folders ({}/CLASS/...); move it into one, or label every file with --labels FILE.csv or --label-from REGEX",
+                                    tree::shown_path(&o.input),
+                                    tree::shown(&f.rel),
+                                    tree::shown(top),
+                                    tree::shown(top)
+                                )));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Labels from a CSV or a regex: split folders at the top still keep their splits.
+    if !matches!(labelling, Labelling::Layout) {
+        let loose = chosen.iter().any(|(f, _)| f.top_folder().is_none());
+        folders = split_folders(o, chosen.iter().filter_map(|(f, _)| f.top_folder()), loose)?;
+    }
+    match &folders {
+        tree::SplitFolders::Splits(m) => {
+            if o.test_fraction_given {
+                return Err(Error::Invalid(format!(
+                    "--test-fraction {}: {} keeps its own splits in the folders {}, so none is drawn by hash; leave --test-fraction out (or convert the training folder alone to split it by hash)",
+                    o.test_fraction,
+                    tree::shown_path(&o.input),
+                    m.keys().map(|k| format!("{}/", tree::shown(k))).collect::<Vec<_>>().join(", ")
+                )));
+            }
+            let each: Vec<String> = m
+                .iter()
+                .map(|(folder, split)| {
+                    if folder == split {
+                        format!("{}/", tree::shown(folder))
+                    } else {
+                        format!("{}/ -> {split}", tree::shown(folder))
+                    }
+                })
+                .collect();
+            notes.push(format!(
+                "splits from folders: {} (prep train evaluates on the test split, prep eval reads it by default); no split drawn by hash",
+                each.join(", ")
+            ));
+        }
+        tree::SplitFolders::TrainOnly(t) => notes.push(format!(
+            "{}/ is the only folder: its sub-folders are the classes, and the test split is drawn from it by a hash of each path (--test-fraction {})",
+            tree::shown(t),
+            o.test_fraction
+        )),
+        tree::SplitFolders::None => {
+            let named: Vec<&str> = chosen
+                .iter()
+                .filter_map(|(f, _)| f.top_folder())
+                .filter(|t| {
+                    let l = t.to_ascii_lowercase();
+                    l == tree::TRAIN_FOLDER || tree::HELD_OUT_FOLDERS.contains(&l.as_str())
+                })
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if !named.is_empty() && matches!(labelling, Labelling::Layout) {
+                notes.push(format!(
+                    "{} named like split folders, but not every top folder is one: each top folder is a class, and the test split is drawn by hash",
+                    named.iter().map(|t| format!("{}/", tree::shown(t))).collect::<Vec<_>>().join(" and ")
+                ));
             }
         }
     }
@@ -997,7 +1078,7 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         k => k,
     };
     let inputs = chosen.len() + rejects.len();
-    let tu = tree_units(o, chosen, &classes);
+    let tu = tree_units(o, chosen, &classes, &folders);
     rejects.extend(tu.rejects);
     notes.extend(tu.notes);
     Ok(Plan {
@@ -1009,9 +1090,36 @@ fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         inputs,
         root: tree.root.clone(),
         notes,
-        split_key: Some((tu.split_key, tu.split_keys)),
+        split_key: Some(TreeSplit {
+            key: tu.split_key,
+            keys: tu.split_keys,
+            folders: match folders {
+                tree::SplitFolders::Splits(m) => m,
+                _ => BTreeMap::new(),
+            },
+        }),
         stored: None,
     })
+}
+
+/// How a tree's splits were decided: by a hash of what `key` names (`TreeUnits::split_key`;
+/// "folders" for split folders), with the units each key split, and the split folders (top
+/// folder -> split) when the tree has its own.
+#[derive(Debug, Clone, Serialize)]
+struct TreeSplit {
+    key: String,
+    keys: BTreeMap<String, usize>,
+    folders: BTreeMap<String, String>,
+}
+
+/// `tree::split_folders`, its error naming the input.
+fn split_folders<'a>(
+    o: &ConvertOptions,
+    tops: impl IntoIterator<Item = &'a str>,
+    loose: bool,
+) -> Result<tree::SplitFolders> {
+    tree::split_folders(tops, loose)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", tree::shown_path(&o.input))))
 }
 
 /// A name in double quotes, escaped as a JSON string (a newline in it forges no line).
@@ -1046,19 +1154,27 @@ fn tree_units(
     o: &ConvertOptions,
     chosen: Vec<(&tree::TreeFile, String)>,
     classes: &[String],
+    folders: &tree::SplitFolders,
 ) -> TreeUnits {
     let label = |c: &str| {
         classes
             .binary_search_by(|x| x.as_str().cmp(c))
             .expect("class listed") as u32
     };
-    let split_of = |key: &str| {
+    // A unit's split: its split folder's (`rel` is its first file), else a hash of `key`.
+    let split_of = |rel: &str, key: &str| -> String {
+        if let tree::SplitFolders::Splits(m) = folders {
+            if let Some(s) = rel.split_once('/').and_then(|(top, _)| m.get(top)) {
+                return s.clone();
+            }
+        }
         if tree::is_test(key, o.test_fraction) {
-            "test"
+            "test".into()
         } else {
-            "train"
+            "train".into()
         }
     };
+    let by_folder = matches!(folders, tree::SplitFolders::Splits(_));
     let file_unit = |f: &tree::TreeFile, c: &str| Unit::File {
         rel: f.rel.clone(),
         path: f.path.clone(),
@@ -1089,7 +1205,7 @@ fn tree_units(
     pb.finish_and_clear();
 
     // (position of the first file among the inputs, split, unit)
-    let mut units: Vec<(usize, &str, Unit)> = Vec::new();
+    let mut units: Vec<(usize, String, Unit)> = Vec::new();
     let mut split_keys: BTreeMap<String, usize> = BTreeMap::new();
     let mut dicom_keys = std::collections::BTreeSet::new();
     let mut at: BTreeMap<&str, usize> = BTreeMap::new();
@@ -1104,19 +1220,25 @@ fn tree_units(
                 header: h.clone(),
             }),
             None => {
+                let key = if by_folder { "folders" } else { "path" };
                 if f.kind == Some(FileKind::Dicom) {
-                    dicom_keys.insert("path");
+                    dicom_keys.insert(key);
                 }
-                *split_keys.entry("path".into()).or_default() += 1;
-                units.push((i, split_of(&f.rel), file_unit(f, c)));
+                *split_keys.entry(key.into()).or_default() += 1;
+                units.push((i, split_of(&f.rel, &f.rel), file_unit(f, c)));
             }
         }
     }
     let g = series::group(inputs, o.decode.axis);
     let (mut n_series, mut n_files) = (0, 0);
     for group in g.groups {
-        dicom_keys.insert(group.key.name());
-        *split_keys.entry(group.key.name().into()).or_default() += 1;
+        let key = if by_folder {
+            "folders"
+        } else {
+            group.key.name()
+        };
+        dicom_keys.insert(key);
+        *split_keys.entry(key.into()).or_default() += 1;
         let unit = match group.what {
             series::What::File { rel, path } => Unit::File {
                 rel,
@@ -1140,14 +1262,19 @@ fn tree_units(
                 }
             }
         };
-        units.push((at[group.first.as_str()], split_of(&group.key_value), unit));
+        units.push((
+            at[group.first.as_str()],
+            split_of(&group.first, &group.key_value),
+            unit,
+        ));
     }
     units.sort_by_key(|u| u.0);
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
     for (_, split, unit) in units {
-        splits.entry(split.into()).or_default().push(unit);
+        splits.entry(split).or_default().push(unit);
     }
     let split_key = match dicom_keys.len() {
+        0 if by_folder => "folders".to_string(),
         0 => "path".to_string(),
         1 => dicom_keys.first().expect("one").to_string(),
         _ => "mixed".to_string(),
@@ -1882,9 +2009,13 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
         "inputs": plan.inputs,
         "rejects": rejects.len(),
     });
-    if let Some((key, keys)) = &plan.split_key {
-        source["split_key"] = key.clone().into();
-        source["split_keys"] = serde_json::json!(keys);
+    if let Some(ts) = &plan.split_key {
+        source["split_key"] = ts.key.clone().into();
+        source["split_keys"] = serde_json::json!(ts.keys);
+        if !ts.folders.is_empty() {
+            source["split_folders"] = serde_json::json!(ts.folders);
+            source["test_fraction"] = serde_json::Value::Null;
+        }
     }
     if let Some(p) = o.part {
         // Taken out again by `prep merge`, with `rejects` summed over the parts.
@@ -1990,6 +2121,11 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
         splits,
         inputs: plan.inputs,
         rejects,
+        split_folders: plan
+            .split_key
+            .as_ref()
+            .map(|t| t.folders.clone())
+            .unwrap_or_default(),
         notes,
         seconds: secs,
         samples_per_sec: samples as f64 / secs.max(1e-9),

@@ -3,8 +3,9 @@
 
 mod cli;
 mod cmd;
+mod parse;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 /// Block buffers of a few MiB are allocated and freed at a high rate; mimalloc reuses them where
 /// the system allocator returns them to the kernel and faults them back in (measured: ~15% of synth time).
@@ -13,8 +14,23 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::process::ExitCode;
 
+/// The ids of the flags of a subcommand that were given on the command line (not defaults).
+fn given(m: &clap::ArgMatches) -> Vec<String> {
+    m.ids()
+        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| id.to_string())
+        .collect()
+}
+
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    cmd::end_quietly_on_closed_pipes();
+    let matches = cli::Cli::command().get_matches();
+    let mut cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match (&mut cli.command, matches.subcommand()) {
+        (cli::Command::Train(a), Some((_, m))) => a.given = given(m),
+        (cli::Command::Convert(a), Some((_, m))) => a.given = given(m),
+        _ => {}
+    }
     if let Some(n) = cli.jobs {
         if let Err(e) = rayon::ThreadPoolBuilder::new()
             .num_threads(n.max(1))

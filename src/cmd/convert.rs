@@ -1,3 +1,4 @@
+use super::outln;
 use super::{thousands, UsageError};
 use crate::cli::{ConvertArgs, FitArg, KindArg, OnErrorArg};
 use anyhow::Context;
@@ -20,11 +21,26 @@ fn pair<T: std::str::FromStr>(s: &str, sep: char, what: &str) -> Result<(T, T), 
 pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let size = match &a.size {
         Some(s) => {
-            let (h, w): (u32, u32) = pair(
-                &s.to_ascii_lowercase(),
-                'x',
-                "--size (expected HxW, e.g. 32x32)",
-            )?;
+            let lower = s.trim().to_ascii_lowercase();
+            let bad = || {
+                UsageError(format!(
+                    "--size {s}: expected HxW or one side for a square, e.g. 32x32, 224x160 or 32"
+                ))
+            };
+            // One number is a square: --size 32 is 32x32.
+            let (h, w): (u32, u32) = match lower.split_once('x') {
+                Some(_) if lower.matches('x').count() > 1 => {
+                    return Err(UsageError(format!(
+                        "--size {s}: expected HxW (the channels are --channels), e.g. 32x32"
+                    ))
+                    .into())
+                }
+                Some(_) => pair(&lower, 'x', "--size (expected HxW, e.g. 32x32)")?,
+                None => {
+                    let n = lower.parse().map_err(|_| bad())?;
+                    (n, n)
+                }
+            };
             if h == 0 || w == 0 {
                 return Err(UsageError(format!("--size {s}: sides must be at least 1")).into());
             }
@@ -92,6 +108,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         labels: a.labels.clone(),
         label_from: a.label_from.clone(),
         test_fraction: a.test_fraction,
+        test_fraction_given: a.given.iter().any(|g| g == "test_fraction"),
         on_error: match a.on_error {
             OnErrorArg::Skip => OnError::Skip,
             OnErrorArg::Fail => OnError::Fail,
@@ -119,20 +136,42 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         )
     })?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
     } else if !quiet {
         let shape: Vec<String> = r.shape.iter().map(|d| d.to_string()).collect();
-        let splits: Vec<String> = r
-            .splits
-            .iter()
-            .map(|(s, n)| format!("{} {s}", thousands(*n)))
-            .collect();
-        println!(
-            "converted {} ({:?}) to {}: {} samples of {} {}, {} classes, in {:.2} s ({} samples/s), {} on disk, peak RSS {}",
+        // A tree's own split folders are named with their counts: "splits from folders:
+        // train 1,200, val/ -> test 300".
+        let splits = if r.split_folders.is_empty() {
+            let each: Vec<String> = r
+                .splits
+                .iter()
+                .map(|(s, n)| format!("{} {s}", thousands(*n)))
+                .collect();
+            format!("{} samples", each.join(" + "))
+        } else {
+            let each: Vec<String> = r
+                .split_folders
+                .iter()
+                .map(|(folder, s)| {
+                    let n = thousands(r.splits.get(s).copied().unwrap_or(0));
+                    if folder == s {
+                        format!("{s} {n}")
+                    } else {
+                        format!("{}/ -> {s} {n}", prep::source::tree::shown(folder))
+                    }
+                })
+                .collect();
+            format!(
+                "{} samples (splits from folders: {})",
+                thousands(r.splits.values().sum()),
+                each.join(", ")
+            )
+        };
+        outln!(
+            "converted {} ({:?}) to {}: {splits} of {} {}, {} classes, in {:.2} s ({} samples/s), {} on disk, peak RSS {}",
             a.input.display(),
             r.kind,
             a.out.display(),
-            splits.join(" + "),
             shape.join("x"),
             r.dtype,
             r.classes,

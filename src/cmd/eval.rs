@@ -1,3 +1,4 @@
+use super::outln;
 use crate::cli::EvalArgs;
 use anyhow::Context;
 use prep::error::shown_path;
@@ -28,14 +29,14 @@ pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
     .and_then(|v| v["test_accuracy"].as_f64());
     if a.json {
         let v = serde_json::json!({ "accuracy": e.accuracy, "loss": e.loss, "samples": e.samples, "device": e.device, "summary_test_accuracy": recorded, "confusion": e.confusion });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         let note = match recorded {
             Some(r) if r == e.accuracy => " (equal to summary.json)".to_string(),
             Some(r) => format!(" (summary.json says {r:.4})"),
             None => String::new(),
         };
-        println!(
+        outln!(
             "{} on {} {}: accuracy {:.4} over {} samples, loss {:.4}, on {}{note}",
             shown_path(&a.run),
             shown_path(&a.data),

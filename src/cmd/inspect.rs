@@ -1,3 +1,4 @@
+use super::outln;
 use super::thousands;
 use crate::cli::InspectArgs;
 use anyhow::Context;
@@ -25,12 +26,12 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        outln!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(ExitCode::SUCCESS);
     }
     let shape: Vec<String> = s.shape.iter().map(|d| d.to_string()).collect();
-    println!("dataset     {} ({})", s.dir, s.format);
-    println!(
+    outln!("dataset     {} ({})", s.dir, s.format);
+    outln!(
         "sample      {} {}, {} classes",
         shape.join("x"),
         s.dtype,
@@ -41,12 +42,12 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             prep::shard::Codec::Zstd { level } => format!("zstd level {level}"),
             prep::shard::Codec::None => "none".into(),
         };
-        println!(
+        outln!(
             "storage     {} shard files, {codec}, {b} samples per block",
             s.shards
         );
     }
-    println!(
+    outln!(
         "size        {} on disk, {} decoded, ratio {:.2}x",
         human(s.bytes_on_disk),
         human(s.bytes_decoded),
@@ -64,7 +65,7 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(split, r)| format!("{split} {}..{} of {}", r.start, r.end, r.total))
             .collect();
-        println!(
+        outln!(
             "part        {} of job {} ({}: {}); join with prep merge",
             p.spec().describe(),
             p.job,
@@ -72,34 +73,34 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             ranges.join(", ")
         );
     }
-    println!("mean        {}", f(&s.mean));
-    println!("std         {}", f(&s.std));
-    println!();
+    outln!("mean        {}", f(&s.mean));
+    outln!("std         {}", f(&s.std));
+    outln!();
     print!("{:<16}", "class");
     for sp in &s.splits {
         print!("{:>14}", sp.name);
     }
-    println!();
+    outln!();
     for (k, name) in s.classes.iter().enumerate() {
         print!("{:<16}", name);
         for sp in &s.splits {
             print!("{:>14}", thousands(sp.class_counts[k]));
         }
-        println!();
+        outln!();
     }
     print!("{:<16}", "total");
     for sp in &s.splits {
         print!("{:>14}", thousands(sp.samples));
     }
-    println!();
+    outln!();
     print!("{:<16}", "on disk");
     for sp in &s.splits {
         print!("{:>14}", human(sp.bytes_on_disk));
     }
-    println!("\n");
+    outln!("\n");
     if let Some(cmd) = s.provenance["command"].as_array() {
         let words: Vec<&str> = cmd.iter().filter_map(|w| w.as_str()).collect();
-        println!(
+        outln!(
             "made by     {}: {}",
             s.provenance["tool"].as_str().unwrap_or("?"),
             words.join(" ")

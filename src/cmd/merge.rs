@@ -1,3 +1,4 @@
+use super::outln;
 use super::thousands;
 use crate::cli::MergeArgs;
 use anyhow::Context;
@@ -11,7 +12,7 @@ pub fn run(a: MergeArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         })
         .with_context(|| format!("prep merge into {}", a.out.display()))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
     } else if !quiet {
         let splits: Vec<String> = r
             .splits
@@ -23,7 +24,7 @@ pub fn run(a: MergeArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             (0, _) => "copied".to_string(),
             (l, c) => format!("{l} hard-linked, {c} copied"),
         };
-        println!(
+        outln!(
             "merged {} parts into {}: {} samples in {} shards ({how}, {}) in {:.1} s",
             r.parts,
             a.out.display(),

@@ -81,6 +81,64 @@ pub fn dataset_bytes(
         })
 }
 
+/// Print a line on stdout (as `println!`, whose panic on a closed pipe this avoids): a reader
+/// that has gone ends the process as [`pipe_closed`] says; another write error is an error.
+macro_rules! outln {
+    () => {
+        $crate::cmd::out(format_args!(""))?
+    };
+    ($($t:tt)*) => {
+        $crate::cmd::out(format_args!($($t)*))?
+    };
+}
+pub(crate) use outln;
+
+pub fn out(args: std::fmt::Arguments) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    match o.write_fmt(args).and_then(|()| o.write_all(b"\n")) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => pipe_closed(),
+        r => r.map_err(|e| anyhow::anyhow!("writing to standard output: {e}")),
+    }
+}
+
+/// The reader of stdout (or stderr) went away, as `prep inspect DS | head -4` does: end as Unix
+/// tools do, killed by SIGPIPE (status 141 in a shell), without a message. Rust ignores SIGPIPE
+/// for the whole process, and it stays ignored until here: the rendezvous sockets of `train`
+/// (`prep::dist`) then get EPIPE back rather than a signal.
+pub fn pipe_closed() -> ! {
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(libc::SIGPIPE);
+    }
+    std::process::exit(141)
+}
+
+/// `println!` and `eprintln!` anywhere (the library logs epochs and notes on stderr) panic when
+/// their pipe is closed: that panic ends the process as [`pipe_closed`] does, and any other
+/// panic is reported as before.
+pub fn end_quietly_on_closed_pipes() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let p = info.payload();
+        let msg = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to std")
+            && (msg.contains("os error 32") || msg.contains("Broken pipe"))
+        {
+            pipe_closed();
+        }
+        default(info)
+    }));
+}
+
 /// A flag value that does not parse: exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

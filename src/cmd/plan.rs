@@ -1,3 +1,4 @@
+use super::outln;
 use super::{thousands, UsageError};
 use crate::cli::PlanArgs;
 use prep::mem::human;
@@ -32,10 +33,10 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
         a.gpus,
     );
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&p)?);
+        outln!("{}", serde_json::to_string_pretty(&p)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "plan for {} train + {} test samples of {} {} (batch {}{}, {} cores)\n",
         thousands(a.train),
         thousands(a.test),
@@ -57,14 +58,14 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
             &p.gpu_memory,
         ),
     ] {
-        println!("{title}");
+        outln!("{title}");
         for r in rows {
-            println!("  {:<48} {:>12}", r.what, human(r.bytes));
+            outln!("  {:<48} {:>12}", r.what, human(r.bytes));
         }
-        println!();
+        outln!();
     }
     let s = p.generation_seconds;
-    println!(
+    outln!(
         "time\n  {:<48} {:>12}\n",
         "prep synth (estimate)",
         if s < 120.0 {
@@ -75,11 +76,11 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
     );
     if let Some(g) = &p.scaling {
         let ms = |s: f64| format!("{:.2} ms", s * 1e3);
-        println!(
+        outln!(
             "{} GPUs (data-parallel, gradients averaged through NCCL after each backward pass)",
             g.gpus
         );
-        println!(
+        outln!(
             "  {:<48} {:>12}",
             "gradients all-reduced per step",
             human(g.gradient_bytes)
@@ -98,12 +99,12 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
                 g.step_seconds_for_95_percent_pcie,
             ),
         ] {
-            println!(
+            outln!(
                 "  {:<48} {:>12}",
                 format!("all-reduce per step, {link} (assumed {:.0} GB/s)", bw / 1e9),
                 ms(t)
             );
-            println!(
+            outln!(
                 "  {:<48} {:>12}",
                 format!(
                     "speed-up >= {:.2}x where one GPU's step takes",
@@ -112,16 +113,16 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
                 format!(">= {}", ms(t95))
             );
         }
-        println!(
+        outln!(
             "  speed-up = {n} x step / (step + all-reduce), at most {n}x: the all-reduce is not overlapped with the backward pass; the step time is one GPU's (batch / the samples/s of `prep train` on one GPU). The bandwidths are assumptions (NCCL's ring all-reduce moves 2(N-1)/N of the gradient bytes), not measurements of this host.\n",
             n = g.gpus
         );
-        println!(
+        outln!(
             "note: every GPU holds what one GPU holds above (--batch is per GPU), --memory device the whole training split on each; host RAM is per rank process\n"
         );
     }
     for n in &p.notes {
-        println!("note: {n}");
+        outln!("note: {n}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,3 +1,4 @@
+use super::outln;
 use super::{thousands, UsageError};
 use crate::cli::SynthArgs;
 use anyhow::Context;
@@ -43,10 +44,10 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     let r = synthesize(&opts).with_context(|| format!("prep synth into {}", a.out.display()))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
     } else if !quiet {
         if r.already_complete {
-            println!(
+            outln!(
                 "{} already holds this dataset ({} samples, {} on disk); nothing to do",
                 a.out.display(),
                 thousands(r.samples),
@@ -61,7 +62,7 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             } else {
                 String::new()
             };
-            println!(
+            outln!(
                 "wrote {} samples to {} in {:.1} s: {} samples/s, {} on disk, peak RSS {}{reused}",
                 thousands(r.samples_generated),
                 a.out.display(),

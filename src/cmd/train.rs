@@ -1,3 +1,4 @@
+use super::outln;
 use super::UsageError;
 use crate::cli::TrainArgs;
 use anyhow::Context;
@@ -5,7 +6,7 @@ use prep::dist;
 use prep::error::shown_path;
 use prep::mem::human;
 use prep::nn::model::default_lr;
-use prep::train::{gpu_count, train, TrainOptions};
+use prep::train::{gpu_count, train, Recipe, TrainOptions};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode};
@@ -29,6 +30,33 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         w => w,
     };
+    // --resume keeps the run's settings: a flag given with another value is refused by name.
+    let mut epochs = a.epochs;
+    if let Some(dir) = &a.resume {
+        // A run another prep is writing is refused as the library refuses it (its config may
+        // not be written yet); a config that cannot be read is left for the library to report.
+        if dir.is_dir() {
+            prep::lock::check_not_written(dir)
+                .with_context(|| format!("resuming {}", shown_path(dir)))?;
+        }
+        if let Ok(r) = prep::train::read_recipe(dir) {
+            let launched = a.gpus.is_some() || a.rank_of_gpus || world.is_some();
+            let differ = resume_conflicts(&a, &r, launched);
+            if !differ.is_empty() {
+                return Err(UsageError(format!(
+                    "{}; a resumed run keeps its settings ({}), and only --epochs N above its {} extends it",
+                    differ.join("; "),
+                    shown_path(&dir.join("config.json")),
+                    r.epochs
+                ))
+                .into());
+            }
+            // Not given: the run's own (the default of a new run would extend it).
+            if !a.given.iter().any(|g| g == "epochs") {
+                epochs = r.epochs;
+            }
+        }
+    }
     let mut device = a.device.clone();
     match (&a.gpus, &world) {
         (Some(g), _) if a.device != "auto" => {
@@ -88,7 +116,7 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         out: a.out.clone(),
         resume: a.resume.clone(),
         model: a.model.clone(),
-        epochs: a.epochs,
+        epochs,
         batch: a.batch as usize,
         lr,
         momentum: a.momentum,
@@ -119,9 +147,9 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let t = train(&opts).context(what)?;
     if let Some(s) = &t.summary {
         if a.json {
-            println!("{}", serde_json::to_string_pretty(s)?);
+            outln!("{}", serde_json::to_string_pretty(s)?);
         } else if !quiet {
-            println!(
+            outln!(
                 "{}: test accuracy {:.4} after {} epochs on {} data, {:.0} samples/s on {}, {:.1} s, peak RSS {}",
                 shown_path(&t.dir),
                 s.test_accuracy,
@@ -135,6 +163,85 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The flags given with `--resume` whose values differ from the run's recipe, each as "--flag V
+/// differs from the run's W". `launched`: the process is a rank of several (its `--device` is
+/// set for it). Flags the recipe does not record (`--memory`, `--json`) are free.
+fn resume_conflicts(a: &TrainArgs, r: &Recipe, launched: bool) -> Vec<String> {
+    let given = |id: &str| a.given.iter().any(|g| g == id);
+    let mut out = Vec::new();
+    let differ = |out: &mut Vec<String>, flag: &str, ours: String, theirs: String| {
+        out.push(format!("--{flag} {ours} differs from the run's {theirs}"));
+    };
+    if given("model") && a.model != r.model.name {
+        differ(&mut out, "model", a.model.clone(), r.model.name.clone());
+    }
+    if given("epochs") && a.epochs < r.epochs {
+        out.push(format!(
+            "--epochs {} is fewer than the run's {}",
+            a.epochs, r.epochs
+        ));
+    }
+    if given("batch") && a.batch as usize != r.batch {
+        differ(&mut out, "batch", a.batch.to_string(), r.batch.to_string());
+    }
+    for (flag, id, ours, theirs) in [
+        ("lr", "lr", a.lr.unwrap_or(r.lr), r.lr),
+        ("momentum", "momentum", a.momentum, r.momentum),
+        (
+            "weight-decay",
+            "weight_decay",
+            a.weight_decay,
+            r.weight_decay,
+        ),
+        (
+            "label-smoothing",
+            "label_smoothing",
+            a.label_smoothing,
+            r.label_smoothing,
+        ),
+    ] {
+        if given(id) && ours != theirs {
+            differ(&mut out, flag, ours.to_string(), theirs.to_string());
+        }
+    }
+    if given("seed") && a.seed != r.seed {
+        differ(&mut out, "seed", a.seed.to_string(), r.seed.to_string());
+    }
+    if given("no_augment") && (r.flip || r.crop_pad > 0) {
+        out.push("--no-augment differs from the run's augmentation (random crop and flip)".into());
+    }
+    if given("checkpoint_every") && a.checkpoint_every != r.checkpoint_every {
+        differ(
+            &mut out,
+            "checkpoint-every",
+            a.checkpoint_every.to_string(),
+            r.checkpoint_every.to_string(),
+        );
+    }
+    if given("skip_damaged") && !r.skip_damaged {
+        out.push("--skip-damaged differs from the run's (damaged blocks stop it)".into());
+    }
+    if given("precision") && a.precision != r.precision {
+        differ(
+            &mut out,
+            "precision",
+            a.precision.clone(),
+            r.precision.clone(),
+        );
+    }
+    // The GPU a run of one process uses may change (where it runs, not how); CPU and GPU may not.
+    let cuda = |d: &str| d == "cuda" || d.starts_with("cuda:");
+    if given("device")
+        && !launched
+        && a.device != "auto"
+        && a.device != r.device
+        && !(cuda(&a.device) && cuda(&r.device))
+    {
+        differ(&mut out, "device", a.device.clone(), r.device.clone());
+    }
+    out
 }
 
 /// The arguments of a rank that `--gpus` starts: this command's, without the flags that the

@@ -1,3 +1,4 @@
+use super::outln;
 use super::thousands;
 use crate::cli::VerifyArgs;
 use prep::colmajor::{ColmajorManifest, ColmajorSplitReader};
@@ -32,7 +33,7 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(
                 &serde_json::json!({ "ok": report.ok(), "seconds": secs, "report": report })
@@ -40,11 +41,11 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         );
     } else {
         for d in &report.damage {
-            println!("DAMAGED {}: {}: {}", d.file, d.region, d.what);
+            outln!("DAMAGED {}: {}: {}", d.file, d.region, d.what);
         }
         if report.ok() {
             if !quiet {
-                println!(
+                outln!(
                     "OK {}: {} shards, {} blocks, {} samples, {} checked in {:.1} s ({}/s)",
                     shown_path(&a.dir),
                     report.shards,

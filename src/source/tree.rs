@@ -353,6 +353,80 @@ impl LabelRegex {
     }
 }
 
+/// The names of top-level folders that hold a split rather than a class (any case): `train`,
+/// and the held-out ones.
+pub const TRAIN_FOLDER: &str = "train";
+pub const HELD_OUT_FOLDERS: [&str; 4] = ["val", "valid", "validation", "test"];
+
+/// How the top-level folders of a tree split it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SplitFolders {
+    /// No split folders (some top folder is not a split name, or files stand at the top).
+    None,
+    /// Only a `train` folder (its name as written): the classes are below it, and the test split
+    /// is drawn by hash as for any tree.
+    TrainOnly(String),
+    /// The dataset's own splits: top folder (as written) -> split name. `train` is `train`;
+    /// `test` is `test`; a `val`/`valid`/`validation` folder is `test` when there is no `test`
+    /// folder (so that `prep train` evaluates on it and `prep eval` reads it by default), else
+    /// `val`.
+    Splits(BTreeMap<String, String>),
+}
+
+/// The split folders among `tops`, the top-level folders that hold the dataset's files, when every
+/// one of them is named as a split; `loose`: files stand directly at the top too (then there are
+/// none). Two folders for one split (`val/` and `validation/`, `Train/` and `train/`) are an error
+/// naming both.
+pub fn split_folders<'a>(
+    tops: impl IntoIterator<Item = &'a str>,
+    loose: bool,
+) -> Result<SplitFolders, String> {
+    let tops: std::collections::BTreeSet<&str> = tops.into_iter().collect();
+    let kind = |t: &str| {
+        let l = t.to_ascii_lowercase();
+        if l == TRAIN_FOLDER {
+            Some("train")
+        } else if l == "test" {
+            Some("test")
+        } else if HELD_OUT_FOLDERS.contains(&l.as_str()) {
+            Some("val")
+        } else {
+            None
+        }
+    };
+    if loose || tops.is_empty() || tops.iter().any(|t| kind(t).is_none()) {
+        return Ok(SplitFolders::None);
+    }
+    let mut by: BTreeMap<&str, &str> = BTreeMap::new();
+    for t in &tops {
+        let k = kind(t).expect("checked");
+        if let Some(other) = by.insert(k, t) {
+            return Err(format!(
+                "{}/ and {}/ are both {} folders; keep one (or convert each on its own)",
+                shown(other),
+                shown(t),
+                if k == "train" {
+                    "training"
+                } else {
+                    "held-out split"
+                }
+            ));
+        }
+    }
+    if by.len() == 1 && by.contains_key("train") {
+        return Ok(SplitFolders::TrainOnly(by["train"].to_string()));
+    }
+    let has_test = by.contains_key("test");
+    Ok(SplitFolders::Splits(
+        by.into_iter()
+            .map(|(k, t)| {
+                let split = if k == "val" && !has_test { "test" } else { k };
+                (t.to_string(), split.to_string())
+            })
+            .collect(),
+    ))
+}
+
 /// Whether a file goes to the test split: a hash of its relative path, so the split is the same on
 /// every run and machine and does not move when other files are added.
 pub fn is_test(rel: &str, fraction: f64) -> bool {
@@ -422,6 +496,52 @@ mod tests {
         assert_eq!(tree.own_name(&d.join("sub/..")), "scans");
         assert_eq!(tree.files.len(), 1);
         assert_eq!(tree.files[0].top_folder(), Some("sub"));
+    }
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::*;
+
+    fn splits(tops: &[&str]) -> Vec<(String, String)> {
+        match split_folders(tops.iter().copied(), false).unwrap() {
+            SplitFolders::Splits(m) => m.into_iter().collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn split_folders_by_name() {
+        let p = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(
+            splits(&["train", "val"]),
+            [p("train", "train"), p("val", "test")]
+        );
+        assert_eq!(
+            splits(&["Train", "Validation"]),
+            [p("Train", "train"), p("Validation", "test")]
+        );
+        assert_eq!(
+            splits(&["test", "train", "valid"]),
+            [p("test", "test"), p("train", "train"), p("valid", "val")]
+        );
+        assert_eq!(splits(&["test"]), [p("test", "test")]);
+        assert_eq!(
+            split_folders(["train"], false).unwrap(),
+            SplitFolders::TrainOnly("train".into())
+        );
+        for (tops, loose) in [
+            (&["train", "val", "cats"][..], false),
+            (&["train", "val"], true),
+        ] {
+            assert_eq!(
+                split_folders(tops.iter().copied(), loose).unwrap(),
+                SplitFolders::None
+            );
+        }
+        let e = split_folders(["train", "val", "validation"], false).unwrap_err();
+        assert!(e.contains("val/ and validation/"), "{e}");
+        assert!(split_folders(["Train", "train"], false).is_err());
     }
 }
 

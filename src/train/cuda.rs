@@ -430,6 +430,7 @@ mod tests {
             tool: "test".into(),
             layout: Default::default(),
             input_dtype: None,
+            data_id: None,
         };
         let mut host = HostFeed::new(src.clone(), &r, 2);
         let dev_src = src.clone();

@@ -79,6 +79,66 @@ pub struct Recipe {
     /// scanned again by `--resume` and `eval`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_dtype: Option<Dtype>,
+    /// What the data trained on holds (`data_identity`), so that `--resume` with a DATA argument
+    /// (or data changed in place) is checked to be the same; absent for runs made before it was
+    /// recorded and for column-major files without a manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_id: Option<String>,
+}
+
+/// A run folder's recipe (`config.json`), read with the caps every run file is read with.
+pub fn read_recipe(dir: &Path) -> Result<Recipe> {
+    let cfg = dir.join("config.json");
+    serde_json::from_slice(&crate::files::read_capped(
+        &cfg,
+        crate::files::JSON_CAP,
+        "a run's config",
+    )?)
+    .map_err(|e| Error::manifest(&cfg, e.to_string()))
+}
+
+/// What identifies the samples of a dataset wherever it lies and whatever command wrote it: an
+/// xxh3 of its sample shape, classes and splits (for shards each shard's footer checksum, which
+/// covers every block; for column-major files their counts and statistics). None for
+/// column-major files without a manifest, which record nothing to compare.
+pub fn data_identity(data: &Data) -> Result<Option<String>> {
+    if !data.manifest {
+        return Ok(None);
+    }
+    let v = match data.layout {
+        Layout::Shards => {
+            let m = crate::shard::Manifest::read(&data.dir)?;
+            let splits: Vec<_> = m
+                .splits
+                .iter()
+                .map(|(name, s)| {
+                    let shards: Vec<_> = s
+                        .shards
+                        .iter()
+                        .map(|sh| (sh.samples, &sh.footer_xxh3))
+                        .collect();
+                    (name, s.samples, &s.class_counts, shards)
+                })
+                .collect();
+            serde_json::json!({"sample": m.sample, "classes": m.classes, "splits": splits})
+        }
+        Layout::Colmajor => {
+            let m = crate::colmajor::ColmajorManifest::read(&data.dir)?;
+            let splits: Vec<_> = m
+                .splits
+                .iter()
+                .map(|(name, s)| (name, s.samples, &s.class_counts))
+                .collect();
+            serde_json::json!({
+                "sample": m.sample, "classes": m.classes, "splits": splits,
+                "mean": m.mean, "std": m.std,
+            })
+        }
+    };
+    Ok(Some(format!(
+        "{:016x}",
+        xxhash_rust::xxh3::xxh3_64(v.to_string().as_bytes())
+    )))
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +150,8 @@ pub struct TrainOptions {
     pub resume: Option<PathBuf>,
     /// `small` or `resnet18` (`nn::model::MODELS`).
     pub model: String,
+    /// Epochs of a new run. With `resume`: more than the run's extends it to this many (`extend`);
+    /// as many or fewer keeps the run's own.
     pub epochs: usize,
     pub batch: usize,
     pub lr: f32,
@@ -272,7 +334,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
     // Rank 0 alone writes the run folder; the other ranks only read (a checkpoint to resume).
     let writer = o.world.as_ref().is_none_or(|w| w.rank == 0);
     let lock: Option<crate::lock::DirLock>;
-    let (dir, recipe, resume_state) = match &o.resume {
+    let (dir, recipe, resume_state, data) = match &o.resume {
         Some(dir) => {
             if !dir.is_dir() {
                 return Err(Error::Invalid(format!(
@@ -286,13 +348,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             } else {
                 None
             };
-            let cfg = dir.join("config.json");
-            let mut recipe: Recipe = serde_json::from_slice(&crate::files::read_capped(
-                &cfg,
-                crate::files::JSON_CAP,
-                "a run's config",
-            )?)
-            .map_err(|e| Error::manifest(&cfg, e.to_string()))?;
+            let mut recipe = read_recipe(dir)?;
             if recipe.world != world {
                 return Err(Error::Invalid(format!(
                     "--resume {}: the run was trained by {} rank(s) (GPUs), this one has {world}; resume it with {} (each rank's share of the data and its batch depend on the number)",
@@ -301,12 +357,32 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     recipe.world
                 )));
             }
-            if o.world.is_some() {
-                // Each rank's own GPU, not the one rank 0 recorded.
+            let cuda = |d: &str| d == "cuda" || d.starts_with("cuda:");
+            if o.world.is_some() || (cuda(&o.device) && cuda(&recipe.device)) {
+                // Each rank's own GPU, not the one rank 0 recorded; a run of one process may
+                // move to another GPU (where it runs, not how).
                 recipe.device = pick_device(&o.device, o.quiet)?;
+            } else if o.device != "auto" && o.device != recipe.device {
+                return Err(Error::Invalid(format!(
+                    "--device {} differs from the run's {}; a resumed run keeps its settings",
+                    o.device, recipe.device
+                )));
             }
             let state = checkpoint::load(&dir.join(checkpoint::FILE))?;
-            (dir.clone(), recipe, Some(state))
+            // Checked before an extension rewrites the config.
+            let data = resume_data(&recipe, &o.data, dir)?;
+            if o.epochs > recipe.epochs {
+                extend(dir, &mut recipe, o, &state.1, writer)?;
+            } else if state.1.epoch >= recipe.epochs && !o.quiet {
+                eprintln!(
+                    "{} is finished ({} of {} epochs): its test figures are computed again; --epochs N (more than {}) trains it further",
+                    shown_path(dir),
+                    state.1.epoch,
+                    recipe.epochs,
+                    recipe.epochs
+                );
+            }
+            (dir.clone(), recipe, Some(state), data)
         }
         None => {
             let data = Data::open(&o.data, o.shape.as_ref(), None)?;
@@ -367,6 +443,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 tool: format!("prep {}", env!("CARGO_PKG_VERSION")),
                 layout: data.layout,
                 input_dtype: (data.layout == Layout::Colmajor).then_some(data.spec.dtype),
+                data_id: data_identity(&data)?,
             };
             if !writer {
                 let dir = o.out.clone().unwrap_or_default();
@@ -418,10 +495,82 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             return r.map_err(|e| e.when_interrupted(|| interrupted_note(&dir)));
         }
     };
-    let data = open_run_data(&recipe, &recipe.data)?;
     let r = run(o, &dir, &recipe, resume_state, data);
     drop(lock);
     r.map_err(|e| e.when_interrupted(|| interrupted_note(&dir)))
+}
+
+/// `--resume` with `--epochs N` above the run's: the run goes on to N epochs, its one-cycle
+/// schedule recomputed for N from the step it is at (every later step gets the rate a run started
+/// with `--epochs N` gives it; a finished run's rate so climbs back from 0). Augmentation covers
+/// the new first nine tenths as for a new run. The config is rewritten, so that a later
+/// `--resume` keeps N.
+fn extend(dir: &Path, r: &mut Recipe, o: &TrainOptions, at: &Cursor, writer: bool) -> Result<()> {
+    let from = r.epochs;
+    r.epochs = o.epochs;
+    if r.augment_epochs > 0 {
+        r.augment_epochs = o.epochs.saturating_sub(o.epochs.div_ceil(10)).max(1);
+    }
+    if !o.quiet {
+        eprintln!(
+            "extending {} from {from} to {} epochs (at epoch {}, step {}): the one-cycle schedule is recomputed for {} epochs from this step",
+            shown_path(dir),
+            r.epochs,
+            at.epoch.min(from),
+            at.step,
+            r.epochs
+        );
+    }
+    if writer {
+        write_atomic(
+            &dir.join("config.json"),
+            serde_json::to_string_pretty(&r).unwrap().as_bytes(),
+        )?;
+    }
+    Ok(())
+}
+
+/// The data a resumed run reads: DATA when given (checked to hold what the run was trained on),
+/// else the folder the run recorded (checked not to have changed).
+fn resume_data(r: &Recipe, given: &Path, dir: &Path) -> Result<Data> {
+    let path = if given.as_os_str().is_empty() {
+        &r.data
+    } else {
+        given
+    };
+    let data = open_run_data(r, path)?;
+    let same_path = match (path.canonicalize(), r.data.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => path == r.data,
+    };
+    match (&r.data_id, data_identity(&data)?) {
+        (Some(was), Some(now)) if *was == now => {}
+        (None, _) if same_path => {}
+        (Some(_), _) if same_path => {
+            return Err(Error::Invalid(format!(
+                "{}: the dataset is not the one {} was trained on (its shards, classes or shape changed since); a resumed run keeps its data",
+                shown_path(path),
+                shown_path(dir)
+            )))
+        }
+        (Some(_), _) => {
+            return Err(Error::Invalid(format!(
+                "{} is not the dataset {} was trained on ({}): their shards, classes or shape differ; a resumed run keeps its data",
+                shown_path(path),
+                shown_path(dir),
+                shown_path(&r.data)
+            )))
+        }
+        (None, _) => {
+            return Err(Error::Invalid(format!(
+                "{} is not the folder {} was trained on ({}), and the run recorded nothing to tell whether they hold the same data; resume without DATA",
+                shown_path(path),
+                shown_path(dir),
+                shown_path(&r.data)
+            )))
+        }
+    }
+    Ok(data)
 }
 
 /// What an interrupted run kept, and how to go on.

@@ -10,6 +10,7 @@ mod fixtures;
 mod float;
 mod hostile;
 mod inspect;
+mod newcomer;
 mod parts;
 mod ranks;
 mod scans;
