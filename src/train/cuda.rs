@@ -45,7 +45,15 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         Kind::Pinned
     };
     let mut be = Cuda::new(ordinal, prec, kind).map_err(dev_err)?;
+    super::timing::mark("backend ready");
+    if super::timing::enabled() {
+        eprintln!("timing: backend: {}", be.startup_report());
+    }
     be.set_sync_bn(r.sync_bn);
+    // The algorithms this run folder recorded (a resumed run), and the record of this run's.
+    if !ctx.dir.as_os_str().is_empty() {
+        be.use_run_algorithms(ctx.dir, ctx.share.index == 0);
+    }
     // A rank of several joins the others before anything is timed: NCCL's id from rank 0
     // through the rendezvous, then the communicator. The joined world stays open as the ranks'
     // liveness until this function returns.
@@ -116,6 +124,7 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         be.prepare_conv(&s, input);
     }
     be.status().map_err(dev_err)?;
+    super::timing::mark("convolutions planned");
     let what = match mode.as_str() {
         "device" => format!(
             "device (the {} training split held in GPU memory)",
@@ -150,6 +159,7 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
     } else {
         Box::new(HostFeed::new(ctx.train_src.clone(), r, ctx.workers).for_rank(share))
     };
+    super::timing::mark("input ready");
     let out = run_on(be, feed, ctx);
     if let Some((joined, mut watch)) = world {
         match &out {

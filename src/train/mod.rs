@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod cuda;
 pub mod input;
 pub mod plot;
+pub mod timing;
 
 use crate::error::shown_path;
 use crate::error::{Error, IoContext, Result};
@@ -207,6 +208,10 @@ pub struct Summary {
     pub layout: Layout,
     pub confusion: Vec<Vec<u64>>,
     pub classes: Vec<String>,
+    /// Seconds from the process's start to its first training step (issue 24: what a run costs
+    /// before it trains; 0 in files written before this field).
+    #[serde(default)]
+    pub startup_s: f64,
 }
 
 /// One-cycle: linear warm-up from lr/25 over the first 25% of steps, then linear decay to 0.
@@ -329,6 +334,7 @@ pub struct Trained {
 }
 
 pub fn train(o: &TrainOptions) -> Result<Trained> {
+    timing::mark("training begins");
     crate::mem::purge_freed_memory_at_once();
     let world = o.world.as_ref().map_or(1, |w| w.size);
     // Rank 0 alone writes the run folder; the other ranks only read (a checkpoint to resume).
@@ -386,6 +392,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
         }
         None => {
             let data = Data::open(&o.data, o.shape.as_ref(), None)?;
+            timing::mark("data opened");
             if !o.quiet {
                 for n in &data.notes {
                     eprintln!("input: {n}");
@@ -402,6 +409,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             let model = ModelConfig::new(&o.model, c, h, w, data.classes.len())
                 .map_err(|e| Error::Invalid(format!("{}: {e}", shown_path(&o.data))))?;
             let device = pick_device(&o.device, o.quiet)?;
+            timing::mark("device probed");
             let recipe = Recipe {
                 data: o.data.clone(),
                 model,
@@ -481,10 +489,11 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 serde_json::to_string_pretty(&recipe).unwrap().as_bytes(),
             )?;
             let r = run(o, &dir, &recipe, None, data);
+            timing::mark("backend closed");
             // A run that failed before its first checkpoint (a batch too large for the GPU, say)
             // leaves nothing behind, so that the same command with the fix can run again.
             if r.is_err() && !dir.join(checkpoint::FILE).exists() {
-                for f in ["config.json", "metrics.jsonl"] {
+                for f in ["config.json", "metrics.jsonl", "cudnn-algos.tsv"] {
                     let _ = std::fs::remove_file(dir.join(f));
                 }
                 if created {
@@ -856,6 +865,7 @@ fn run(
 /// The training loop, the same for every backend.
 pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<Trained> {
     let t_start = Instant::now();
+    let mut startup_s = f64::NAN;
     // Locals drop in reverse order: the model and the feed's buffers before the backend.
     let mut be = be;
     let mut feed = feed;
@@ -887,6 +897,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             Cursor::default(),
         ),
     };
+    timing::mark("model built");
     // metrics.jsonl keeps exactly the finished epochs (a killed run may have written no more).
     let metrics_path = dir.join("metrics.jsonl");
     let mut history: Vec<EpochMetrics> =
@@ -939,6 +950,10 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         // Host time waiting for batches and issuing the steps (PREP_PROFILE=1).
         let (mut t_feed, mut t_issue) = (0.0f64, 0.0f64);
         let mut t0 = Instant::now();
+        if steps_here == 0 {
+            startup_s = timing::since_start();
+            timing::mark("first step begins");
+        }
         loop {
             // An interruption (here, or seen by the input's threads) stops the run like
             // `stop_after`: a checkpoint of the steps done so far, then the error.
@@ -975,6 +990,11 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             }
             t0 = Instant::now();
             t_issue += (t0 - t1).as_secs_f64();
+            if steps_here == 0 && timing::enabled() {
+                // Waits for the GPU (only with PREP_TIMING), so the mark says when it finished.
+                be.gpu_mem_bytes();
+                timing::mark("first step done");
+            }
             cur.step += 1;
             cur.batch = index + 1;
             cur.seen += n as u64;
@@ -1064,6 +1084,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             ..Default::default()
         };
         save_state(writer, &ckpt, &model, &mut be, &cur)?;
+        timing::mark(&format!("epoch {} done", epoch + 1));
         last_eval = Some((test_loss, test_acc, confusion));
     }
     if !writer {
@@ -1093,6 +1114,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         layout: r.layout,
         confusion: confusion.clone(),
         classes: r.classes.clone(),
+        startup_s,
     };
     write_atomic(
         &dir.join("summary.json"),
@@ -1108,6 +1130,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             test_accuracy: m.test_accuracy,
         })
         .collect();
+    timing::mark("summary written");
     plot::curves_png(&points, &dir.join("curves.png"))?;
     if !confusion.is_empty() {
         plot::confusion_png(&confusion, &r.classes, &dir.join("confusion.png"))?;
@@ -1124,6 +1147,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         }
         write_atomic(&dir.join("confusion.csv"), csv.as_bytes())?;
     }
+    timing::mark("plots written");
     Ok(Trained {
         dir: dir.to_path_buf(),
         summary: Some(summary),
@@ -1255,7 +1279,9 @@ pub fn eval(
             } else {
                 Precision::Bf16
             };
-            let be = Cuda::new(ordinal, prec, Kind::Pinned).map_err(Error::Device)?;
+            let mut be = Cuda::new(ordinal, prec, Kind::Pinned).map_err(Error::Device)?;
+            // The run's own convolution algorithms: the run's arithmetic, repeated.
+            be.use_run_algorithms(run, false);
             let out = eval_on(be, &r, &state, src, workers)?;
             (out, format!("{device}, {p}"))
         }

@@ -5,6 +5,8 @@ use crate::nn::ConvShape;
 use cudarc::cublas::sys as blas;
 use cudarc::cudnn::sys as dnn;
 use cudarc::driver::sys::CUstream;
+use cudarc::driver::CudaContext;
+use std::sync::Arc;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -54,15 +56,23 @@ pub struct Plan {
     pub tuned: [bool; 3],
 }
 
-/// The algorithm timed fastest for each convolution and direction, remembered on disk per GPU
-/// model and cuDNN version (`cudnn-algos.tsv` in the kernel cache): later runs of the same shapes
-/// use the same algorithms, so they compute the same numbers and skip the timing, instead of
-/// letting timing noise pick differently in every process. Delete the file to time again.
+/// The algorithm timed fastest for each convolution and direction (PREP_CUDNN_TUNE=1),
+/// remembered on disk per GPU model and cuDNN version (`cudnn-algos.tsv` in the kernel cache):
+/// later runs of the same shapes use the same algorithms, so they compute the same numbers and
+/// skip the timing, instead of letting timing noise pick differently in every process. Delete
+/// the file to time again.
+///
+/// Beside it, the algorithms a run used, in a file of the same form in its run folder: a resumed
+/// run and `prep eval` take those first, so they repeat the run's arithmetic whatever the memo
+/// says by then (or on a host without it).
 pub struct AlgoMemo {
     path: Option<PathBuf>,
     /// `GPU name / cuDNN version`, the first column of this GPU's lines.
     device: String,
     chosen: HashMap<(ConvKey, usize), i32>,
+    /// The run folder's file, and whether this process writes it (the run's writer).
+    run_path: Option<(PathBuf, bool)>,
+    run_chosen: HashMap<(ConvKey, usize), i32>,
 }
 
 const MEMO_FILE: &str = "cudnn-algos.tsv";
@@ -86,7 +96,33 @@ impl AlgoMemo {
             path,
             device,
             chosen,
+            run_path: None,
+            run_chosen: HashMap::new(),
         }
+    }
+
+    /// Take run folder `dir`'s algorithms first from now on, and (when `write`) record there
+    /// every pick made.
+    pub fn use_run(&mut self, dir: &std::path::Path, write: bool) {
+        let p = dir.join(MEMO_FILE);
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        self.run_chosen = parse_memo(&text, &self.device);
+        self.run_path = Some((p, write));
+    }
+
+    pub fn run_pick(&self, k: &ConvKey, dir: usize) -> Option<i32> {
+        self.run_chosen.get(&(*k, dir)).copied()
+    }
+
+    /// The run uses `algo` for `k` and `dir`: a line in its folder's file, if it is new.
+    pub fn record_run_pick(&mut self, k: &ConvKey, dir: usize, algo: i32) {
+        let Some((p, true)) = &self.run_path else {
+            return;
+        };
+        if self.run_chosen.insert((*k, dir), algo) == Some(algo) {
+            return;
+        }
+        append_line(p, &memo_line(&self.device, k, dir, algo));
     }
 
     pub fn get(&self, k: &ConvKey, dir: usize) -> Option<i32> {
@@ -96,20 +132,27 @@ impl AlgoMemo {
     /// Remember a choice; one appended line, so concurrent runs at worst time a shape twice.
     pub fn put(&mut self, k: &ConvKey, dir: usize, algo: i32) {
         self.chosen.insert((*k, dir), algo);
-        let Some(p) = &self.path else { return };
-        let _ = std::fs::create_dir_all(p.parent().unwrap_or(p));
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-        {
-            let _ = f.write_all(memo_line(&self.device, k, dir, algo).as_bytes());
+        if let Some(p) = &self.path {
+            let _ = std::fs::create_dir_all(p.parent().unwrap_or(p));
+            append_line(p, &memo_line(&self.device, k, dir, algo));
         }
     }
 }
 
+/// One appended line (one write: a reader sees a whole line or a torn last one, which it skips).
+/// A file that cannot be written costs only the record.
+fn append_line(p: &std::path::Path, line: &str) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
+
 /// `device \t n cin cout h w k stride pad bf16 \t direction \t algorithm`.
-fn memo_line(device: &str, k: &ConvKey, dir: usize, algo: i32) -> String {
+pub(crate) fn memo_line(device: &str, k: &ConvKey, dir: usize, algo: i32) -> String {
     format!(
         "{device}\t{} {} {} {} {} {} {} {} {}\t{dir}\t{algo}\n",
         k.s.n, k.s.cin, k.s.cout, k.s.h, k.s.w, k.s.k, k.s.stride, k.s.pad, k.bf16 as u8
@@ -202,24 +245,78 @@ fn sums_products(dir: usize, algo: i32) -> bool {
     ok.contains(&algo)
 }
 
+/// Whether algorithm `algo` of direction `dir` gives the same bits every time: what cuDNN
+/// `reported`, and never the algorithms its documentation names non-deterministic (atomic
+/// additions: backward data ALGO_0, backward filter ALGO_0 and ALGO_3), whatever a report says.
+fn deterministic(dir: usize, algo: i32, reported: bool) -> bool {
+    use dnn::cudnnConvolutionBwdDataAlgo_t as D;
+    use dnn::cudnnConvolutionBwdFilterAlgo_t as F;
+    let atomics: &[i32] = match dir {
+        1 => &[D::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 as i32],
+        2 => &[
+            F::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 as i32,
+            F::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 as i32,
+        ],
+        _ => &[],
+    };
+    reported && !atomics.contains(&algo)
+}
+
 /// Workspace cuDNN may use for one convolution.
 const MAX_WORKSPACE: usize = 256 << 20;
 
 impl Dnn {
-    pub fn new(stream: CUstream) -> Result<Self, String> {
+    /// cuDNN's and cuBLAS's handles on `stream`, made at once on two threads (each first call
+    /// loads its library's state: about a tenth of a second apiece on an H100 host).
+    pub fn new(ctx: &Arc<CudaContext>, stream: CUstream) -> Result<Self, String> {
+        // Handles and the stream cross threads as integers; each is used by one thread at a time.
+        let st = stream as usize;
+        let c = ctx.clone();
+        let blas_thread = std::thread::spawn(move || -> Result<usize, String> {
+            c.bind_to_thread().map_err(|e| format!("{e:?}"))?;
+            let mut b = std::ptr::null_mut();
+            unsafe {
+                check_blas(blas::cublasCreate_v2(&mut b), "create")?;
+                let set = check_blas(blas::cublasSetStream_v2(b, st as _), "set stream");
+                if let Err(e) = set {
+                    blas::cublasDestroy_v2(b);
+                    return Err(e);
+                }
+            }
+            Ok(b as usize)
+        });
         let mut handle = std::ptr::null_mut();
-        let mut b = std::ptr::null_mut();
-        unsafe {
-            check(dnn::cudnnCreate(&mut handle), "create")?;
-            check(dnn::cudnnSetStream(handle, stream as _), "set stream")?;
-            check_blas(blas::cublasCreate_v2(&mut b), "create")?;
-            check_blas(blas::cublasSetStream_v2(b, stream as _), "set stream")?;
+        let made = unsafe {
+            check(dnn::cudnnCreate(&mut handle), "create").and_then(|()| {
+                check(dnn::cudnnSetStream(handle, stream as _), "set stream")
+            })
+        };
+        let b = blas_thread
+            .join()
+            .unwrap_or_else(|_| Err("cuBLAS: creating the handle panicked".into()));
+        let destroy = || unsafe {
+            if !handle.is_null() {
+                dnn::cudnnDestroy(handle);
+            }
+        };
+        match (made, b) {
+            (Ok(()), Ok(b)) => Ok(Dnn {
+                handle,
+                blas: b as blas::cublasHandle_t,
+                plans: HashMap::new(),
+            }),
+            (Err(e), b) => {
+                if let Ok(b) = b {
+                    unsafe { blas::cublasDestroy_v2(b as blas::cublasHandle_t) };
+                }
+                destroy();
+                Err(e)
+            }
+            (Ok(()), Err(e)) => {
+                destroy();
+                Err(e)
+            }
         }
-        Ok(Dnn {
-            handle,
-            blas: b,
-            plans: HashMap::new(),
-        })
     }
 
     pub fn plan_mut(&mut self, k: &ConvKey) -> Option<&mut Plan> {
@@ -366,16 +463,16 @@ impl Dnn {
         };
         check(dnn::cudnnSetConvolutionMathType(p.conv, math), "math type")?;
 
-        // cudnnFind lists the algorithms that run for this shape; the backend times them itself
-        // on the first real batch (`Cuda::tune`) and keeps the fastest, as cudnnFind's own ranking
-        // once put first an atomics-based backward-filter algorithm that then ran 15 times slower
-        // on real batches. The workspace fits every candidate.
+        // cuDNN's heuristics rank the algorithms for this shape without running any (cudnnFind
+        // ran every one, with its workspace, on the critical path of a run's start: about half a
+        // second for the small model). The ranking's first usable candidate is the pick unless
+        // this run or this GPU's memo names another (`Cuda::tune`); with PREP_CUDNN_TUNE=1 the
+        // candidates are timed on the first real batch. The workspace fits every candidate.
         let _ = stream;
-        let deterministic = dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC;
-        // Deterministic algorithms only where cuDNN has any (atomics-based ones otherwise), and
-        // every usable one whatever cudnnFind's noisy ranking: the candidate set, and with it the
-        // remembered pick (`AlgoMemo`), is the same in every process, so runs repeat bit for bit
-        // and a resumed run ends where an uninterrupted one does.
+        let det = dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC;
+        // Deterministic algorithms only where cuDNN has any (atomics-based ones otherwise): the
+        // candidate set, and with it the pick, is the same in every process, so runs repeat bit
+        // for bit and a resumed run ends where an uninterrupted one does.
         // In float32, the reference arithmetic, only algorithms that sum products as written
         // (unless there are none): FFT and Winograd transforms were measured 2.2e-3 off the CPU's
         // weight gradient.
@@ -398,11 +495,11 @@ impl Dnn {
                 p.workspace = p.workspace.max(mem);
             }
         };
-        // The workspace a candidate needs: the larger of what cudnnFind reported and what
-        // cudnnGet*WorkspaceSize says for the algorithm. cudnnFind's figure alone was too small
-        // (3x128x128, batch 256: backward filter failed with BAD_PARAM, "workSpaceSizeInBytes <
-        // requiredWorkspace"). A candidate whose query fails or that needs more than
-        // MAX_WORKSPACE is dropped.
+        // The workspace a candidate needs: the larger of what the heuristics reported and what
+        // cudnnGet*WorkspaceSize says for the algorithm (cudnnFind's figure alone was once too
+        // small: 3x128x128, batch 256, backward filter failed with BAD_PARAM,
+        // "workSpaceSizeInBytes < requiredWorkspace"). A candidate whose query fails or that
+        // needs more than MAX_WORKSPACE is dropped.
         let usable = |st: dnn::cudnnStatus_t,
                       found_mem: usize,
                       query: &dyn Fn(&mut usize) -> dnn::cudnnStatus_t| {
@@ -420,7 +517,7 @@ impl Dnn {
         let mut count = 0;
         let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
         check(
-            dnn::cudnnFindConvolutionForwardAlgorithm(
+            dnn::cudnnGetConvolutionForwardAlgorithm_v7(
                 h,
                 p.x,
                 p.w,
@@ -430,7 +527,7 @@ impl Dnn {
                 &mut count,
                 r.as_mut_ptr(),
             ),
-            "finding a forward algorithm",
+            "ranking forward algorithms",
         )?;
         let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
             .iter()
@@ -441,13 +538,14 @@ impl Dnn {
                     )
                 };
                 let mem = usable(r.status, r.memory, &q)?;
-                Some((r.algo as i32, mem, r.determinism == deterministic))
+                let a = r.algo as i32;
+                Some((a, mem, deterministic(0, a, r.determinism == det)))
             })
             .collect();
         pick(&mut p, 0, &found);
         let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
         check(
-            dnn::cudnnFindConvolutionBackwardDataAlgorithm(
+            dnn::cudnnGetConvolutionBackwardDataAlgorithm_v7(
                 h,
                 p.w,
                 p.y,
@@ -457,7 +555,7 @@ impl Dnn {
                 &mut count,
                 r.as_mut_ptr(),
             ),
-            "finding a backward-data algorithm",
+            "ranking backward-data algorithms",
         )?;
         let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
             .iter()
@@ -468,13 +566,14 @@ impl Dnn {
                     )
                 };
                 let mem = usable(r.status, r.memory, &q)?;
-                Some((r.algo as i32, mem, r.determinism == deterministic))
+                let a = r.algo as i32;
+                Some((a, mem, deterministic(1, a, r.determinism == det)))
             })
             .collect();
         pick(&mut p, 1, &found);
         let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
         check(
-            dnn::cudnnFindConvolutionBackwardFilterAlgorithm(
+            dnn::cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                 h,
                 p.x,
                 p.y,
@@ -484,7 +583,7 @@ impl Dnn {
                 &mut count,
                 r.as_mut_ptr(),
             ),
-            "finding a backward-filter algorithm",
+            "ranking backward-filter algorithms",
         )?;
         let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
             .iter()
@@ -495,7 +594,8 @@ impl Dnn {
                     )
                 };
                 let mem = usable(r.status, r.memory, &q)?;
-                Some((r.algo as i32, mem, r.determinism == deterministic))
+                let a = r.algo as i32;
+                Some((a, mem, deterministic(2, a, r.determinism == det)))
             })
             .collect();
         pick(&mut p, 2, &found);

@@ -147,9 +147,44 @@ pub fn device_count() -> Result<usize, String> {
     Ok(count.max(0) as usize)
 }
 
+/// Whether the run-time library `name` (as cudarc names it) can be loaded. It stays loaded, so
+/// that cudarc's own load later finds it in place (a check that closed it again made the dynamic
+/// linker map and relocate cuBLAS, cuDNN and NVRTC once per check).
+fn library_present(name: &str) -> bool {
+    cudarc::get_lib_name_candidates(name).iter().any(|n| {
+        let Ok(c) = std::ffi::CString::new(n.as_str()) else {
+            return false;
+        };
+        // The flags libloading (cudarc's loader) uses, so both refer to the same load.
+        !unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) }.is_null()
+    })
+}
+
+/// NVRTC, cuBLAS and cuDNN, looked for once per process (on their own thread while the driver
+/// starts: loading them is a good part of a first run's start).
+fn libraries() -> &'static Result<(), String> {
+    static LIBS: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    LIBS.get_or_init(|| {
+        let nvrtc = std::thread::spawn(|| library_present("nvrtc"));
+        let cudnn = std::thread::spawn(|| library_present("cudnn"));
+        if !library_present("cublas") {
+            return Err("cuBLAS (libcublas.so) is not installed".into());
+        }
+        if !nvrtc.join().unwrap_or(false) {
+            return Err("NVRTC (libnvrtc.so) is not installed; it compiles prep's kernels".into());
+        }
+        if !cudnn.join().unwrap_or(false) {
+            return Err("cuDNN (libcudnn.so) is not installed".into());
+        }
+        Ok(())
+    })
+}
+
 /// Whether CUDA training can run on device `ordinal`: the driver, a device, NVRTC, cuBLAS and
 /// cuDNN. Ok(device name) or Err(why not), in words a user can act on.
 pub fn probe(ordinal: usize) -> Result<String, String> {
+    // The libraries load while the driver starts (where there is a driver at all).
+    let libs = unsafe { sys::is_culib_present() }.then(|| std::thread::spawn(libraries));
     let count = device_count()?;
     if count == 0 {
         return Err("the CUDA driver reports no GPU".into());
@@ -160,34 +195,33 @@ pub fn probe(ordinal: usize) -> Result<String, String> {
             count - 1
         ));
     }
-    unsafe {
-        if !cudarc::nvrtc::sys::is_culib_present() {
-            return Err("NVRTC (libnvrtc.so) is not installed; it compiles prep's kernels".into());
-        }
-        if !blas::is_culib_present() {
-            return Err("cuBLAS (libcublas.so) is not installed".into());
-        }
-        if !cudnn::is_culib_present() {
-            return Err("cuDNN (libcudnn.so) is not installed".into());
-        }
+    match libs.map(|t| t.join()) {
+        Some(Ok(r)) => r.clone()?,
+        _ => return Err("looking for the CUDA libraries failed".into()),
     }
     let dev = dr::device::get(ordinal as i32).map_err(|e| format!("{e:?}"))?;
     let name = dr::device::get_name(dev).map_err(|e| format!("{e:?}"))?;
-    let (major, minor) = unsafe {
-        use sys::CUdevice_attribute::*;
-        (
-            dr::device::get_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-                .map_err(|e| format!("{e:?}"))?,
-            dr::device::get_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-                .map_err(|e| format!("{e:?}"))?,
-        )
-    };
+    let (major, minor) = compute_capability(ordinal)?;
     if major < 8 {
         return Err(format!(
             "{name} has compute capability {major}.{minor}; prep's CUDA backend needs 8.0 or newer (bfloat16)"
         ));
     }
     Ok(name)
+}
+
+/// Device `ordinal`'s compute capability, without a context.
+fn compute_capability(ordinal: usize) -> Result<(i32, i32), String> {
+    let dev = dr::device::get(ordinal as i32).map_err(|e| format!("{e:?}"))?;
+    unsafe {
+        use sys::CUdevice_attribute::*;
+        Ok((
+            dr::device::get_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                .map_err(|e| format!("{e:?}"))?,
+            dr::device::get_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+                .map_err(|e| format!("{e:?}"))?,
+        ))
+    }
 }
 
 struct Scratch {
@@ -253,6 +287,12 @@ pub struct Cuda {
     sgd_tables: Vec<(Vec<u64>, Buf)>,
     /// With PREP_PROFILE=1: GPU time per kernel, measured with events around each launch.
     prof: Option<Profile>,
+    /// When `new` finished each of its steps (seconds from its start), for PREP_TIMING.
+    times: Vec<(&'static str, f64)>,
+    /// PREP_TIMING=1: say where a run's start goes (and the algorithm picks).
+    timing: bool,
+    /// PREP_CUDNN_TUNE=1: time the candidate algorithms of a shape without a remembered pick.
+    pub(crate) tune_by_timing: bool,
     copy: Arc<CudaStream>,
     stream: Arc<CudaStream>,
     /// Held so that the context outlives every buffer and handle.
@@ -394,15 +434,25 @@ macro_rules! launch {
 
 impl Cuda {
     pub fn new(ordinal: usize, prec: Precision, staging: staging::Kind) -> Result<Self, String> {
+        let t0 = std::time::Instant::now();
+        let mut times = Vec::new();
+        let mut mark = |what: &'static str| times.push((what, t0.elapsed().as_secs_f64()));
         let gpu = probe(ordinal)?;
+        mark("probe");
+        // The kernels compile (NVRTC needs no context) while the context and the libraries'
+        // handles are made, and later the data loads: the first launch of a source's kernel waits.
+        let (major, minor) = compute_capability(ordinal)?;
+        let k = kernels::Kernels::start(major, minor);
         let ctx =
             CudaContext::new(ordinal).map_err(|e| format!("creating a CUDA context: {e:?}"))?;
+        mark("context");
         // We order work ourselves (one compute stream, events for the copies).
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
         let copy = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
-        let k = kernels::Kernels::load(&ctx)?;
-        let dnn = dnn::Dnn::new(stream.cu_stream())?;
+        // cuDNN's and cuBLAS's handles (each loads its library's state) on their own threads.
+        let dnn = dnn::Dnn::new(&ctx, stream.cu_stream())?;
+        mark("cudnn+cublas");
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| format!("{e:?}"))? as u32;
@@ -424,6 +474,9 @@ impl Cuda {
             k,
             dnn,
             memo: dnn::AlgoMemo::open(kernels::cache_dir(), &gpu),
+            times,
+            timing: std::env::var("PREP_TIMING").as_deref() == Ok("1"),
+            tune_by_timing: std::env::var("PREP_CUDNN_TUNE").as_deref() == Ok("1"),
             prec,
             err: None,
             stats: Buf::unallocated(Dt::F64, cs),
@@ -612,7 +665,10 @@ impl Cuda {
         if self.err.is_some() {
             return;
         }
-        let f = self.k.get(name).cu_function();
+        let f = match self.k.get(&self._ctx, name) {
+            Ok(f) => f.cu_function(),
+            Err(e) => return self.fail(e),
+        };
         let st = self.stream.cu_stream();
         let t0 = self.prof.as_mut().map(|p| p.begin(st));
         let r = unsafe { dr::launch_kernel(f, (grid.0, grid.1, 1), (block, 1, 1), 0, st, args) };
@@ -819,9 +875,14 @@ impl Cuda {
         }
     }
 
-    /// Pick the algorithm of direction `dir` (0 forward, 1 backward data, 2 backward filter):
-    /// the one remembered for this shape on this GPU, else the fastest candidate timed on the
-    /// tensors at hand; once per plan. `run(algo)` issues one convolution with that algorithm.
+    /// Pick the algorithm of direction `dir` (0 forward, 1 backward data, 2 backward filter),
+    /// once per plan: the one this run folder recorded (`use_run_algorithms`: a resumed run and
+    /// `prep eval` repeat the run's arithmetic), else the one timed fastest for this shape on
+    /// this GPU (the memo), else, with PREP_CUDNN_TUNE=1, the fastest candidate timed on the
+    /// tensors at hand, else cuDNN's heuristic ranking's first. Nothing is timed by default: the
+    /// heuristics' picks ran as fast as timed ones (BENCHMARKS.md, issue 24). The pick is tried
+    /// once (`run(algo)` issues one convolution with that algorithm); one that fails gives way
+    /// to the next candidate.
     fn tune(&mut self, key: &dnn::ConvKey, dir: usize, run: &dyn Fn(i32) -> cudnn::cudnnStatus_t) {
         let Some(p) = self.dnn.plan_mut(key) else {
             return;
@@ -831,20 +892,37 @@ impl Cuda {
         }
         p.tuned[dir] = true;
         let cands = p.candidates[dir].clone();
-        if cands.len() < 2 || self.err.is_some() {
+        if cands.is_empty() || self.err.is_some() {
             return;
         }
-        let remembered = self.memo.get(key, dir).filter(|a| cands.contains(a));
-        let (a, how) = match remembered {
-            Some(a) => (a, "remembered".to_string()),
-            None => {
-                let Some((a, us)) = self.time_candidates(&cands, run) else {
-                    return;
-                };
-                self.memo.put(key, dir, a);
-                (a, format!("{us:.1} us per run"))
+        let (mut a, mut how) = (cands[0], "heuristic".to_string());
+        if let Some(r) = self.memo.run_pick(key, dir).filter(|a| cands.contains(a)) {
+            (a, how) = (r, "this run's".into());
+        } else if let Some(m) = self.memo.get(key, dir).filter(|a| cands.contains(a)) {
+            (a, how) = (m, "remembered".into());
+        } else if self.tune_by_timing && cands.len() > 1 {
+            if let Some((t, us)) = self.time_candidates(&cands, run) {
+                self.memo.put(key, dir, t);
+                (a, how) = (t, format!("{us:.1} us per run"));
             }
-        };
+        }
+        if !self.capturing {
+            // The pick first, then the others in the heuristics' order.
+            let order = std::iter::once(a).chain(cands.iter().copied().filter(|&c| c != a));
+            match order
+                .into_iter()
+                .find(|&c| run(c) == cudnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
+            {
+                Some(c) if c != a => {
+                    how = format!("{how} pick {a} failed");
+                    a = c;
+                }
+                Some(_) => {}
+                // None runs: the convolution itself reports the error.
+                None => return,
+            }
+        }
+        self.memo.record_run_pick(key, dir, a);
         let p = self.dnn.plan_mut(key).unwrap();
         unsafe {
             match dir {
@@ -858,7 +936,7 @@ impl Cuda {
                 }
             }
         }
-        if self.prof.is_some() {
+        if self.prof.is_some() || self.timing {
             eprintln!(
                 "cuDNN {key:?} {}: algorithm {a} of {cands:?}, {how}",
                 ["forward", "backward data", "backward filter"][dir],
@@ -911,6 +989,28 @@ impl Cuda {
             .filter(|&i| ok[i] && best_ms[i].is_finite())
             .min_by(|&i, &j| best_ms[i].total_cmp(&best_ms[j]))
             .map(|i| (cands[i], best_ms[i] * 1000.0 / TUNE_RUNS as f32))
+    }
+
+    /// Take run folder `dir`'s recorded convolution algorithms first, and (when `write`, the
+    /// run's writer) record there every algorithm this backend picks (`dnn::AlgoMemo`).
+    pub fn use_run_algorithms(&mut self, dir: &std::path::Path, write: bool) {
+        self.memo.use_run(dir, write);
+    }
+
+    /// Where `new`'s time went and how each kernel source was obtained (PREP_TIMING).
+    pub fn startup_report(&self) -> String {
+        let mut out: Vec<String> = self
+            .times
+            .iter()
+            .map(|(w, t)| format!("{w} done at {t:.3} s"))
+            .collect();
+        for u in self.k.timings() {
+            out.push(format!(
+                "kernels/{}: {:.3} s ({}), waited {:.3} s",
+                u.file, u.secs, u.from, u.waited
+            ));
+        }
+        out.join(", ")
     }
 
     /// Find the convolution algorithms for a batch size ahead of timing anything; `input` when

@@ -1154,6 +1154,8 @@ fn timed_algorithms_are_remembered_for_the_next_process() {
     let Some(mut g) = gpu(Precision::Bf16, Kind::Pinned) else {
         return;
     };
+    // What PREP_CUDNN_TUNE=1 turns on.
+    g.tune_by_timing = true;
     // A shape no other test uses, so its lines in the memo are this test's; stride 2, so that
     // the memo's key is seen to carry the kernel's geometry.
     let s = ConvShape {
@@ -1194,4 +1196,85 @@ fn timed_algorithms_are_remembered_for_the_next_process() {
             assert_eq!(g2.memo.get(&key, dir), Some(picked[dir]), "direction {dir}");
         }
     }
+}
+
+/// Forward and backward of `s` on random tensors (the algorithms get picked).
+fn conv_both_ways(g: &mut Cuda, s: &ConvShape, seed: u64) {
+    let mut rng = Rng(seed);
+    let (x, wt, dy) = (
+        g.upload_act(&rng.vec(s.n * s.cin * s.h * s.w), [s.n, s.cin, s.h, s.w]),
+        g.upload(&rng.vec(s.cout * s.cin * s.k * s.k)),
+        g.upload_act(
+            &rng.vec(s.n * s.cout * s.oh() * s.ow()),
+            [s.n, s.cout, s.oh(), s.ow()],
+        ),
+    );
+    let (mut y, mut dx, mut dw) = (g.empty(g.act_dt()), g.empty(g.act_dt()), g.zeros(0));
+    g.conv(&x, &wt, &mut y, s);
+    g.conv_backward(&x, &wt, &dy, Some(&mut dx), &mut dw, s);
+    g.status().unwrap();
+}
+
+/// Without timing, a shape's algorithms are the heuristics' (the same in every process), a run
+/// folder records them, and a later backend reading that folder (a resumed run, `prep eval`)
+/// takes the folder's algorithm over the heuristics' and the memo's.
+#[test]
+fn a_run_folders_algorithms_come_first() {
+    let Some(mut g) = gpu(Precision::F32, Kind::Pinned) else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let s = ConvShape {
+        n: 4,
+        cin: 6,
+        cout: 16,
+        h: 10,
+        w: 7,
+        k: 3,
+        stride: 1,
+        pad: 1,
+    };
+    let key = super::dnn::ConvKey::new(&s, false);
+    g.tune_by_timing = false;
+    g.use_run_algorithms(t.path(), true);
+    conv_both_ways(&mut g, &s, 11);
+    let p = g.dnn.plan_mut(&key).unwrap();
+    let picked = [p.fwd as i32, p.bwd_data as i32, p.bwd_filter as i32];
+    let cands = p.candidates.clone();
+    for dir in 0..3 {
+        // Run before any timing: the heuristics' first candidate.
+        assert_eq!(g.memo.run_pick(&key, dir), Some(picked[dir]), "direction {dir}");
+        if g.memo.get(&key, dir).is_none() {
+            assert_eq!(picked[dir], cands[dir][0], "direction {dir}: {cands:?}");
+        }
+    }
+    drop(g);
+    let text = std::fs::read_to_string(t.path().join("cudnn-algos.tsv")).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    // Another candidate written into the folder wins in the next backend that reads it.
+    let mut g2 = gpu(Precision::F32, Kind::Pinned).unwrap();
+    let other: Vec<Option<i32>> = (0..3)
+        .map(|d| cands[d].iter().copied().find(|&a| a != picked[d]))
+        .collect();
+    let dev = text.lines().next().unwrap().split('\t').next().unwrap();
+    let mut extra = String::new();
+    for (dir, o) in other.iter().enumerate() {
+        if let Some(a) = o {
+            extra.push_str(&super::dnn::memo_line(dev, &key, dir, *a));
+        }
+    }
+    std::fs::write(t.path().join("cudnn-algos.tsv"), text.clone() + &extra).unwrap();
+    g2.use_run_algorithms(t.path(), false);
+    conv_both_ways(&mut g2, &s, 12);
+    let p = g2.dnn.plan_mut(&key).unwrap();
+    let now = [p.fwd as i32, p.bwd_data as i32, p.bwd_filter as i32];
+    for dir in 0..3 {
+        assert_eq!(now[dir], other[dir].unwrap_or(picked[dir]), "direction {dir}");
+    }
+    drop(g2);
+    // A reader does not write.
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("cudnn-algos.tsv")).unwrap(),
+        text + &extra
+    );
 }
