@@ -359,30 +359,37 @@ __device__ void bwd_apply_impl(const T* x, const T* dy, const T* out, const floa
     }
 }
 
-#define BN(TN, T, V)                                                                         \
+// Forward and backward in macros of their own, so that each compiles as a program of its own
+// (src/nn/cuda/kernels.rs: side by side, on a fresh host).
+#define BN_FWD(TN, T, V)                                                                     \
     extern "C" __global__ void bn_stats_##TN##_v##V(const T* x, float* part, long M, int C,  \
                                                     int S, int GB) {                         \
         stats_impl<V, T>(x, part, M, C, S, GB);                                              \
     }                                                                                        \
-    extern "C" __global__ void bn_apply_##TN##_v##V(           \
+    extern "C" __global__ void bn_apply_##TN##_v##V(                                         \
         const T* x, const float* scale, const float* shift, const T* res, T* y, long M,      \
         int C, int S, int GB, int relu) {                                                    \
         apply_impl<V, T>(x, scale, shift, res, y, M, C, S, GB, relu);                        \
-    }                                                                                        \
-    extern "C" __global__ void bn_bwd_stats_##TN##_v##V(       \
+    }
+#define BN_BWD(TN, T, V)                                                                     \
+    extern "C" __global__ void bn_bwd_stats_##TN##_v##V(                                     \
         const T* x, const T* dy, const T* out, const float* gamma, const float* beta,        \
         const float* mean, const float* invstd, int relu, float* part, long M, int C, int S, \
         int GB) {                                                                            \
         bwd_stats_impl<V, T>(x, dy, out, gamma, beta, mean, invstd, relu, part, M, C, S, GB); \
     }                                                                                        \
-    extern "C" __global__ void bn_bwd_apply_##TN##_v##V(       \
+    extern "C" __global__ void bn_bwd_apply_##TN##_v##V(                                     \
         const T* x, const T* dy, const T* out, const float* gamma, const float* beta,        \
         const float* mean, const float* invstd, int relu, const float* coef, T* dx, T* dres, \
         long M, int C, int S, int GB) {                                                      \
         bwd_apply_impl<V, T>(x, dy, out, gamma, beta, mean, invstd, relu, coef, dx, dres, M, \
                              C, S, GB);                                                      \
     }
-BN(f32, float, 1)
-BN(f32, float, 8)
-BN(bf16, bf16, 1)
-BN(bf16, bf16, 8)
+BN_FWD(f32, float, 1)
+BN_FWD(f32, float, 8)
+BN_FWD(bf16, bf16, 1)
+BN_FWD(bf16, bf16, 8)
+BN_BWD(f32, float, 1)
+BN_BWD(f32, float, 8)
+BN_BWD(bf16, bf16, 1)
+BN_BWD(bf16, bf16, 8)

@@ -41,7 +41,10 @@ fn main() -> ExitCode {
         }
     }
     match cmd::run(cli) {
-        Ok(code) => code,
+        Ok(code) => {
+            prep::train::timing::mark("exit");
+            code
+        }
         Err(e) => {
             // A job stopped by SIGINT or SIGTERM: the line says what was kept and how to go on;
             // the status is the shell's for that signal.

@@ -145,6 +145,7 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         None => what,
     };
     let t = train(&opts).context(what)?;
+    prep::train::timing::mark("train returned");
     if let Some(s) = &t.summary {
         if a.json {
             outln!("{}", serde_json::to_string_pretty(s)?);
@@ -160,6 +161,16 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 s.seconds,
                 human(s.peak_rss_bytes)
             );
+        }
+        if s.device.starts_with("cuda") {
+            // Everything is written and closed. The CUDA libraries' exit handlers and the
+            // context's teardown took 0.17 s of a 2.4 s run on an H100 (issue 24); the driver
+            // frees the GPU at process exit in any case.
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().flush();
+            prep::train::timing::mark("exit");
+            unsafe { libc::_exit(0) };
         }
     }
     Ok(ExitCode::SUCCESS)

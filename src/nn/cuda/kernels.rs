@@ -7,9 +7,11 @@
 use cudarc::driver::{CudaContext, CudaFunction};
 use cudarc::nvrtc::{sys as nv, Ptx};
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::ffi::{c_char, CString};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -29,11 +31,11 @@ enum Image {
     Ptx(Arc<String>),
 }
 
-/// How a source's image was obtained, for PREP_TIMING.
+/// How a program's image was obtained, for PREP_TIMING.
 #[derive(Clone, Debug)]
 pub struct UnitTiming {
-    pub file: &'static str,
-    /// Seconds from the start of its thread to an image in hand.
+    pub program: String,
+    /// Seconds from the start of its compile to an image in hand.
     pub secs: f64,
     /// `nvrtc`, `disk` or `process`.
     pub from: &'static str,
@@ -44,18 +46,84 @@ pub struct UnitTiming {
 /// An image, how it was obtained, its cache key and its NVRTC target.
 type Compiled = Result<(Image, UnitTiming, u64, String), String>;
 
-struct Unit {
-    pending: Option<JoinHandle<Compiled>>,
-    loaded: bool,
+/// One NVRTC program: a source with one of its instantiating macro lines (`BN(bf16, bf16, 8)`),
+/// or with none (its plain kernels). A source compiled whole took up to 3.4 s on a fresh H100
+/// host (issue 24); its programs compile side by side in a fraction of that, and a run compiles
+/// only those of its precision before its first step.
+struct Program {
+    file: &'static str,
+    /// `bn.cu BN(bf16, bf16, 8)`, or `bn.cu` for the plain kernels.
+    label: String,
+    body: String,
+    names: Vec<String>,
 }
 
-/// Every `extern "C" __global__` function of the sources, by name, loaded as its source's
+/// The programs of every source; those without a kernel are left out.
+fn programs() -> &'static [Program] {
+    static PROGRAMS: OnceLock<Vec<Program>> = OnceLock::new();
+    PROGRAMS.get_or_init(|| {
+        let mut out = Vec::new();
+        for (file, body) in SOURCES {
+            let lines: Vec<&str> = body.lines().collect();
+            let inst = instantiations(body);
+            let plain_kernels = plain_kernel_lines(&lines);
+            // The plain kernels without instantiations, or one instantiation without them.
+            let keep = |only: Option<usize>| {
+                let kept = lines.iter().enumerate().filter(|(i, _)| match only {
+                    None => !inst.contains(i),
+                    Some(o) => *i == o || !(inst.contains(i) || plain_kernels.contains(i)),
+                });
+                kept.map(|(_, l)| *l).collect::<Vec<_>>().join("\n")
+            };
+            let plain = keep(None);
+            let mut add = |label: String, body: String| {
+                let names = kernel_names(&body);
+                if !names.is_empty() {
+                    out.push(Program {
+                        file,
+                        label,
+                        body,
+                        names,
+                    });
+                }
+            };
+            add(file.to_string(), plain);
+            for &i in &inst {
+                add(format!("{file} {}", lines[i].trim()), keep(Some(i)));
+            }
+        }
+        out
+    })
+}
+
+/// Where a program's compile stands.
+enum State {
+    /// Compiled only when one of its kernels is asked for.
+    Lazy,
+    /// Waiting for a compiling thread.
+    Queued,
+    Running,
+    Done(Compiled),
+    Loaded,
+}
+
+/// The compiling threads' shared state.
+struct Pool {
+    states: Mutex<Vec<State>>,
+    changed: Condvar,
+    /// Programs in the order the threads take them.
+    queue: Mutex<VecDeque<usize>>,
+    stop: AtomicBool,
+}
+
+/// Every `extern "C" __global__` function of the sources, by name, loaded as its program's
 /// compile finishes.
 pub struct Kernels {
     /// The device's compute capability.
     cc: (i32, i32),
-    units: Vec<Unit>,
-    /// Kernel name to its unit.
+    pool: Arc<Pool>,
+    threads: Vec<JoinHandle<()>>,
+    /// Kernel name to its program.
     owner: HashMap<String, usize>,
     fns: HashMap<String, CudaFunction>,
     timings: Vec<UnitTiming>,
@@ -240,7 +308,9 @@ fn nvrtc_compile(file: &str, src: &str, target: &str) -> Result<Image, String> {
                 if r != nv::nvrtcResult::NVRTC_SUCCESS {
                     return Err(fail("gave no PTX for", r));
                 }
-                let text = String::from_utf8_lossy(&b).trim_end_matches('\0').to_string();
+                let text = String::from_utf8_lossy(&b)
+                    .trim_end_matches('\0')
+                    .to_string();
                 Ok(Image::Ptx(Arc::new(text)))
             }
         })();
@@ -259,7 +329,8 @@ fn cache_path(file: &str, key: u64, target: &str) -> Option<PathBuf> {
 }
 
 fn read_cached(p: &PathBuf, target: &str) -> Option<Image> {
-    let b = std::fs::read(p).ok()?;
+    // A kernel image is some hundreds of KiB; a cache file is checked as every other file is.
+    let b = crate::files::read_capped(p, 64 << 20, "cached kernel image").ok()?;
     if target.starts_with("sm_") {
         looks_like_cubin(&b).then(|| Image::Cubin(Arc::new(b)))
     } else {
@@ -280,11 +351,16 @@ fn write_cached(p: &PathBuf, img: &Image) {
     }
 }
 
-/// The image of one source: this process's, the disk cache's, or NVRTC's.
-fn obtain(file: &'static str, body: &str, key: u64, target: &str, disk: bool) -> Compiled {
+/// The image of program `i`: this process's, the disk cache's, or NVRTC's (`disk`: the disk
+/// cache may be read).
+fn obtain(i: usize, target: &str, disk: bool) -> Compiled {
+    let p = &programs()[i];
     let t0 = Instant::now();
+    let key = xxhash_rust::xxh3::xxh3_64(
+        format!("{target} {}\n{COMMON}\n{}", nvrtc_version(), p.body).as_bytes(),
+    );
     let timing = |from| UnitTiming {
-        file,
+        program: p.label.clone(),
         secs: t0.elapsed().as_secs_f64(),
         from,
         waited: 0.0,
@@ -292,92 +368,197 @@ fn obtain(file: &'static str, body: &str, key: u64, target: &str, disk: bool) ->
     if let Some(img) = images().lock().unwrap().get(&key).cloned() {
         return Ok((img, timing("process"), key, target.into()));
     }
-    let cached = cache_path(file, key, target);
+    let cached = cache_path(p.file, key, target);
     if disk {
-        if let Some(img) = cached.as_ref().and_then(|p| read_cached(p, target)) {
+        if let Some(img) = cached.as_ref().and_then(|c| read_cached(c, target)) {
             images().lock().unwrap().insert(key, img.clone());
             return Ok((img, timing("disk"), key, target.into()));
         }
     }
-    let img = nvrtc_compile(file, &format!("{COMMON}\n{body}"), target)?;
-    if let Some(p) = &cached {
-        write_cached(p, &img);
+    let img = nvrtc_compile(&p.label, &format!("{COMMON}\n{}", p.body), target)?;
+    if let Some(c) = &cached {
+        write_cached(c, &img);
     }
     images().lock().unwrap().insert(key, img.clone());
     Ok((img, timing("nvrtc"), key, target.into()))
 }
 
-/// The target, key and image of source `i` (on its own thread).
-fn unit(i: usize, major: i32, minor: i32) -> Compiled {
-    let (file, body) = SOURCES[i];
-    let t = target(major, minor);
-    let key = xxhash_rust::xxh3::xxh3_64(
-        format!("{t} {}\n{COMMON}\n{body}", nvrtc_version()).as_bytes(),
-    );
-    obtain(file, body, key, &t, true)
+/// The lines of `src` that instantiate kernels: calls of a macro whose body defines
+/// `extern "C" __global__` functions with pasted names.
+fn instantiations(src: &str) -> Vec<usize> {
+    let mut kernel_macros: Vec<&str> = Vec::new();
+    let mut current: Option<&str> = None;
+    for line in src.lines() {
+        if let Some(def) = line.trim().strip_prefix("#define ") {
+            current = def.find('(').map(|open| &def[..open]);
+        }
+        if let Some(rest) = line.split("__global__ void ").nth(1) {
+            let name = rest.split('(').next().unwrap_or("");
+            if let (Some(m), true) = (current, name.contains("##")) {
+                if !kernel_macros.contains(&m) {
+                    kernel_macros.push(m);
+                }
+            }
+        }
+    }
+    src.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let l = l.trim();
+            l.ends_with(')')
+                && l.find('(')
+                    .is_some_and(|o| kernel_macros.contains(&&l[..o]))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The lines of the plain (not macro-made) kernels' definitions: from `extern "C" __global__`
+/// to the brace that closes its body.
+fn plain_kernel_lines(lines: &[&str]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i];
+        if !(l.starts_with("extern \"C\" __global__") && !l.trim_end().ends_with('\\')) {
+            i += 1;
+            continue;
+        }
+        let (mut depth, mut opened) = (0i32, false);
+        while i < lines.len() {
+            out.push(i);
+            for c in lines[i].chars() {
+                match c {
+                    '{' => (depth, opened) = (depth + 1, true),
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            i += 1;
+            if opened && depth <= 0 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Whether a program belongs to the set a run of precision `tn` (`bf16`, `f32`) compiles before
+/// its first step: the plain kernels, and the instantiations naming its type.
+fn eager(p: &Program, tn: &str) -> bool {
+    match p.label.split_once(' ') {
+        None => true,
+        Some((_, inst)) => inst
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|arg| arg == tn),
+    }
 }
 
 impl Kernels {
-    /// Start compiling every source for a device of compute capability `major.minor`, each on
-    /// its own thread (NVRTC needs no CUDA context); `get` waits for a source when one of its
-    /// kernels is first asked for.
-    pub fn start(major: i32, minor: i32) -> Kernels {
-        let mut units = Vec::new();
+    /// Start compiling, for a device of compute capability `major.minor`, the programs a run
+    /// of precision `tn` (`bf16` or `f32`) needs, on as many threads as the host has cores
+    /// (NVRTC needs no CUDA context); `get` waits for a program when one of its kernels is
+    /// first asked for, and compiles the others then.
+    pub fn start(major: i32, minor: i32, tn: &str) -> Kernels {
+        let progs = programs();
         let mut owner = HashMap::new();
-        for (i, (file, body)) in SOURCES.into_iter().enumerate() {
-            for name in kernel_names(body) {
-                owner.insert(name, i);
+        for (i, p) in progs.iter().enumerate() {
+            for name in &p.names {
+                owner.entry(name.clone()).or_insert(i);
             }
-            let pending = std::thread::Builder::new()
-                .name(format!("nvrtc {file}"))
-                .spawn(move || unit(i, major, minor))
-                .ok();
-            units.push(Unit {
-                pending,
-                loaded: false,
-            });
         }
+        // The input's loaders last: a run needs one of them, and each is quick.
+        let mut first: Vec<usize> = (0..progs.len()).filter(|&i| eager(&progs[i], tn)).collect();
+        first.sort_by_key(|&i| progs[i].label.contains(" LOAD("));
+        let first = VecDeque::from(first);
+        let states = (0..progs.len())
+            .map(|i| {
+                if first.contains(&i) {
+                    State::Queued
+                } else {
+                    State::Lazy
+                }
+            })
+            .collect();
+        let n = std::thread::available_parallelism()
+            .map_or(4, |n| n.get())
+            .min(first.len());
+        let pool = Arc::new(Pool {
+            states: Mutex::new(states),
+            changed: Condvar::new(),
+            queue: Mutex::new(first),
+            stop: AtomicBool::new(false),
+        });
+        let threads = (0..n)
+            .filter_map(|t| {
+                let pool = pool.clone();
+                std::thread::Builder::new()
+                    .name(format!("nvrtc {t}"))
+                    .spawn(move || compile_queued(&pool, major, minor))
+                    .ok()
+            })
+            .collect();
         Kernels {
             cc: (major, minor),
-            units,
+            pool,
+            threads,
             owner,
             fns: HashMap::new(),
             timings: Vec::new(),
         }
     }
 
-    /// Compile and load every source now (a test of the sources; the backend loads lazily).
+    /// Compile and load every program now (a test of the sources; the backend loads lazily).
     #[cfg(test)]
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self, String> {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(|e| format!("reading the compute capability: {e:?}"))?;
-        let mut k = Kernels::start(major, minor);
-        for i in 0..k.units.len() {
-            k.load_unit(ctx, i)?;
+        let mut k = Kernels::start(major, minor, "bf16");
+        for i in 0..programs().len() {
+            k.load_program(ctx, i)?;
         }
         Ok(k)
     }
 
-    /// How each source loaded so far was obtained.
+    /// How each program loaded so far was obtained.
+    #[cfg(test)]
     pub fn timings(&self) -> &[UnitTiming] {
         &self.timings
     }
 
-    fn load_unit(&mut self, ctx: &Arc<CudaContext>, i: usize) -> Result<(), String> {
-        if self.units[i].loaded {
+    /// Program `i`'s image: a compiling thread's, waited for, or compiled here.
+    fn take(&self, i: usize) -> Compiled {
+        let mut st = self.pool.states.lock().unwrap();
+        loop {
+            match std::mem::replace(&mut st[i], State::Running) {
+                State::Done(c) => {
+                    st[i] = State::Loaded;
+                    return c;
+                }
+                State::Lazy | State::Queued => {
+                    drop(st);
+                    let c = obtain(i, &target(self.cc.0, self.cc.1), true);
+                    self.pool.states.lock().unwrap()[i] = State::Loaded;
+                    return c;
+                }
+                State::Running => st = self.pool.changed.wait(st).unwrap(),
+                State::Loaded => unreachable!("program {i} is loaded once"),
+            }
+        }
+    }
+
+    fn load_program(&mut self, ctx: &Arc<CudaContext>, i: usize) -> Result<(), String> {
+        if self
+            .timings
+            .iter()
+            .any(|t| t.program == programs()[i].label)
+        {
             return Ok(());
         }
-        let (file, body) = SOURCES[i];
+        let p = &programs()[i];
         let t0 = Instant::now();
-        let got = match self.units[i].pending.take() {
-            Some(h) => h
-                .join()
-                .unwrap_or_else(|_| Err(format!("compiling kernels/{file}: the thread panicked"))),
-            // No thread could be started: compile here.
-            None => unit(i, self.cc.0, self.cc.1),
-        };
-        let (img, mut timing, key, target) = got?;
+        let (img, mut timing, key, target) = self.take(i)?;
         timing.waited = t0.elapsed().as_secs_f64();
         let load = |img: Image| {
             ctx.load_module(match img {
@@ -390,43 +571,70 @@ impl Kernels {
             // A damaged cache file: compile again, without the caches.
             Err(_) if timing.from != "nvrtc" => {
                 images().lock().unwrap().remove(&key);
-                let (img, ..) = obtain(file, body, key, &target, false)?;
-                load(img).map_err(|e| format!("loading kernels/{file}: {e:?}"))?
+                let (img, ..) = obtain(i, &target, false)?;
+                load(img).map_err(|e| format!("loading {}: {e:?}", p.label))?
             }
-            Err(e) => return Err(format!("loading kernels/{file}: {e:?}")),
+            Err(e) => return Err(format!("loading {}: {e:?}", p.label)),
         };
-        for name in kernel_names(body) {
+        for name in &p.names {
             let f = module
-                .load_function(&name)
-                .map_err(|e| format!("kernels/{file}: no function {name}: {e:?}"))?;
-            self.fns.insert(name, f);
+                .load_function(name)
+                .map_err(|e| format!("{}: no function {name}: {e:?}", p.label))?;
+            self.fns.insert(name.clone(), f);
         }
-        self.units[i].loaded = true;
         self.timings.push(timing);
         Ok(())
     }
 
-    /// Kernel `name`, waiting for its source's compile if that is still running. A name that is
-    /// in no source is a bug of the caller (a panic).
+    /// Kernel `name`, waiting for its program's compile if that is still running. A name that
+    /// is in no source is a bug of the caller (a panic).
     pub fn get(&mut self, ctx: &Arc<CudaContext>, name: &str) -> Result<&CudaFunction, String> {
         if !self.fns.contains_key(name) {
             let i = *self
                 .owner
                 .get(name)
                 .unwrap_or_else(|| panic!("kernel {name} is not in kernels/*.cu"));
-            self.load_unit(ctx, i)?;
+            self.load_program(ctx, i)?;
         }
         Ok(&self.fns[name])
     }
 }
 
+/// A compiling thread: take queued programs until none is left (or the backend is gone).
+fn compile_queued(pool: &Pool, major: i32, minor: i32) {
+    let t = target(major, minor);
+    while !pool.stop.load(Ordering::Relaxed) {
+        let Some(i) = pool.queue.lock().unwrap().pop_front() else {
+            return;
+        };
+        {
+            let mut st = pool.states.lock().unwrap();
+            // `get` may have compiled it already.
+            if !matches!(st[i], State::Queued) {
+                continue;
+            }
+            st[i] = State::Running;
+        }
+        let c = obtain(i, &t, true);
+        pool.states.lock().unwrap()[i] = State::Done(c);
+        pool.changed.notify_all();
+    }
+}
+
 impl Drop for Kernels {
     /// Compiles still running finish before the process may exit (NVRTC must not be torn down
-    /// under a thread).
+    /// under a thread); none is started after this.
     fn drop(&mut self) {
-        for u in &mut self.units {
-            if let Some(h) = u.pending.take() {
-                let _ = h.join();
+        self.pool.stop.store(true, Ordering::Relaxed);
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+        if std::env::var("PREP_TIMING").as_deref() == Ok("1") {
+            for u in &self.timings {
+                eprintln!(
+                    "timing: kernels/{}: {:.3} s ({}), the first launch waited {:.3} s",
+                    u.program, u.secs, u.from, u.waited
+                );
             }
         }
     }
@@ -450,7 +658,7 @@ mod tests {
                 assert!(k.get(&g._ctx, &name).is_ok(), "kernels/{file}: {name}");
             }
         }
-        assert_eq!(k.timings().len(), super::SOURCES.len());
+        assert_eq!(k.timings().len(), super::programs().len());
         let images = super::images().lock().unwrap();
         assert!(!images.is_empty());
         for img in images.values() {
@@ -473,8 +681,52 @@ mod tests {
         let mut elf = b"\x7fELF".to_vec();
         elf.resize(4096, 1);
         std::fs::write(&p, &elf).unwrap();
-        assert!(matches!(super::read_cached(&p, "sm_90"), Some(super::Image::Cubin(_))));
+        assert!(matches!(
+            super::read_cached(&p, "sm_90"),
+            Some(super::Image::Cubin(_))
+        ));
         assert!(super::read_cached(&t.path().join("none.cubin"), "sm_90").is_none());
+    }
+
+    /// The programs hold every kernel of the sources once, each instantiation in a program
+    /// of its own without the plain kernels, and a run of one precision compiles first the
+    /// programs of its type.
+    #[test]
+    fn the_sources_split_into_programs_that_hold_each_kernel_once() {
+        let progs = super::programs();
+        let mut all: Vec<String> = progs.iter().flat_map(|p| p.names.clone()).collect();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n, "a kernel in two programs");
+        let mut want: Vec<String> = super::SOURCES
+            .iter()
+            .flat_map(|(_, s)| super::kernel_names(s))
+            .collect();
+        want.sort();
+        assert_eq!(all, want);
+        let bn = progs
+            .iter()
+            .find(|p| p.label == "bn.cu BN_BWD(bf16, bf16, 8)");
+        assert_eq!(
+            bn.unwrap().names,
+            ["bn_bwd_stats_bf16_v8", "bn_bwd_apply_bf16_v8"]
+        );
+        let bn = bn.unwrap();
+        assert!(!bn.body.contains("void bn_finalize("), "{}", bn.body);
+        let plain = progs.iter().find(|p| p.label == "bn.cu").unwrap();
+        assert!(plain.names.contains(&"bn_finalize".to_string()));
+        assert!(
+            plain.names.iter().all(|n| !n.contains("_v8")),
+            "{:?}",
+            plain.names
+        );
+        // Every source is more than one program.
+        assert!(progs.len() >= 2 * super::SOURCES.len(), "{}", progs.len());
+        let eager = |tn| progs.iter().filter(|p| super::eager(p, tn)).count();
+        assert!(super::eager(bn, "bf16") && !super::eager(bn, "f32"));
+        assert!(super::eager(plain, "bf16") && super::eager(plain, "f32"));
+        assert!(eager("bf16") < progs.len() && eager("f32") < progs.len());
     }
 
     #[test]

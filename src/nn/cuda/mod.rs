@@ -442,7 +442,12 @@ impl Cuda {
         // The kernels compile (NVRTC needs no context) while the context and the libraries'
         // handles are made, and later the data loads: the first launch of a source's kernel waits.
         let (major, minor) = compute_capability(ordinal)?;
-        let k = kernels::Kernels::start(major, minor);
+        let tn = if prec == Precision::Bf16 {
+            "bf16"
+        } else {
+            "f32"
+        };
+        let k = kernels::Kernels::start(major, minor, tn);
         let ctx =
             CudaContext::new(ordinal).map_err(|e| format!("creating a CUDA context: {e:?}"))?;
         mark("context");
@@ -997,20 +1002,13 @@ impl Cuda {
         self.memo.use_run(dir, write);
     }
 
-    /// Where `new`'s time went and how each kernel source was obtained (PREP_TIMING).
+    /// Where `new`'s time went (PREP_TIMING; the kernels' own lines come when they are dropped).
     pub fn startup_report(&self) -> String {
-        let mut out: Vec<String> = self
+        let t = self
             .times
             .iter()
-            .map(|(w, t)| format!("{w} done at {t:.3} s"))
-            .collect();
-        for u in self.k.timings() {
-            out.push(format!(
-                "kernels/{}: {:.3} s ({}), waited {:.3} s",
-                u.file, u.secs, u.from, u.waited
-            ));
-        }
-        out.join(", ")
+            .map(|(w, t)| format!("{w} done at {t:.3} s"));
+        t.collect::<Vec<_>>().join(", ")
     }
 
     /// Find the convolution algorithms for a batch size ahead of timing anything; `input` when

@@ -1243,7 +1243,11 @@ fn a_run_folders_algorithms_come_first() {
     let cands = p.candidates.clone();
     for dir in 0..3 {
         // Run before any timing: the heuristics' first candidate.
-        assert_eq!(g.memo.run_pick(&key, dir), Some(picked[dir]), "direction {dir}");
+        assert_eq!(
+            g.memo.run_pick(&key, dir),
+            Some(picked[dir]),
+            "direction {dir}"
+        );
         if g.memo.get(&key, dir).is_none() {
             assert_eq!(picked[dir], cands[dir][0], "direction {dir}: {cands:?}");
         }
@@ -1269,7 +1273,11 @@ fn a_run_folders_algorithms_come_first() {
     let p = g2.dnn.plan_mut(&key).unwrap();
     let now = [p.fwd as i32, p.bwd_data as i32, p.bwd_filter as i32];
     for dir in 0..3 {
-        assert_eq!(now[dir], other[dir].unwrap_or(picked[dir]), "direction {dir}");
+        assert_eq!(
+            now[dir],
+            other[dir].unwrap_or(picked[dir]),
+            "direction {dir}"
+        );
     }
     drop(g2);
     // A reader does not write.
