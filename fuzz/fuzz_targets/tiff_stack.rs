@@ -1,5 +1,5 @@
 //! Fuzz the TIFF-stack path of `convert` (`.tif` files): `FileKind::Tiff` probe and decode
-//! (`source::images::decode_tiff`, every page through the `tiff` crate), then each page into a
+//! (`source::tiff::decode`: every page and sample type through the `tiff` crate), then each page into a
 //! sample.
 #![no_main]
 
