@@ -201,8 +201,15 @@ struct Array {
     width: usize,
     planar: bool,
     dtype: Dtype,
-    data: Vec<u8>,
+    data: ArrayData,
     labels: Vec<u32>,
+}
+
+/// An array's values: in memory (IDX and CIFAR files are read whole; they are small), or read a
+/// block at a time (.npy, of any size).
+enum ArrayData {
+    Bytes(Vec<u8>),
+    Npy(npy::NpyImages),
 }
 
 impl Array {
@@ -221,14 +228,22 @@ impl Array {
         labels: &mut Vec<u32>,
     ) -> Result<Vec<RejectEntry>, Reject> {
         let sb = self.sample_bytes();
+        let block: std::borrow::Cow<[u8]> = match &self.data {
+            ArrayData::Bytes(b) => b[start * sb..(start + len) * sb].into(),
+            ArrayData::Npy(a) => {
+                let mut b = Vec::new();
+                a.read(start, len, &mut b)?;
+                b.into()
+            }
+        };
         let same = self.planar
             && t.channels as usize == self.channels
             && (t.height as usize, t.width as usize) == (self.height, self.width)
             && t.dtype == self.dtype;
         let mut rejects = Vec::new();
         for i in start..start + len {
+            let px = &block[(i - start) * sb..(i - start + 1) * sb];
             let r = if same {
-                let px = &self.data[i * sb..(i + 1) * sb];
                 match crate::shard::first_non_finite(self.dtype, px) {
                     None => {
                         out.extend_from_slice(px);
@@ -245,7 +260,7 @@ impl Array {
                     }
                 }
             } else {
-                to_sample(self.frame(i)?, t, out)
+                to_sample(self.frame(px)?, t, out)
             };
             match r {
                 Ok(()) => labels.push(self.labels[i]),
@@ -258,11 +273,10 @@ impl Array {
         Ok(rejects)
     }
 
-    /// Sample `i` as a frame: an image for u8/u16 arrays, float planes for f16/f32 ones.
-    fn frame(&self, i: usize) -> Result<Frame, Reject> {
+    /// A sample's bytes `s` as a frame: an image for u8/u16 arrays, float planes for f16/f32 ones.
+    fn frame(&self, s: &[u8]) -> Result<Frame, Reject> {
         use image::{DynamicImage, ImageBuffer};
         let (c, h, w) = (self.channels, self.height, self.width);
-        let s = &self.data[i * self.sample_bytes()..(i + 1) * self.sample_bytes()];
         let vals: Vec<f32> = (0..c * h * w).map(|k| self.dtype.get(s, k)).collect();
         // To interleaved HWC (planar for floats), dropping a 4th channel (alpha) and widening 1
         // to grey.
@@ -359,11 +373,23 @@ fn detect(input: &Path) -> Kind {
         if cifar::find(input).is_some() {
             return Kind::Cifar;
         }
-        if !npy::find(input).is_empty() {
+        // .npy files at the top make it an array dataset even when their names are not ones
+        // `npy::find` knows: the plan then lists the names it looks for.
+        if npy::find(input).map_or(true, |p| !p.is_empty()) || has_top_npy(input) {
             return Kind::Npy;
         }
     }
     Kind::Auto
+}
+
+fn has_top_npy(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|rd| {
+        rd.flatten().any(|e| {
+            e.path()
+                .extension()
+                .is_some_and(|x| x.eq_ignore_ascii_case("npy"))
+        })
+    })
 }
 
 fn reject_to_error(root: &Path, name: &str, r: Reject) -> Error {
@@ -449,7 +475,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                     width: im.dims[2],
                     planar: true,
                     dtype: Dtype::U8,
-                    data: im.data,
+                    data: ArrayData::Bytes(im.data),
                     labels,
                 });
                 native = Some((1, (a.height as u32, a.width as u32), Dtype::U8));
@@ -503,7 +529,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                         width: 32,
                         planar: true,
                         dtype: Dtype::U8,
-                        data,
+                        data: ArrayData::Bytes(data),
                         labels,
                     });
                     units.extend(array_units(&name, a));
@@ -535,14 +561,17 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
         }
         Kind::Npy => {
             let pairs = if input.is_dir() {
-                npy::find(input)
+                npy::find(input).map_err(|e| {
+                    Error::Invalid(format!("{}: {e}", tree::shown_path(input)))
+                })?
             } else {
                 vec![]
             };
             if pairs.is_empty() {
                 return Err(Error::Invalid(format!(
-                    "{}: no .npy pairs found (train_images.npy/train_labels.npy, x_train.npy/y_train.npy, or images.npy/labels.npy)",
-                    tree::shown_path(input)
+                    "{}: no pair of .npy files by the names prep looks for: {}",
+                    tree::shown_path(input),
+                    npy::NAMES_HELP
                 )));
             }
             let mut max_label = 0;
@@ -571,7 +600,7 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                     width: im.width,
                     planar: im.planar,
                     dtype: im.dtype,
-                    data: im.data,
+                    data: ArrayData::Npy(im),
                     labels,
                 });
                 if split.is_empty() {

@@ -1,16 +1,21 @@
 //! NumPy `.npy` arrays: images of shape (N, H, W), (N, H, W, C) or (N, C, H, W) with dtype
-//! uint8, uint16 or float, and labels of shape (N,) of any integer type. For a u8/u16 target float
-//! values are taken as values in [0, 1] (to u8); for an f16/f32 target they are kept: float16 and
-//! float32 exactly, float64 rounded to the nearest float32. File pairs are found by name:
-//! `{train,test}_{images,labels}.npy`, `x_{train,test}.npy` / `y_{train,test}.npy`, or one
-//! `images.npy` + `labels.npy`.
+//! uint8, uint16 or float, and labels of shape (N,) or (N, 1) of any integer type. For a u8/u16
+//! target float values are taken as values in [0, 1] (to u8); for an f16/f32 target they are kept:
+//! float16 and float32 exactly, float64 rounded to the nearest float32. Arrays may be in C or
+//! Fortran order (`np.asfortranarray`, MATLAB, Julia) and little- or big-endian (`>u2`, `>f4`): a
+//! dataset is the same whichever way its arrays were saved.
+//!
+//! Image data is never loaded whole: [`NpyImages::read`] reads the samples of one block with
+//! positioned reads (one run per block in C order; in Fortran order, where a sample's values lie
+//! N apart, one run per value position covering the whole block, transposed in memory), so memory
+//! stays at a block whatever the array's size. File pairs are found by name (see [`find`]).
 
 use super::Reject;
 use crate::shard::Dtype;
 use std::path::{Path, PathBuf};
 
-/// An image array, loaded into memory as u8, u16, f16 or f32 values in sample-major HWC or CHW
-/// order.
+/// An image array whose samples are read on demand as u8, u16, f16 or f32 values in
+/// sample-major HWC or CHW order.
 pub struct NpyImages {
     pub n: usize,
     pub channels: usize,
@@ -18,9 +23,30 @@ pub struct NpyImages {
     pub width: usize,
     /// true: each sample is C x H x W; false: H x W x C.
     pub planar: bool,
+    /// The values `read` hands out.
     pub dtype: Dtype,
-    /// Values of `dtype`, little-endian.
-    pub data: Vec<u8>,
+    src: Source,
+}
+
+/// Where an array's values lie and how they are stored.
+struct Source {
+    file: std::fs::File,
+    /// Offset of the first value.
+    data_at: u64,
+    elem: Elem,
+    /// Fortran order: the first axis (the sample index) varies fastest.
+    fortran: bool,
+    /// The shape without its first axis: one sample's dimensions.
+    dims: Vec<usize>,
+}
+
+/// One stored value's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Elem {
+    /// 'u', 'i', 'f' or 'b'.
+    kind: char,
+    size: usize,
+    big_endian: bool,
 }
 
 const MAX_BYTES: u64 = 16 << 30;
@@ -31,20 +57,77 @@ const MAX_HEADER: u64 = 64 << 10;
 /// Deepest bracket nesting accepted in the header (see `check_header`).
 const MAX_HEADER_DEPTH: usize = 4;
 
-fn open(path: &Path) -> Result<npyz::NpyFile<std::io::BufReader<std::fs::File>>, Reject> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path).map_err(|e| Reject::new(e.to_string()))?;
-    let len = f.metadata().map_err(|e| Reject::new(e.to_string()))?.len();
+/// An opened array: its header read and checked, its data not yet touched.
+struct Opened {
+    file: std::fs::File,
+    len: u64,
+    data_at: u64,
+    shape: Vec<usize>,
+    fortran: bool,
+    elem: Elem,
+    /// The dtype as the header writes it, for messages.
+    descr: String,
+}
+
+fn open(path: &Path) -> Result<Opened, Reject> {
+    use std::io::Read;
+    let mut file = super::open_input(path)?;
+    let len = file.metadata().map_err(|e| Reject::new(e.to_string()))?.len();
     let mut head = Vec::new();
-    (&mut f)
+    (&mut file)
         .take(12 + MAX_HEADER)
         .read_to_end(&mut head)
         .map_err(|e| Reject::new(e.to_string()))?;
-    check_header(&head, len)?;
-    f.seek(SeekFrom::Start(0))
-        .map_err(|e| Reject::new(e.to_string()))?;
-    npyz::NpyFile::new(std::io::BufReader::new(f))
-        .map_err(|e| Reject::new(format!("not a valid .npy file: {e}")))
+    let data_at = check_header(&head, len)?;
+    let header = npyz::NpyHeader::from_reader(&head[..])
+        .map_err(|e| Reject::new(format!("not a valid .npy file: {e}")))?;
+    let npyz::DType::Plain(ts) = header.dtype() else {
+        return Err(Reject::new(
+            "structured (record) arrays are not supported: save each field as its own array",
+        ));
+    };
+    let descr = ts.to_string();
+    let kind = match ts.type_char() {
+        npyz::TypeChar::Uint => 'u',
+        npyz::TypeChar::Int => 'i',
+        npyz::TypeChar::Float => 'f',
+        npyz::TypeChar::Bool => 'b',
+        _ => 'x',
+    };
+    let elem = Elem {
+        kind,
+        size: ts.size_field() as usize,
+        big_endian: ts.endianness() == npyz::Endianness::Big,
+    };
+    let shape = header.shape().iter().map(|&d| d as usize).collect();
+    Ok(Opened {
+        file,
+        len,
+        data_at,
+        shape,
+        fortran: header.order() == npyz::Order::Fortran,
+        elem,
+        descr: descr.trim_start_matches(['<', '>', '|', '=']).to_string(),
+    })
+}
+
+impl Opened {
+    /// Refuse a file too short for its shape before any value is read.
+    fn check_length(&self, elems: u64) -> Result<(), Reject> {
+        let need = elems
+            .checked_mul(self.elem.size as u64)
+            .and_then(|b| b.checked_add(self.data_at));
+        match need {
+            Some(need) if need <= self.len => Ok(()),
+            _ => Err(Reject::new(format!(
+                "array data is shorter than its shape (truncated): the shape {:?} of {} needs {} bytes of data, the file has {}",
+                self.shape,
+                self.descr,
+                elems.saturating_mul(self.elem.size as u64),
+                self.len - self.data_at
+            ))),
+        }
+    }
 }
 
 /// What npyz trusts before it allocates and multiplies: it allocates the header length the file
@@ -52,7 +135,8 @@ fn open(path: &Path) -> Result<npyz::NpyFile<std::io::BufReader<std::fs::File>>,
 /// (a panic where overflow checks are on). So the header must lie within the file and
 /// `MAX_HEADER`, and its shape must be integers whose product (zeros counted as 1, as npyz's
 /// strides multiply past them) fits in 64 bits. `head`: the file's first bytes, `len`: its size.
-fn check_header(head: &[u8], len: u64) -> Result<(), Reject> {
+/// Returns the offset of the data.
+fn check_header(head: &[u8], len: u64) -> Result<u64, Reject> {
     if head.len() < 10 || &head[..6] != b"\x93NUMPY" {
         return Err(Reject::new("not a valid .npy file: no \\x93NUMPY magic"));
     }
@@ -141,19 +225,15 @@ fn check_header(head: &[u8], len: u64) -> Result<(), Reject> {
                 ))
             })?;
     }
-    Ok(())
+    Ok(text_at + text_len)
 }
 
-/// Read an image array. `float`: the target is f16/f32, so float arrays keep their values (f2 as
-/// f16, f4 as f32, f8 rounded to f32); otherwise they become u8 as values in [0, 1].
+/// Open an image array. `float`: the target is f16/f32, so float arrays keep their values (f2 as
+/// f16, f4 as f32, f8 rounded to f32); otherwise they become u8 as values in [0, 1]. Only the
+/// header is read here, and the file's length checked against the shape.
 pub fn read_images(path: &Path, float: bool) -> Result<NpyImages, Reject> {
-    let npy = open(path)?;
-    if npy.order() == npyz::Order::Fortran {
-        return Err(Reject::new(
-            "Fortran-ordered arrays are not supported; save with np.ascontiguousarray",
-        ));
-    }
-    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    let o = open(path)?;
+    let shape = o.shape.clone();
     let (n, c, h, w, planar) = match shape[..] {
         [n, h, w] => (n, 1, h, w, true),
         [n, a, b, c] if matches!(c, 1 | 3 | 4) => (n, c, a, b, false),
@@ -164,67 +244,30 @@ pub fn read_images(path: &Path, float: bool) -> Result<NpyImages, Reject> {
         )))
         }
     };
-    let elems = [n, c, h, w]
-        .iter()
-        .try_fold(1u64, |a, &d| a.checked_mul(d as u64));
-    let type_str = descr(&npy);
-    let t = type_str.trim_start_matches(['<', '|', '=']);
-    let (dtype, size) = match t {
-        "u1" => (Dtype::U8, 1),
-        "u2" => (Dtype::U16, 2),
-        "f2" if float => (Dtype::F16, 2),
-        "f2" => (Dtype::U8, 2),
-        "f4" | "f8" if float => (Dtype::F32, if t == "f8" { 8 } else { 4 }),
-        "f4" => (Dtype::U8, 4),
-        "f8" => (Dtype::U8, 8),
-        t => {
+    let dtype = match (o.elem.kind, o.elem.size) {
+        ('u', 1) => Dtype::U8,
+        ('u', 2) => Dtype::U16,
+        ('f', 2) if float => Dtype::F16,
+        ('f', 4 | 8) if float => Dtype::F32,
+        ('f', 2 | 4 | 8) => Dtype::U8,
+        _ => {
             return Err(Reject::new(format!(
-                "image dtype {t} is not supported (uint8, uint16, float16, float32, float64)"
+                "image dtype {} is not supported (uint8, uint16, float16, float32, float64)",
+                o.descr
             )))
         }
     };
-    // `size` is the bytes a value takes as read, before any conversion: the larger allocation.
-    elems
-        .and_then(|e| e.checked_mul(size))
-        .filter(|&b| b <= MAX_BYTES && h > 0 && w > 0)
+    let elems = [n, c, h, w]
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+        .filter(|&e| {
+            e.checked_mul(o.elem.size as u64)
+                .is_some_and(|b| b <= MAX_BYTES)
+                && h > 0
+                && w > 0
+        })
         .ok_or_else(|| Reject::new(format!("absurd image array shape {shape:?}")))?;
-    let bad = |e: std::io::Error| Reject::new(format!("cannot read data: {e}"));
-    let data: Vec<u8> = match (t, dtype) {
-        ("u1", _) => npy.into_vec::<u8>().map_err(bad)?,
-        ("u2", _) => le_bytes(npy.into_vec::<u16>().map_err(bad)?, u16::to_le_bytes),
-        ("f2", Dtype::F16) => le_bytes(npy.into_vec::<half::f16>().map_err(bad)?, |v| {
-            v.to_le_bytes()
-        }),
-        ("f4", Dtype::F32) => le_bytes(npy.into_vec::<f32>().map_err(bad)?, f32::to_le_bytes),
-        // Rounded to nearest; beyond float32's range a value becomes infinite, which the
-        // conversion then rejects.
-        ("f8", Dtype::F32) => le_bytes(npy.into_vec::<f64>().map_err(bad)?, |v| {
-            (v as f32).to_le_bytes()
-        }),
-        ("f2", _) => npy
-            .into_vec::<half::f16>()
-            .map_err(bad)?
-            .into_iter()
-            .map(|v| unit_to_u8(v.to_f64()))
-            .collect(),
-        ("f4", _) => npy
-            .into_vec::<f32>()
-            .map_err(bad)?
-            .into_iter()
-            .map(|v| unit_to_u8(v as f64))
-            .collect(),
-        _ => npy
-            .into_vec::<f64>()
-            .map_err(bad)?
-            .into_iter()
-            .map(unit_to_u8)
-            .collect(),
-    };
-    if data.len() != n * c * h * w * dtype.size() {
-        return Err(Reject::new(
-            "array data is shorter than its shape (truncated)",
-        ));
-    }
+    o.check_length(elems)?;
     Ok(NpyImages {
         n,
         channels: c,
@@ -232,20 +275,103 @@ pub fn read_images(path: &Path, float: bool) -> Result<NpyImages, Reject> {
         width: w,
         planar,
         dtype,
-        data,
+        src: Source {
+            file: o.file,
+            data_at: o.data_at,
+            elem: o.elem,
+            fortran: o.fortran,
+            dims: shape[1..].to_vec(),
+        },
     })
 }
 
-fn le_bytes<T, const N: usize>(v: Vec<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    v.into_iter().flat_map(f).collect()
-}
+impl NpyImages {
+    /// Bytes of one sample as `read` hands it out.
+    pub fn sample_bytes(&self) -> usize {
+        self.channels * self.height * self.width * self.dtype.size()
+    }
 
-/// The dtype descriptor without quotes or byte-order mark, e.g. "u1", "f4", "i8".
-fn descr<R: std::io::Read>(npy: &npyz::NpyFile<R>) -> String {
-    let d = npy.dtype().descr();
-    d.trim_matches(['\'', '"'])
-        .trim_start_matches(['<', '|', '='])
-        .to_string()
+    /// Append samples `start..start + len` to `out`: each `sample_bytes` of little-endian `dtype`
+    /// values in the sample's own C order (H x W x C or C x H x W).
+    pub fn read(&self, start: usize, len: usize, out: &mut Vec<u8>) -> Result<(), Reject> {
+        assert!(start + len <= self.n, "samples {start}+{len} of {}", self.n);
+        let s = &self.src;
+        let size = s.elem.size;
+        let per = self.channels * self.height * self.width;
+        let bad = |e: std::io::Error| Reject::new(format!("cannot read data: {e}"));
+        let at = out.len();
+        out.resize(at + len * per * self.dtype.size(), 0);
+        let dst = &mut out[at..];
+        let put = |dst: &mut [u8], k: usize, raw: &[u8]| {
+            self.convert(raw, &mut dst[k * self.dtype.size()..(k + 1) * self.dtype.size()])
+        };
+        use std::os::unix::fs::FileExt;
+        if !s.fortran {
+            // One run: the block's samples lie one after another.
+            let mut buf = vec![0u8; len * per * size];
+            s.file
+                .read_exact_at(&mut buf, s.data_at + (start * per * size) as u64)
+                .map_err(bad)?;
+            for (k, raw) in buf.chunks_exact(size).enumerate() {
+                put(dst, k, raw);
+            }
+            return Ok(());
+        }
+        // Fortran order: value position p of every sample (p counted with the first per-sample
+        // axis fastest) is one run of N values; the block's part of it is read and scattered to
+        // each sample's C-order position.
+        let dims = &s.dims;
+        let mut c_stride = vec![1usize; dims.len()];
+        for a in (0..dims.len().saturating_sub(1)).rev() {
+            c_stride[a] = c_stride[a + 1] * dims[a + 1];
+        }
+        let mut idx = vec![0usize; dims.len()];
+        let mut buf = vec![0u8; len * size];
+        for p in 0..per {
+            let c_pos: usize = idx.iter().zip(&c_stride).map(|(i, s)| i * s).sum();
+            s.file
+                .read_exact_at(&mut buf, s.data_at + ((p * self.n + start) * size) as u64)
+                .map_err(bad)?;
+            for (j, raw) in buf.chunks_exact(size).enumerate() {
+                put(dst, j * per + c_pos, raw);
+            }
+            for (a, i) in idx.iter_mut().enumerate() {
+                *i += 1;
+                if *i < dims[a] {
+                    break;
+                }
+                *i = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// One stored value to one value of `self.dtype`, little-endian.
+    fn convert(&self, raw: &[u8], dst: &mut [u8]) {
+        let e = self.src.elem;
+        let mut b = [0u8; 8];
+        b[..e.size].copy_from_slice(raw);
+        if e.big_endian {
+            b[..e.size].reverse();
+        }
+        let f = match (e.kind, e.size) {
+            ('f', 2) => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
+            ('f', 4) => f32::from_le_bytes(b[..4].try_into().unwrap()) as f64,
+            ('f', 8) => f64::from_le_bytes(b),
+            _ => {
+                // Integer arrays are read in their own type.
+                dst.copy_from_slice(&b[..dst.len()]);
+                return;
+            }
+        };
+        match self.dtype {
+            Dtype::F16 => dst.copy_from_slice(&half::f16::from_f64(f).to_le_bytes()),
+            // Rounded to nearest; beyond float32's range a value becomes infinite, which the
+            // conversion then rejects.
+            Dtype::F32 => dst.copy_from_slice(&(f as f32).to_le_bytes()),
+            _ => dst[0] = unit_to_u8(f),
+        }
+    }
 }
 
 /// Floats are taken as values in [0, 1] (clamped), as most pipelines store them.
@@ -253,50 +379,47 @@ fn unit_to_u8(v: f64) -> u8 {
     (v.clamp(0.0, 1.0) * 255.0).round() as u8
 }
 
+/// Read a labels array of `n` integers, of shape (N,) or (N, 1) (Keras's CIFAR labels).
 pub fn read_labels(path: &Path, n: usize) -> Result<Vec<u32>, Reject> {
-    let npy = open(path)?;
-    let shape = npy.shape().to_vec();
-    if shape != [n as u64] {
+    let o = open(path)?;
+    if o.shape != [n] && o.shape != [n, 1] {
         return Err(Reject::new(format!(
-            "labels have shape {shape:?}, expected ({n},)"
+            "labels have shape {:?}, expected ({n},)",
+            o.shape
         )));
     }
-    let t = descr(&npy);
-    let vals: Vec<i64> = match t.trim_start_matches(['<', '|', '=']) {
-        "u1" => npy
-            .into_vec::<u8>()
-            .map(|v| v.into_iter().map(i64::from).collect()),
-        "i1" => npy
-            .into_vec::<i8>()
-            .map(|v| v.into_iter().map(i64::from).collect()),
-        "u2" => npy
-            .into_vec::<u16>()
-            .map(|v| v.into_iter().map(i64::from).collect()),
-        "i2" => npy
-            .into_vec::<i16>()
-            .map(|v| v.into_iter().map(i64::from).collect()),
-        "u4" => npy
-            .into_vec::<u32>()
-            .map(|v| v.into_iter().map(i64::from).collect()),
-        "i4" => npy
-            .into_vec::<i32>()
-            .map(|v| v.into_iter().map(i64::from).collect()),
-        "i8" => npy.into_vec::<i64>(),
-        "u8" => npy.into_vec::<u64>().map(|v| {
-            v.into_iter()
-                .map(|x| x.min(i64::MAX as u64) as i64)
-                .collect()
-        }),
-        other => {
-            return Err(Reject::new(format!(
-                "label dtype {other} is not an integer type"
-            )))
-        }
+    let Elem {
+        kind,
+        size,
+        big_endian,
+    } = o.elem;
+    if !matches!(kind, 'u' | 'i') || !matches!(size, 1 | 2 | 4 | 8) {
+        return Err(Reject::new(format!(
+            "label dtype {} is not an integer type",
+            o.descr
+        )));
     }
-    .map_err(|e| Reject::new(format!("cannot read labels: {e}")))?;
-    vals.into_iter()
+    o.check_length(n as u64)?;
+    let mut buf = vec![0u8; n * size];
+    use std::os::unix::fs::FileExt;
+    o.file
+        .read_exact_at(&mut buf, o.data_at)
+        .map_err(|e| Reject::new(format!("cannot read labels: {e}")))?;
+    buf.chunks_exact(size)
         .enumerate()
-        .map(|(i, v)| {
+        .map(|(i, raw)| {
+            let mut b = [0u8; 8];
+            b[..size].copy_from_slice(raw);
+            if big_endian {
+                b[..size].reverse();
+            }
+            // Sign-extend signed values.
+            let v = if kind == 'i' && b[size - 1] & 0x80 != 0 {
+                b[size..].fill(0xff);
+                i64::from_le_bytes(b) as i128
+            } else {
+                u64::from_le_bytes(b) as i128
+            };
             u32::try_from(v)
                 .ok()
                 .filter(|&v| v < crate::shard::format::MAX_CLASSES)
@@ -309,24 +432,62 @@ pub fn read_labels(path: &Path, n: usize) -> Result<Vec<u32>, Reject> {
         .collect()
 }
 
-/// (split name, images file, labels file) pairs found in `dir`.
-pub fn find(dir: &Path) -> Vec<(String, PathBuf, PathBuf)> {
-    let has = |n: &str| dir.join(n).is_file().then(|| dir.join(n));
-    let mut out = Vec::new();
-    for split in ["train", "test"] {
-        let pairs = [
-            (format!("{split}_images.npy"), format!("{split}_labels.npy")),
-            (format!("x_{split}.npy"), format!("y_{split}.npy")),
-            (format!("{split}-images.npy"), format!("{split}-labels.npy")),
-        ];
-        if let Some((i, l)) = pairs.iter().find_map(|(i, l)| Some((has(i)?, has(l)?))) {
-            out.push((split.to_string(), i, l));
+/// The split names a pair of files may carry, as they are written in file names, and the split
+/// each becomes: a validation pair is the test split when there is no test pair (as for split
+/// folders), else `val`.
+const SPLIT_NAMES: [(&str, &str); 5] = [
+    ("train", "train"),
+    ("test", "test"),
+    ("val", "val"),
+    ("valid", "val"),
+    ("validation", "val"),
+];
+
+/// The (images, labels) file names for split `s`, in the order they are looked for.
+pub fn pair_names(s: &str) -> [(String, String); 6] {
+    [
+        (format!("{s}_images.npy"), format!("{s}_labels.npy")),
+        (format!("{s}-images.npy"), format!("{s}-labels.npy")),
+        (format!("images_{s}.npy"), format!("labels_{s}.npy")),
+        (format!("x_{s}.npy"), format!("y_{s}.npy")),
+        (format!("X_{s}.npy"), format!("y_{s}.npy")),
+        (format!("X_{s}.npy"), format!("Y_{s}.npy")),
+    ]
+}
+
+/// What `find` looks for, for messages and `--help`.
+pub const NAMES_HELP: &str = "train_images.npy + train_labels.npy (or train-images/train-labels, images_train/labels_train), x_train.npy + y_train.npy (or X_train.npy), for the splits train, test and val/valid/validation; or one images.npy + labels.npy, split by hash";
+
+/// (split name, images file, labels file) pairs found in `dir`; an error names two pairs that claim
+/// one split.
+pub fn find(dir: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>, String> {
+    // Anything by these names counts: a FIFO or folder is then refused by name when opened.
+    let has = |n: &str| dir.join(n).exists();
+    let mut found: Vec<(&str, &str, String, String)> = Vec::new();
+    for (written, split) in SPLIT_NAMES {
+        if let Some((i, l)) = pair_names(written)
+            .into_iter()
+            .find(|(i, l)| has(i) && has(l))
+        {
+            if let Some(other) = found.iter().find(|f| f.1 == split) {
+                return Err(format!(
+                    "{} and {} both hold a {split} split; keep one",
+                    other.2, i
+                ));
+            }
+            found.push((written, split, i, l));
         }
     }
-    if out.is_empty() {
-        if let (Some(i), Some(l)) = (has("images.npy"), has("labels.npy")) {
-            out.push((String::new(), i, l));
-        }
+    let has_test = found.iter().any(|f| f.1 == "test");
+    let mut out: Vec<_> = found
+        .into_iter()
+        .map(|(_, split, i, l)| {
+            let split = if split == "val" && !has_test { "test" } else { split };
+            (split.to_string(), dir.join(i), dir.join(l))
+        })
+        .collect();
+    if out.is_empty() && has("images.npy") && has("labels.npy") {
+        out.push((String::new(), dir.join("images.npy"), dir.join("labels.npy")));
     }
-    out
+    Ok(out)
 }

@@ -11,6 +11,7 @@ mod float;
 mod hostile;
 mod inspect;
 mod newcomer;
+mod npy;
 mod parts;
 mod ranks;
 mod scans;
