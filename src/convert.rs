@@ -31,7 +31,7 @@ use std::time::Instant;
 pub const STAGING: &str = ".prep-staging";
 pub const REJECTS: &str = "rejects.jsonl";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     Auto,
@@ -116,6 +116,8 @@ pub struct ConvertReport {
     pub samples_per_sec: f64,
     pub bytes_on_disk: u64,
     pub peak_rss_bytes: u64,
+    /// `out` already held the dataset these options and inputs make: nothing was done.
+    pub already_complete: bool,
 }
 
 /// One unit of decoding work: a file of a tree, or a range of samples of an array dataset.
@@ -1804,6 +1806,12 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     } else {
         Some(crate::lock::lock_dir(out)?)
     };
+    let request = request_key(o);
+    if !o.force {
+        if let Some(r) = already_converted(o, &request) {
+            return Ok(r);
+        }
+    }
     check_out(out, o.force)?;
     let mut plan = plan(o)?;
     crate::interrupt::check()?;
@@ -2031,6 +2039,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     }
     let mut source = serde_json::json!({
         "converter": "prep-convert/1",
+        "request": request,
         "input": o.input.display().to_string(),
         "kind": plan.kind,
         "target": t,
@@ -2160,6 +2169,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
         samples_per_sec: samples as f64 / secs.max(1e-9),
         bytes_on_disk: crate::synth::dir_bytes(out),
         peak_rss_bytes: crate::mem::peak_rss_bytes(),
+        already_complete: false,
     })
 }
 
@@ -2265,6 +2275,92 @@ fn make_block(px: &mut Vec<u8>, labels: &mut Vec<u32>, n: usize, sb: usize) -> B
     px.drain(..n * sb);
     labels.drain(..n);
     b
+}
+
+/// A digest of what decides a conversion's output: the options, and the input files' names,
+/// sizes and modification times (one stat per file, no reading). Equal digests: a rerun of the
+/// same command on unchanged inputs.
+fn request_key(o: &ConvertOptions) -> String {
+    use xxhash_rust::xxh3::Xxh3;
+    let mut h = Xxh3::new();
+    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    h.update(
+        format!(
+            "{:?}",
+            (
+                canon(&o.input),
+                o.kind,
+                &o.shape,
+                o.size,
+                o.channels,
+                o.dtype,
+                &o.fit,
+                &o.label_from,
+                o.test_fraction.to_bits(),
+                &o.on_error,
+                &o.decode,
+                (&o.format, &o.codec, o.block_samples, o.shard_blocks, &o.part),
+            )
+        )
+        .as_bytes(),
+    );
+    fn walk(root: &Path, p: &Path, h: &mut Xxh3) {
+        let Ok(meta) = std::fs::metadata(p) else {
+            return;
+        };
+        if meta.is_dir() {
+            let Ok(rd) = std::fs::read_dir(p) else {
+                return;
+            };
+            let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+            names.sort();
+            for n in names {
+                walk(root, &n, h);
+            }
+        } else {
+            use std::os::unix::fs::MetadataExt;
+            h.update(p.strip_prefix(root).unwrap_or(p).as_os_str().as_encoded_bytes());
+            h.update(&[0]);
+            for v in [meta.len() as i64, meta.mtime(), meta.mtime_nsec()] {
+                h.update(&v.to_le_bytes());
+            }
+        }
+    }
+    walk(&o.input, &o.input, &mut h);
+    if let Some(l) = &o.labels {
+        walk(l, l, &mut h);
+    }
+    format!("{:016x}", h.digest())
+}
+
+/// The report of a finished conversion that `o.out` holds when it was made by the same request
+/// (options and unchanged inputs) and is whole (manifest sealed, every listed file there).
+fn already_converted(o: &ConvertOptions, request: &str) -> Option<ConvertReport> {
+    if !o.out.join(manifest::FILE_NAME).is_file() {
+        return None;
+    }
+    let s = crate::inspect::summarize(&o.out).ok()?;
+    let src = &s.provenance["source"];
+    if src["request"].as_str() != Some(request) {
+        return None;
+    }
+    Some(ConvertReport {
+        out: o.out.clone(),
+        kind: serde_json::from_value(src["kind"].clone()).unwrap_or(o.kind),
+        shape: s.shape.clone(),
+        dtype: serde_json::from_value(serde_json::Value::String(s.dtype.clone())).ok()?,
+        classes: s.classes.len(),
+        splits: s.splits.iter().map(|x| (x.name.clone(), x.samples)).collect(),
+        inputs: src["inputs"].as_u64().unwrap_or(0) as usize,
+        rejects: vec![],
+        split_folders: serde_json::from_value(src["split_folders"].clone()).unwrap_or_default(),
+        notes: vec![],
+        seconds: 0.0,
+        samples_per_sec: 0.0,
+        bytes_on_disk: s.bytes_on_disk,
+        peak_rss_bytes: crate::mem::peak_rss_bytes(),
+        already_complete: true,
+    })
 }
 
 /// Refuse to replace an existing dataset without --force; the replacement itself happens only

@@ -14,6 +14,7 @@ pub mod merge;
 pub mod nn;
 pub mod output;
 pub mod part;
+pub mod paths;
 pub mod pipeline;
 pub mod plan;
 pub mod progress;

@@ -361,6 +361,8 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
     let mut source = r.provenance.source.clone();
     if let Some(o) = source.as_object_mut() {
         o.shift_remove("part");
+        // The merged dataset was not made by one part's request: a rerun of it converts.
+        o.shift_remove("request");
         if o.contains_key("rejects") {
             o.insert("rejects".into(), rejects.len().into());
         }

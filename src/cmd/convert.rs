@@ -167,6 +167,15 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 each.join(", ")
             )
         };
+        if r.already_complete {
+            outln!(
+                "{} already holds this conversion of {} ({splits}, {} on disk); nothing to do (--force converts again)",
+                prep::source::tree::shown_path(&a.out),
+                a.input.display(),
+                human(r.bytes_on_disk)
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
         outln!(
             "converted {} ({:?}) to {}: {splits} of {} {}, {} classes, in {:.2} s ({} samples/s), {} on disk, peak RSS {}",
             a.input.display(),

@@ -5,6 +5,19 @@ use prep::error::shown_path;
 use std::process::ExitCode;
 
 pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
+    use prep::paths::{expect_dataset, expect_run, what, What};
+    if what(&a.run) == What::Dataset && what(&a.data) == What::Run {
+        return Err(super::UsageError(format!(
+            "{} is a dataset and {} a run folder: eval takes RUN then DATA (prep eval {} {})",
+            shown_path(&a.run),
+            shown_path(&a.data),
+            shown_path(&a.data),
+            shown_path(&a.run)
+        ))
+        .into());
+    }
+    expect_run(&a.run, "eval takes RUN then DATA")?;
+    expect_dataset(&a.data, "eval takes RUN then DATA")?;
     let e = prep::train::eval(
         &a.run,
         &a.data,
@@ -28,16 +41,18 @@ pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
     .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
     .and_then(|v| v["test_accuracy"].as_f64());
     if a.json {
-        let v = serde_json::json!({ "accuracy": e.accuracy, "loss": e.loss, "samples": e.samples, "device": e.device, "summary_test_accuracy": recorded, "confusion": e.confusion });
+        let v = serde_json::json!({ "split": a.split, "accuracy": e.accuracy, "loss": e.loss, "samples": e.samples, "device": e.device, "summary_test_accuracy": recorded, "confusion": e.confusion });
         outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
+        // summary.json holds the test split's figure: compared only with the same split.
         let note = match recorded {
-            Some(r) if r == e.accuracy => " (equal to summary.json)".to_string(),
-            Some(r) => format!(" (summary.json says {r:.4})"),
+            _ if a.split != "test" => String::new(),
+            Some(r) if r == e.accuracy => " (equal to summary.json's test accuracy)".to_string(),
+            Some(r) => format!(" (summary.json's test accuracy is {r:.4})"),
             None => String::new(),
         };
         outln!(
-            "{} on {} {}: accuracy {:.4} over {} samples, loss {:.4}, on {}{note}",
+            "{} on {} split {}: accuracy {:.4} over {} samples, loss {:.4}, on {}{note}",
             shown_path(&a.run),
             shown_path(&a.data),
             a.split,

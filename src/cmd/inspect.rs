@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     prep::lock::check_not_written(&a.dir)?;
+    prep::paths::expect_dataset(&a.dir, "inspect takes a dataset folder")?;
     let s = prep::inspect::summarize(&a.dir)
         .with_context(|| format!("inspecting {}", shown_path(&a.dir)))?;
     if let Some(path) = &a.grid {

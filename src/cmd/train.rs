@@ -30,6 +30,12 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         w => w,
     };
+    if let Some(d) = &a.data {
+        prep::paths::expect_dataset(d, "train takes a dataset; a run folder goes to --resume")?;
+    }
+    if let Some(r) = &a.resume {
+        prep::paths::expect_run(r, "--resume takes the run folder that prep train --out wrote")?;
+    }
     // --resume keeps the run's settings: a flag given with another value is refused by name.
     let mut epochs = a.epochs;
     if let Some(dir) = &a.resume {
@@ -150,10 +156,14 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         if a.json {
             outln!("{}", serde_json::to_string_pretty(s)?);
         } else if !quiet {
+            let acc = if s.test_accuracy.is_nan() {
+                "no test split".to_string()
+            } else {
+                format!("test accuracy {:.4}", s.test_accuracy)
+            };
             outln!(
-                "{}: test accuracy {:.4} after {} epochs on {} data, {:.0} samples/s on {}, {:.1} s, peak RSS {}",
+                "{}: {acc} after {} epochs on {} data, {:.0} samples/s on {}, {:.1} s, peak RSS {}",
                 shown_path(&t.dir),
-                s.test_accuracy,
                 s.epochs,
                 s.layout.name(),
                 s.samples_per_sec,

@@ -13,6 +13,7 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     // A dataset being written is not damaged: say who writes it (exit 1), and check nothing.
     prep::lock::check_not_written(&a.dir)?;
+    prep::paths::expect_dataset(&a.dir, "verify takes a dataset folder")?;
     let report = match verify(&a, quiet) {
         Ok(r) => r,
         Err(e) if e.is_interrupted() => {

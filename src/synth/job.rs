@@ -309,7 +309,11 @@ fn prepare_dir(
         }
         if !same && !force {
             return refuse(
-                format!("{} already holds a different dataset", out.display()),
+                format!(
+                    "{} already holds a different dataset ({})",
+                    out.display(),
+                    differences(source.as_ref(), params)
+                ),
                 source,
             );
         }
@@ -358,6 +362,54 @@ fn prepare_dir(
         std::fs::remove_file(&manifest_path).at(&manifest_path)?;
     }
     Ok(false)
+}
+
+/// What differs between the settings a dataset was made with and those asked for, as
+/// "train: 60000 there, 20000 asked; seed: 1 there, 7 asked".
+fn differences(found: Option<&serde_json::Value>, asked: &serde_json::Value) -> String {
+    let Some(serde_json::Value::Object(found)) = found else {
+        return "it was not made by prep synth".into();
+    };
+    let serde_json::Value::Object(asked) = asked else {
+        return String::new();
+    };
+    let show = |v: Option<&serde_json::Value>| match v {
+        None => "unset".to_string(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+    };
+    let mut keys: Vec<&String> = found.keys().chain(asked.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out = Vec::new();
+    for k in keys {
+        let (f, a) = (found.get(k), asked.get(k));
+        if f == a {
+            continue;
+        }
+        // Splits are told one by one: "--test 500 there, 1000 asked".
+        if let (Some(serde_json::Value::Object(fs)), Some(serde_json::Value::Object(as_))) = (f, a) {
+            let mut names: Vec<&String> = fs.keys().chain(as_.keys()).collect();
+            names.sort();
+            names.dedup();
+            for n in names {
+                if fs.get(n) != as_.get(n) {
+                    out.push(format!(
+                        "{n}: {} there, {} asked",
+                        show(fs.get(n)),
+                        show(as_.get(n))
+                    ));
+                }
+            }
+            continue;
+        }
+        out.push(format!("{k}: {} there, {} asked", show(f), show(a)));
+    }
+    if out.is_empty() {
+        "made the same way, but not finished".into()
+    } else {
+        out.join("; ")
+    }
 }
 
 fn read_source(manifest_path: &Path) -> Result<serde_json::Value> {

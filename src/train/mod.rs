@@ -781,6 +781,12 @@ fn run(
     let test_src = if data.has_split("test") {
         Some(data.source("test")?)
     } else {
+        if !o.quiet && o.world.as_ref().is_none_or(|w| w.rank == 0) {
+            eprintln!(
+                "{} has no test split: training without a test accuracy (prep convert --test-fraction F draws one)",
+                crate::error::shown_path(&data.dir)
+            );
+        }
         None
     };
     if train_src
@@ -1068,9 +1074,14 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             } else {
                 String::new()
             };
+            let test = if m.test_accuracy.is_nan() {
+                "no test split".to_string()
+            } else {
+                format!("test loss {:.4} acc {:.4}", m.test_loss, m.test_accuracy)
+            };
             eprintln!(
-                "epoch {:>3}/{}: train loss {:.4} acc {:.4} | test loss {:.4} acc {:.4} | {:.0} samples/s | {:.1} s | RSS {}{gpu}",
-                m.epoch, r.epochs, m.train_loss, m.train_accuracy, m.test_loss, m.test_accuracy, m.samples_per_sec, m.seconds, crate::mem::human(m.host_rss_bytes)
+                "epoch {:>3}/{}: train loss {:.4} acc {:.4} | {test} | {:.0} samples/s | {:.1} s | RSS {}{gpu}",
+                m.epoch, r.epochs, m.train_loss, m.train_accuracy, m.samples_per_sec, m.seconds, crate::mem::human(m.host_rss_bytes)
             );
         }
         history.push(m);

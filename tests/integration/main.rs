@@ -11,6 +11,7 @@ mod float;
 mod hostile;
 mod inspect;
 mod newcomer;
+mod newcomer_b;
 mod npy;
 mod parts;
 mod ranks;

@@ -6,7 +6,7 @@ use crate::util::*;
 use image::{Rgb, RgbImage};
 use std::path::{Path, PathBuf};
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
@@ -285,7 +285,7 @@ fn a_lone_train_folder_gives_its_classes_and_a_hashed_test_split() {
 }
 
 /// A one-epoch CPU run of a small dataset, at batch 128.
-fn trained(dir: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn trained(dir: &Path) -> (PathBuf, PathBuf) {
     let ds = dir.join("ds");
     run(
         &[
