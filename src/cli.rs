@@ -286,6 +286,11 @@ pub struct ConvertArgs {
     /// rejected.
     #[arg(long, value_name = "REGEX", conflicts_with = "labels")]
     pub label_from: Option<String>,
+    /// Names of the classes, in class-index order: comma-separated ('cat,dog,bird') or @FILE with
+    /// one name a line. Their number must be the dataset's number of classes. Default: the
+    /// source's own (folder names, CIFAR's batches.meta, Fashion-MNIST's ten), else 0, 1, 2...
+    #[arg(long, value_name = "NAMES|@FILE")]
+    pub class_names: Option<String>,
     /// Fraction of inputs put in the test split, by a hash of their path. Sources with their own
     /// split keep it: IDX and CIFAR files, and trees whose top folders are split folders (train/
     /// with val/, valid/, validation/ or test/), where this flag is refused.
@@ -342,18 +347,25 @@ pub struct TrainArgs {
     /// (7x7/2 stem and max-pool from 96 px up, a 3x3/1 stem below).
     #[arg(long, default_value = "small", value_parser = MODELS)]
     pub model: String,
-    /// Epochs of the run; with --resume, more than the run's extends it to this many.
+    /// Passes over the training split (1 and up); the learning rate rises then falls over them
+    /// (one-cycle). With --resume, more than the run's extends it to this many.
     #[arg(long, default_value_t = 15, value_parser = count::<usize>(1, MAX_EPOCHS))]
     pub epochs: usize,
+    /// Samples per training step (1-65536; per GPU with --gpus). Larger is faster on a GPU up to
+    /// its memory, which is checked before the first step (as the CPU's is).
     #[arg(long, default_value_t = 512, value_parser = count::<u64>(1, 65536))]
     pub batch: u64,
     /// Peak learning rate of the one-cycle schedule (default: 1.2 for small, 0.4 for resnet18).
     #[arg(long, allow_negative_numbers = true, value_parser = lr)]
     pub lr: Option<f32>,
+    /// SGD momentum: the share of the last update kept in the next, in [0, 1).
     #[arg(long, default_value_t = 0.9, allow_negative_numbers = true, value_parser = below_one)]
     pub momentum: f32,
+    /// L2 penalty on the weights (not on batch-norm and bias terms), in [0, 1].
     #[arg(long, default_value_t = 5e-4, allow_negative_numbers = true, value_parser = unit)]
     pub weight_decay: f32,
+    /// Share of each target's probability spread over the other classes, in [0, 1): 0 trains
+    /// on one-hot targets.
     #[arg(long, default_value_t = 0.1, allow_negative_numbers = true, value_parser = below_one)]
     pub label_smoothing: f32,
     /// Seed of the initial weights, the data order and the augmentation.
@@ -392,6 +404,10 @@ pub struct TrainArgs {
     /// Run folder (default: the next free runs/NNN).
     #[arg(long, short, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Start afresh in --out even if it holds a run (a finished one, or one killed before its
+    /// first checkpoint): its run files are removed first.
+    #[arg(long, requires = "out", conflicts_with = "resume")]
+    pub force: bool,
     /// Continue the run in DIR from its last checkpoint, with the run's settings: a flag given
     /// with another value is refused by name, except --epochs N above the run's, which extends
     /// it to N epochs (the one-cycle schedule recomputed for N from the current step). DATA, if

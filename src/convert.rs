@@ -58,6 +58,8 @@ pub enum OnError {
 
 #[derive(Debug, Clone)]
 pub struct ConvertOptions {
+    /// Class names in class-index order, replacing the source's (their number must match).
+    pub class_names: Option<Vec<String>>,
     pub input: PathBuf,
     pub out: PathBuf,
     pub kind: Kind,
@@ -483,7 +485,8 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
                 native = Some((1, (a.height as u32, a.width as u32), Dtype::U8));
                 splits.insert(split.into(), array_units(&name(&ip), a));
             }
-            let classes = (0..classes.max(1)).map(|k| k.to_string()).collect();
+            let classes = idx::class_names(input, classes.max(1))
+                .unwrap_or_else(|| (0..classes.max(1)).map(|k| k.to_string()).collect());
             Ok(Plan {
                 kind,
                 classes,
@@ -1814,6 +1817,18 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     }
     check_out(out, o.force)?;
     let mut plan = plan(o)?;
+    if let Some(names) = &o.class_names {
+        if names.len() != plan.classes.len() {
+            return Err(Error::Invalid(format!(
+                "--class-names gives {} names, but {} has {} classes ({})",
+                names.len(),
+                tree::shown_path(&o.input),
+                plan.classes.len(),
+                shown_list(&plan.classes)
+            )));
+        }
+        plan.classes = names.clone();
+    }
     crate::interrupt::check()?;
     let mut notes = plan.notes.clone();
     let (t, spec, auto_u8) = match &plan.stored {
@@ -2277,6 +2292,15 @@ fn make_block(px: &mut Vec<u8>, labels: &mut Vec<u32>, n: usize, sb: usize) -> B
     b
 }
 
+/// "a, b, c" or "a, b, ... (10 in all)".
+fn shown_list(v: &[String]) -> String {
+    if v.len() <= 6 {
+        v.join(", ")
+    } else {
+        format!("{}, ... ({} in all)", v[..4].join(", "), v.len())
+    }
+}
+
 /// A digest of what decides a conversion's output: the options, and the input files' names,
 /// sizes and modification times (one stat per file, no reading). Equal digests: a rerun of the
 /// same command on unchanged inputs.
@@ -2295,7 +2319,7 @@ fn request_key(o: &ConvertOptions) -> String {
                 o.channels,
                 o.dtype,
                 &o.fit,
-                &o.label_from,
+                (&o.label_from, &o.class_names),
                 o.test_fraction.to_bits(),
                 &o.on_error,
                 &o.decode,

@@ -189,7 +189,7 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
                 break;
             }
         }
-        (m.sample.clone(), k, picks, (m.mean.clone(), m.std.clone()))
+        (m.sample.clone(), m.classes.clone(), picks, (m.mean.clone(), m.std.clone()))
     } else {
         let ds = Dataset::open(dir)?;
         let s = ds
@@ -224,7 +224,7 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
             }
         }
         let m = &ds.manifest;
-        (m.sample.clone(), k, picks, (m.mean.clone(), m.std.clone()))
+        (m.sample.clone(), m.classes.clone(), picks, (m.mean.clone(), m.std.clone()))
     };
     let window = display_window(&spec, &mean_std.0, &mean_std.1);
     // The picture's sides, in 64 bits: refuse one the PNG would not hold in reason.
@@ -236,17 +236,22 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
             .saturating_mul(cells.max(1))
             .saturating_add(1)
     };
-    let (gw, gh) = (side(w, per_class as u64), side(h, classes as u64));
+    let label_w = label_width(&classes, label_scale(zoom, h as u32)) as u64;
+    let (gw, gh) = (
+        side(w, per_class as u64) + label_w,
+        side(h, classes.len() as u64),
+    );
     if gw > GRID_MAX_SIDE || gh > GRID_MAX_SIDE {
         return Err(Error::Invalid(format!(
-            "a grid of {per_class} samples of {w}x{h} pixels per class for {classes} classes at \
+            "a grid of {per_class} samples of {w}x{h} pixels per class for {} classes at \
              --zoom {zoom} would be {gw}x{gh} pixels, over {GRID_MAX_SIDE} a side: ask for fewer \
-             --per-class or a smaller --zoom"
+             --per-class or a smaller --zoom",
+            classes.len()
         )));
     }
     Ok(draw(
         &spec,
-        classes,
+        &classes,
         per_class,
         zoom.max(1),
         &picks,
@@ -277,9 +282,41 @@ fn display_window(spec: &SampleSpec, mean: &[f64], std: &[f64]) -> Vec<(f32, f32
 /// The most pixels a side of `--grid`'s picture has.
 const GRID_MAX_SIDE: u64 = 32_768;
 
+/// Longest class name shown at the start of a grid row, in characters.
+const LABEL_CHARS: usize = 20;
+
+/// Text scale of the row labels: 1 while rows are under 16 pixels, else 2.
+fn label_scale(zoom: u32, h: u32) -> i64 {
+    if h.saturating_mul(zoom) >= 16 {
+        2
+    } else {
+        1
+    }
+}
+
+fn shown_label(name: &str) -> String {
+    if name.chars().count() > LABEL_CHARS {
+        let mut s: String = name.chars().take(LABEL_CHARS - 1).collect();
+        s.push('~');
+        s
+    } else {
+        name.to_string()
+    }
+}
+
+/// Pixels of the label column: the longest (shortened) name at `scale`, a margin either side.
+fn label_width(classes: &[String], scale: i64) -> u32 {
+    let widest = classes
+        .iter()
+        .map(|c| crate::font::text_w(&shown_label(c), scale))
+        .max()
+        .unwrap_or(0);
+    widest as u32 + 8
+}
+
 fn draw(
     spec: &SampleSpec,
-    classes: usize,
+    names: &[String],
     per_class: usize,
     zoom: u32,
     picks: &Picks,
@@ -297,11 +334,20 @@ fn draw(
     let gap = 1u32;
     let cell_w = w as u32 * zoom + gap;
     let cell_h = h as u32 * zoom + gap;
+    let classes = names.len();
+    // Each row starts with its class name, so the picture reads without the manifest.
+    let scale = label_scale(zoom, h as u32);
+    let label_w = label_width(names, scale);
     let mut img = RgbImage::from_pixel(
-        cell_w * per_class as u32 + gap,
+        label_w + cell_w * per_class as u32 + gap,
         cell_h * classes as u32 + gap,
         Rgb([40, 40, 48]),
     );
+    for (k, name) in names.iter().enumerate() {
+        let glyph_h = 7 * scale;
+        let y = (gap + k as u32 * cell_h) as i64 + (cell_h as i64 - glyph_h) / 2;
+        crate::font::draw_text(&mut img, 4, y, &shown_label(name), scale, [235, 235, 235], false);
+    }
     let value = |px: &[u8], ch: usize, p: usize| -> u8 {
         let e = (ch * depth + depth / 2) * plane + p;
         match spec.dtype {
@@ -334,7 +380,7 @@ fn draw(
         })
         .collect();
     for (k, j, rgb) in rows {
-        let (x0, y0) = (gap + j as u32 * cell_w, gap + k as u32 * cell_h);
+        let (x0, y0) = (label_w + gap + j as u32 * cell_w, gap + k as u32 * cell_h);
         for y in 0..h * zoom as usize {
             for x in 0..w * zoom as usize {
                 let p = (y / zoom as usize) * w + x / zoom as usize;

@@ -6,6 +6,7 @@ pub mod convert;
 pub mod dist;
 pub mod error;
 pub mod files;
+pub mod font;
 pub mod inspect;
 pub mod interrupt;
 pub mod lock;

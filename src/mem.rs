@@ -22,6 +22,31 @@ fn status_kib(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Memory this process may still take: the kernel's MemAvailable, less where a cgroup (v2: a
+/// container's or a Slurm job's limit) allows less. None where neither can be read.
+pub fn available_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    });
+    let cgroup = (|| {
+        let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+        let dir = std::path::Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'));
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+        let max: u64 = read("memory.max")?.trim().parse().ok()?; // "max": no limit
+        let current: u64 = read("memory.current")?.trim().parse().ok()?;
+        Some(max.saturating_sub(current))
+    })();
+    match (meminfo, cgroup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// "123.4 MiB"
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -80,7 +80,12 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         // Refused before any work, as a usage error.
         prep::source::tree::LabelRegex::new(re).map_err(UsageError)?;
     }
+    let class_names = match &a.class_names {
+        None => None,
+        Some(s) => Some(class_names(s)?),
+    };
     let opts = ConvertOptions {
+        class_names,
         input: a.input.clone(),
         out: a.out.clone(),
         kind: match a.kind {
@@ -209,4 +214,27 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--class-names`: 'a,b,c', or @FILE with one name a line (blank lines and a trailing newline
+/// ignored). Names must be distinct and not empty.
+fn class_names(arg: &str) -> anyhow::Result<Vec<String>> {
+    let names: Vec<String> = if let Some(file) = arg.strip_prefix('@') {
+        let path = std::path::Path::new(file);
+        let text = prep::files::read_text_capped(path, 16 << 20, "a class names file")?;
+        text.lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
+    } else {
+        arg.split(',').map(|s| s.trim().to_string()).collect()
+    };
+    if names.iter().any(String::is_empty) {
+        return Err(UsageError(format!("--class-names {arg}: a name is empty")).into());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(d) = names.iter().find(|n| !seen.insert(n.as_str())) {
+        return Err(UsageError(format!("--class-names: {d} is named twice")).into());
+    }
+    Ok(names)
 }

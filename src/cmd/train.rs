@@ -150,6 +150,12 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         Some(w) => format!("rank {} of {}: {what}", w.rank, w.size),
         None => what,
     };
+    if a.force && world.as_ref().is_none_or(|w| w.rank == 0) {
+        if let Some(out) = &a.out {
+            prep::train::clear_run(out)
+                .with_context(|| format!("clearing {} (--force)", shown_path(out)))?;
+        }
+    }
     let t = train(&opts).context(what)?;
     prep::train::timing::mark("train returned");
     if let Some(s) = &t.summary {

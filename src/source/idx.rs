@@ -110,3 +110,28 @@ pub fn find(dir: &Path, split: &str) -> Option<(PathBuf, PathBuf)> {
 pub fn detect(dir: &Path) -> bool {
     dir.is_dir() && find(dir, "train").is_some()
 }
+
+/// Fashion-MNIST's ten classes, in label order (Zalando's README).
+pub const FASHION_MNIST: [&str; 10] = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+];
+
+/// Class names of a known IDX dataset: IDX files do not say them, so Fashion-MNIST (a folder
+/// whose name holds "fashion", as Zalando's repository and Debian's package have it) of
+/// `classes` <= 10 gets its ten names; others (MNIST's digits) keep 0, 1, 2...
+pub fn class_names(dir: &Path, classes: usize) -> Option<Vec<String>> {
+    let full = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let fashion = full
+        .components()
+        .any(|c| c.as_os_str().to_string_lossy().to_ascii_lowercase().contains("fashion"));
+    (fashion && classes <= 10).then(|| FASHION_MNIST.iter().map(|s| s.to_string()).collect())
+}

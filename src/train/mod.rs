@@ -374,6 +374,14 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                     o.device, recipe.device
                 )));
             }
+            if !dir.join(checkpoint::FILE).exists() {
+                return Err(Error::Invalid(format!(
+                    "--resume {}: the run stopped before its first checkpoint (killed?), so there is nothing to continue; start it afresh with prep train {} --out {} --force",
+                    shown_path(dir),
+                    shown_path(&recipe.data),
+                    shown_path(dir)
+                )));
+            }
             let state = checkpoint::load(&dir.join(checkpoint::FILE))?;
             // Checked before an extension rewrites the config.
             let data = resume_data(&recipe, &o.data, dir)?;
@@ -477,11 +485,18 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
                 }
             };
             if dir.join("config.json").exists() {
-                return Err(Error::Invalid(format!(
-                    "{} already holds a run; use --resume {} to continue it, or another --out",
-                    shown_path(&dir),
-                    shown_path(&dir)
-                )));
+                return Err(Error::Invalid(if dir.join(checkpoint::FILE).exists() {
+                    format!(
+                        "{} already holds a run; use --resume {} to continue it, --force to start afresh there, or another --out",
+                        shown_path(&dir),
+                        shown_path(&dir)
+                    )
+                } else {
+                    format!(
+                        "{} holds a run that stopped before its first checkpoint (killed?); pass --force to start it afresh",
+                        shown_path(&dir)
+                    )
+                }));
             }
             let created = lock.created();
             write_atomic(
@@ -507,6 +522,94 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
     let r = run(o, &dir, &recipe, resume_state, data);
     drop(lock);
     r.map_err(|e| e.when_interrupted(|| interrupted_note(&dir)))
+}
+
+/// Refuse before the first step a CPU batch whose activations cannot fit in the memory left
+/// (the kernel would kill the run without a word), naming a batch that fits, as the GPU does.
+fn check_cpu_memory(r: &Recipe, sample_bytes: usize) -> Result<()> {
+    let Some(avail) = crate::mem::available_bytes() else {
+        return Ok(());
+    };
+    // Float32 activations and their gradients (measured: 630 KB a sample for `small` at 1x28x28
+    // against 712 KB estimated), the weights, and the batch's input several times over.
+    let need = |b: usize| {
+        r.model.parameter_bytes()
+            + r.model.activation_bytes(b, 4)
+            + 4 * (b * sample_bytes.max(1) * 4) as u64
+    };
+    // A tenth kept for the readers, the allocator and everything else on the machine.
+    let budget = avail - avail / 10;
+    if need(r.batch) <= budget {
+        return Ok(());
+    }
+    // The need grows with the batch: the largest that fits, by bisection.
+    let fits = (need(1) <= budget).then(|| {
+        let (mut lo, mut hi) = (1, r.batch);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if need(mid) <= budget {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    });
+    Err(Error::Invalid(format!(
+        "model `{}` on {}x{}x{} images at batch {} needs about {} of memory on the CPU, more than the {} this machine has free; {}",
+        r.model.name,
+        r.model.channels,
+        r.model.height,
+        r.model.width,
+        r.batch,
+        crate::mem::human(need(r.batch)),
+        crate::mem::human(avail),
+        match fits {
+            Some(b) => format!("use --batch {b} or less"),
+            None => "no batch size fits: use smaller images (prep convert --size)".into(),
+        }
+    )))
+}
+
+/// The files a run writes in its folder.
+pub const RUN_FILES: [&str; 8] = [
+    "config.json",
+    checkpoint::FILE,
+    "metrics.jsonl",
+    "summary.json",
+    "curves.png",
+    "confusion.png",
+    "confusion.csv",
+    "cudnn-algos.tsv",
+];
+
+/// `train --force`: remove the run files of `dir` (nothing else in it), so that a new run can
+/// start there. Refused while another prep writes the folder.
+pub fn clear_run(dir: &Path) -> Result<()> {
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    let _lock = crate::lock::lock_dir(dir)?;
+    for f in RUN_FILES {
+        match std::fs::remove_file(dir.join(f)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(dir.join(f), e))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// "45 s", "14 min", "2.5 h".
+fn human_secs(s: f64) -> String {
+    if s < 90.0 {
+        format!("{s:.0} s")
+    } else if s < 5400.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
 }
 
 /// `--resume` with `--epochs N` above the run's: the run goes on to N epochs, its one-cycle
@@ -854,6 +957,7 @@ fn run(
         share,
     };
     if r.device == "cpu" {
+        check_cpu_memory(r, train_src.spec.bytes())?;
         let feed = HostFeed::new(train_src, r, workers).for_rank(share);
         return run_on(Cpu::default(), Box::new(feed), ctx);
     }
@@ -924,6 +1028,11 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
     let mut steps_here = 0;
     let mut peak_gpu = history.iter().map(|m| m.gpu_mem_bytes).max().unwrap_or(0);
     let mut last_eval: Option<(f64, f64, Vec<Vec<u64>>)> = None;
+    // On the CPU a run can take many minutes: after a few seconds of steps, say how long it will
+    // take and how to make it shorter (printed once).
+    let mut cpu_clock: Option<(Instant, u64)> = (device_desc == "cpu" && !o.quiet && writer)
+        .then(|| (Instant::now(), 0));
+    let mut seen_here = 0u64;
     // Loss figures stay on the device between these points, so that no step waits for one.
     let flush = |be: &mut B, cur: &mut Cursor, t_seg: Instant| -> Result<()> {
         let (loss, correct) = be.take_loss_stats();
@@ -1006,6 +1115,36 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             cur.seen += n as u64;
             pb.inc(n as u64);
             steps_here += 1;
+            seen_here += n as u64;
+            if let Some((since, from)) = cpu_clock {
+                if steps_here == 1 {
+                    // The first step sizes buffers: time from after it.
+                    cpu_clock = Some((Instant::now(), seen_here));
+                } else if since.elapsed().as_secs_f64() >= 3.0 {
+                    let rate = (seen_here - from) as f64 / since.elapsed().as_secs_f64();
+                    let left_this = (per_epoch - cur.batch) * r.batch;
+                    let left = left_this + (r.epochs - epoch - 1) * per_epoch * r.batch;
+                    let test = test_src.as_ref().map_or(0, |t| t.samples);
+                    // Testing runs forward only: about a third of a training step's time.
+                    let secs = |train: usize, epochs: usize| {
+                        (train as f64 + (epochs * test) as f64 / 3.0) / rate.max(1e-9)
+                    };
+                    let total = secs(left, r.epochs - epoch);
+                    if total >= 60.0 {
+                        let one = secs(per_epoch * r.batch, 1);
+                        let line = format!(
+                            "on the CPU at {:.0} samples/s this run needs about {} more ({} epochs); for a quicker one: --epochs {} (about {}), or a machine with a GPU",
+                            rate,
+                            human_secs(total),
+                            r.epochs - epoch,
+                            2.min(r.epochs),
+                            human_secs(one * 2.min(r.epochs) as f64),
+                        );
+                        pb.suspend(|| eprintln!("{line}"));
+                    }
+                    cpu_clock = None;
+                }
+            }
             let stop = o.stop_after == Some(steps_here);
             if stop
                 || (r.checkpoint_every > 0
