@@ -12,6 +12,7 @@ mod hostile;
 mod inspect;
 mod newcomer;
 mod newcomer_b;
+mod newcomer_c;
 mod npy;
 mod parts;
 mod ranks;
