@@ -49,6 +49,11 @@ pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
             _ if a.split != "test" => String::new(),
             Some(r) if r == e.accuracy => " (equal to summary.json's test accuracy)".to_string(),
             Some(r) => format!(" (summary.json's test accuracy is {r:.4})"),
+            // No summary: the checkpoint is of a run still going, stopped or killed.
+            None if !a.run.join("summary.json").exists() => format!(
+                " (the run is unfinished, this is its last checkpoint; prep train --resume {} finishes it)",
+                shown_path(&a.run)
+            ),
             None => String::new(),
         };
         outln!(

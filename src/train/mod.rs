@@ -1132,13 +1132,16 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
                     let total = secs(left, r.epochs - epoch);
                     if total >= 60.0 {
                         let one = secs(per_epoch * r.batch, 1);
+                        let fewer = if r.epochs - epoch > 2 {
+                            format!("--epochs 2 (about {}), or ", human_secs(2.0 * one))
+                        } else {
+                            String::new()
+                        };
                         let line = format!(
-                            "on the CPU at {:.0} samples/s this run needs about {} more ({} epochs); for a quicker one: --epochs {} (about {}), or a machine with a GPU",
+                            "on the CPU at {:.0} samples/s this run needs about {} more ({} epochs); for a quicker one: {fewer}a machine with a GPU",
                             rate,
                             human_secs(total),
                             r.epochs - epoch,
-                            2.min(r.epochs),
-                            human_secs(one * 2.min(r.epochs) as f64),
                         );
                         pb.suspend(|| eprintln!("{line}"));
                     }

@@ -266,3 +266,45 @@ fn every_flag_in_help_has_a_meaning() {
         }
     }
 }
+
+/// The README's synopsis lists every flag each command has (`--help` being the reference).
+#[test]
+fn the_readme_synopsis_lists_every_flag() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme.find("## Commands").unwrap();
+    let block = &readme[start..];
+    let block = &block[block.find("```").unwrap() + 3..];
+    let synopsis = &block[..block.find("```").unwrap()];
+    let after = &block[block.find("```").unwrap()..];
+    let globals = &after[..after.find("\n\n").unwrap_or(after.len())];
+    for cmd in [
+        "synth", "convert", "train", "eval", "inspect", "verify", "plan", "merge",
+    ] {
+        // The command's lines: from `prep CMD` to the next `prep `.
+        let at = synopsis
+            .find(&format!("prep {cmd}"))
+            .unwrap_or_else(|| panic!("prep {cmd} is not in the synopsis"));
+        let rest = &synopsis[at + 5..];
+        let lines = &rest[..rest.find("prep ").unwrap_or(rest.len())];
+        let help = stdout(&run(&[cmd, "--help"], 0));
+        for l in help.lines() {
+            let t = l.trim_start();
+            let flag = t
+                .split(|c: char| c == ' ' || c == ',' || c == '=')
+                .find(|w| w.starts_with("--"));
+            let Some(flag) = flag else { continue };
+            if !(t.starts_with("--") || t.starts_with('-')) || flag == "--help" {
+                continue;
+            }
+            let listed = |text: &str| {
+                text.match_indices(flag).any(|(i, _)| {
+                    !text[i + flag.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+                })
+            };
+            assert!(
+                listed(lines) || listed(globals),
+                "README synopsis of prep {cmd} leaves out {flag}"
+            );
+        }
+    }
+}
