@@ -566,9 +566,8 @@ fn plan(o: &ConvertOptions) -> Result<Plan> {
         }
         Kind::Npy => {
             let pairs = if input.is_dir() {
-                npy::find(input).map_err(|e| {
-                    Error::Invalid(format!("{}: {e}", tree::shown_path(input)))
-                })?
+                npy::find(input)
+                    .map_err(|e| Error::Invalid(format!("{}: {e}", tree::shown_path(input))))?
             } else {
                 vec![]
             };
@@ -2323,14 +2322,42 @@ fn request_key(o: &ConvertOptions) -> String {
                 o.test_fraction.to_bits(),
                 &o.on_error,
                 &o.decode,
-                (&o.format, &o.codec, o.block_samples, o.shard_blocks, &o.part),
+                (
+                    &o.format,
+                    &o.codec,
+                    o.block_samples,
+                    o.shard_blocks,
+                    &o.part
+                ),
             )
         )
         .as_bytes(),
     );
+    // Links are not followed into folders (a link loop would never end): a link to a folder
+    // counts by where it points, a link to a file by that file.
     fn walk(root: &Path, p: &Path, h: &mut Xxh3) {
-        let Ok(meta) = std::fs::metadata(p) else {
+        let Ok(meta) = std::fs::symlink_metadata(p) else {
             return;
+        };
+        let meta = if meta.file_type().is_symlink() {
+            match std::fs::metadata(p) {
+                Ok(m) if !m.is_dir() || p == root => m,
+                _ => {
+                    h.update(
+                        p.strip_prefix(root)
+                            .unwrap_or(p)
+                            .as_os_str()
+                            .as_encoded_bytes(),
+                    );
+                    h.update(b"\0->");
+                    if let Ok(t) = std::fs::read_link(p) {
+                        h.update(t.as_os_str().as_encoded_bytes());
+                    }
+                    return;
+                }
+            }
+        } else {
+            meta
         };
         if meta.is_dir() {
             let Ok(rd) = std::fs::read_dir(p) else {
@@ -2343,7 +2370,12 @@ fn request_key(o: &ConvertOptions) -> String {
             }
         } else {
             use std::os::unix::fs::MetadataExt;
-            h.update(p.strip_prefix(root).unwrap_or(p).as_os_str().as_encoded_bytes());
+            h.update(
+                p.strip_prefix(root)
+                    .unwrap_or(p)
+                    .as_os_str()
+                    .as_encoded_bytes(),
+            );
             h.update(&[0]);
             for v in [meta.len() as i64, meta.mtime(), meta.mtime_nsec()] {
                 h.update(&v.to_le_bytes());
@@ -2374,7 +2406,11 @@ fn already_converted(o: &ConvertOptions, request: &str) -> Option<ConvertReport>
         shape: s.shape.clone(),
         dtype: serde_json::from_value(serde_json::Value::String(s.dtype.clone())).ok()?,
         classes: s.classes.len(),
-        splits: s.splits.iter().map(|x| (x.name.clone(), x.samples)).collect(),
+        splits: s
+            .splits
+            .iter()
+            .map(|x| (x.name.clone(), x.samples))
+            .collect(),
         inputs: src["inputs"].as_u64().unwrap_or(0) as usize,
         rejects: vec![],
         split_folders: serde_json::from_value(src["split_folders"].clone()).unwrap_or_default(),

@@ -41,7 +41,15 @@ pub fn text_w(text: &str, scale: i64) -> i64 {
 
 /// Draws `text` with its top-left corner at (x, y). With `up` the text is turned a quarter turn
 /// anticlockwise, reading bottom to top, and (x, y) is its bottom-left corner.
-pub fn draw_text(img: &mut RgbImage, x: i64, y: i64, text: &str, scale: i64, color: Color, up: bool) {
+pub fn draw_text(
+    img: &mut RgbImage,
+    x: i64,
+    y: i64,
+    text: &str,
+    scale: i64,
+    color: Color,
+    up: bool,
+) {
     for (i, c) in text.chars().enumerate() {
         let off = i as i64 * 6;
         for (gy, bits) in glyph(c).iter().enumerate() {
@@ -71,3 +79,19 @@ pub fn fill_rect(img: &mut RgbImage, x: i64, y: i64, w: i64, h: i64, color: Colo
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_font_table_is_well_formed() {
+        // The font string is hand-written: every entry must be "c=" plus 14 hex digits, c unique.
+        let entries: Vec<&str> = FONT.split(' ').collect();
+        for e in &entries {
+            let ok = e.len() == 16 && &e[1..2] == "=" && u64::from_str_radix(&e[2..], 16).is_ok();
+            let same = entries.iter().filter(|o| o.starts_with(&e[..1])).count();
+            assert!(ok && same == 1, "{e}");
+        }
+        assert_eq!(text_w("ab", 2), 22);
+    }
+}

@@ -189,7 +189,12 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
                 break;
             }
         }
-        (m.sample.clone(), m.classes.clone(), picks, (m.mean.clone(), m.std.clone()))
+        (
+            m.sample.clone(),
+            m.classes.clone(),
+            picks,
+            (m.mean.clone(), m.std.clone()),
+        )
     } else {
         let ds = Dataset::open(dir)?;
         let s = ds
@@ -224,7 +229,12 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
             }
         }
         let m = &ds.manifest;
-        (m.sample.clone(), m.classes.clone(), picks, (m.mean.clone(), m.std.clone()))
+        (
+            m.sample.clone(),
+            m.classes.clone(),
+            picks,
+            (m.mean.clone(), m.std.clone()),
+        )
     };
     let window = display_window(&spec, &mean_std.0, &mean_std.1);
     // The picture's sides, in 64 bits: refuse one the PNG would not hold in reason.
@@ -346,7 +356,15 @@ fn draw(
     for (k, name) in names.iter().enumerate() {
         let glyph_h = 7 * scale;
         let y = (gap + k as u32 * cell_h) as i64 + (cell_h as i64 - glyph_h) / 2;
-        crate::font::draw_text(&mut img, 4, y, &shown_label(name), scale, [235, 235, 235], false);
+        crate::font::draw_text(
+            &mut img,
+            4,
+            y,
+            &shown_label(name),
+            scale,
+            [235, 235, 235],
+            false,
+        );
     }
     let value = |px: &[u8], ch: usize, p: usize| -> u8 {
         let e = (ch * depth + depth / 2) * plane + p;

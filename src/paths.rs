@@ -28,7 +28,10 @@ pub fn what(p: &Path) -> What {
         return What::Missing;
     };
     if !meta.is_dir() {
-        return if p.file_name().is_some_and(|n| n == crate::shard::manifest::FILE_NAME) {
+        return if p
+            .file_name()
+            .is_some_and(|n| n == crate::shard::manifest::FILE_NAME)
+        {
             What::ManifestFile
         } else {
             What::File
@@ -67,7 +70,8 @@ fn missing(p: &Path) -> Error {
 /// A folder's path as a user writes it, with a trailing slash.
 fn shown_dir(p: &Path) -> String {
     let s = shown_path(p);
-    if s.ends_with('/') {
+    // A quoted path (one with odd bytes) stays as quoted.
+    if s.ends_with('/') || s.ends_with('"') {
         s
     } else {
         format!("{s}/")
@@ -111,9 +115,12 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// Check that `p` is a dataset folder (or a damaged one, which `verify` reports). `usage`: how the
+/// Check that `p` is a dataset folder (or a damaged one, which `verify` reports), and that no
+/// other prep is writing it. `usage`: how the
 /// command is written, for the case of swapped arguments ("eval takes RUN then DATA").
 pub fn expect_dataset(p: &Path, usage: &str) -> Result<()> {
+    // A folder another prep is writing has no manifest yet: say who writes it instead.
+    crate::lock::check_not_written(p)?;
     let shown = shown_path(p);
     match what(p) {
         What::Dataset | What::DatasetWithoutManifest => Ok(()),
@@ -136,8 +143,10 @@ pub fn expect_dataset(p: &Path, usage: &str) -> Result<()> {
     }
 }
 
-/// Check that `p` is a run folder, one that `prep train` wrote.
+/// Check that `p` is a run folder, one that `prep train` wrote, and that no other prep is writing
+/// it.
 pub fn expect_run(p: &Path, usage: &str) -> Result<()> {
+    crate::lock::check_not_written(p)?;
     let shown = shown_path(p);
     match what(p) {
         What::Run => Ok(()),
@@ -170,7 +179,10 @@ mod tests {
         std::fs::create_dir(t.path().join("cifar")).unwrap();
         let e = expect_dataset(&t.path().join("fmist"), "").unwrap_err();
         let e = e.to_string();
-        assert!(e.contains("fmist/ does not exist") && e.contains("did you mean"), "{e}");
+        assert!(
+            e.contains("fmist/ does not exist") && e.contains("did you mean"),
+            "{e}"
+        );
         assert!(e.contains("fmnist/?"), "{e}");
         let e = expect_dataset(&t.path().join("zzzzzzz"), "").unwrap_err();
         assert!(!e.to_string().contains("did you mean"), "{e}");

@@ -34,7 +34,10 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         prep::paths::expect_dataset(d, "train takes a dataset; a run folder goes to --resume")?;
     }
     if let Some(r) = &a.resume {
-        prep::paths::expect_run(r, "--resume takes the run folder that prep train --out wrote")?;
+        prep::paths::expect_run(
+            r,
+            "--resume takes the run folder that prep train --out wrote",
+        )?;
     }
     // --resume keeps the run's settings: a flag given with another value is refused by name.
     let mut epochs = a.epochs;

@@ -130,8 +130,11 @@ pub const FASHION_MNIST: [&str; 10] = [
 /// `classes` <= 10 gets its ten names; others (MNIST's digits) keep 0, 1, 2...
 pub fn class_names(dir: &Path, classes: usize) -> Option<Vec<String>> {
     let full = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let fashion = full
-        .components()
-        .any(|c| c.as_os_str().to_string_lossy().to_ascii_lowercase().contains("fashion"));
+    let fashion = full.components().any(|c| {
+        c.as_os_str()
+            .to_string_lossy()
+            .to_ascii_lowercase()
+            .contains("fashion")
+    });
     (fashion && classes <= 10).then(|| FASHION_MNIST.iter().map(|s| s.to_string()).collect())
 }

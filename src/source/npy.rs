@@ -72,7 +72,10 @@ struct Opened {
 fn open(path: &Path) -> Result<Opened, Reject> {
     use std::io::Read;
     let mut file = super::open_input(path)?;
-    let len = file.metadata().map_err(|e| Reject::new(e.to_string()))?.len();
+    let len = file
+        .metadata()
+        .map_err(|e| Reject::new(e.to_string()))?
+        .len();
     let mut head = Vec::new();
     (&mut file)
         .take(12 + MAX_HEADER)
@@ -303,7 +306,10 @@ impl NpyImages {
         out.resize(at + len * per * self.dtype.size(), 0);
         let dst = &mut out[at..];
         let put = |dst: &mut [u8], k: usize, raw: &[u8]| {
-            self.convert(raw, &mut dst[k * self.dtype.size()..(k + 1) * self.dtype.size()])
+            self.convert(
+                raw,
+                &mut dst[k * self.dtype.size()..(k + 1) * self.dtype.size()],
+            )
         };
         use std::os::unix::fs::FileExt;
         if !s.fortran {
@@ -482,12 +488,20 @@ pub fn find(dir: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>, String> {
     let mut out: Vec<_> = found
         .into_iter()
         .map(|(_, split, i, l)| {
-            let split = if split == "val" && !has_test { "test" } else { split };
+            let split = if split == "val" && !has_test {
+                "test"
+            } else {
+                split
+            };
             (split.to_string(), dir.join(i), dir.join(l))
         })
         .collect();
     if out.is_empty() && has("images.npy") && has("labels.npy") {
-        out.push((String::new(), dir.join("images.npy"), dir.join("labels.npy")));
+        out.push((
+            String::new(),
+            dir.join("images.npy"),
+            dir.join("labels.npy"),
+        ));
     }
     Ok(out)
 }

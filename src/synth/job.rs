@@ -388,7 +388,8 @@ fn differences(found: Option<&serde_json::Value>, asked: &serde_json::Value) -> 
             continue;
         }
         // Splits are told one by one: "--test 500 there, 1000 asked".
-        if let (Some(serde_json::Value::Object(fs)), Some(serde_json::Value::Object(as_))) = (f, a) {
+        if let (Some(serde_json::Value::Object(fs)), Some(serde_json::Value::Object(as_))) = (f, a)
+        {
             let mut names: Vec<&String> = fs.keys().chain(as_.keys()).collect();
             names.sort();
             names.dedup();

@@ -1030,8 +1030,8 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
     let mut last_eval: Option<(f64, f64, Vec<Vec<u64>>)> = None;
     // On the CPU a run can take many minutes: after a few seconds of steps, say how long it will
     // take and how to make it shorter (printed once).
-    let mut cpu_clock: Option<(Instant, u64)> = (device_desc == "cpu" && !o.quiet && writer)
-        .then(|| (Instant::now(), 0));
+    let mut cpu_clock: Option<(Instant, u64)> =
+        (device_desc == "cpu" && !o.quiet && writer).then(|| (Instant::now(), 0));
     let mut seen_here = 0u64;
     // Loss figures stay on the device between these points, so that no step waits for one.
     let flush = |be: &mut B, cur: &mut Cursor, t_seg: Instant| -> Result<()> {

@@ -443,17 +443,13 @@ mod tests {
 
     #[test]
     fn labels_and_ticks() {
-        // The font string is hand-written: every entry must be "c=" plus 14 hex digits, c unique.
-        let entries: Vec<&str> = FONT.split(' ').collect();
-        for e in &entries {
-            let ok = e.len() == 16 && &e[1..2] == "=" && u64::from_str_radix(&e[2..], 16).is_ok();
-            let same = entries.iter().filter(|o| o.starts_with(&e[..1])).count();
-            assert!(ok && same == 1, "{e}");
-        }
-        let unknown = glyph('\u{1}');
+        let unknown = crate::font::glyph('\u{1}');
         let title =
             "confusion matrix (rows: true, columns: predicted) loss accuracy epoch train test";
-        let known = title.chars().chain('0'..='9').all(|c| glyph(c) != unknown);
+        let known = title
+            .chars()
+            .chain('0'..='9')
+            .all(|c| crate::font::glyph(c) != unknown);
         assert!(known, "missing glyph");
         assert_eq!(fmt_tick(0.2 + 0.1, 0.1), "0.3");
         assert_eq!(fmt_tick(-1e-18, 0.05), "0.00");

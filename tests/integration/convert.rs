@@ -454,7 +454,11 @@ fn labels_csv_split_and_existing_output() {
         .contains("missing.png"));
     // Same input, same split: deterministic.
     let before = shard_files(&out);
-    let o = run(&args, 2);
+    // The same command again has nothing to do; another split is refused without --force.
+    run(&args, 0);
+    let mut other = args.to_vec();
+    other[7] = "0.3";
+    let o = run(&other, 2);
     assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
     let mut forced = args.to_vec();
     forced.push("--force");

@@ -52,13 +52,15 @@ fn grid_rows_show_distinct_classes() {
         0,
     );
     let img = image::open(&png).unwrap().to_rgb8();
-    // 6 cells of 12 px plus 1 px gaps, 5 rows.
-    assert_eq!((img.width(), img.height()), (6 * 13 + 1, 5 * 13 + 1));
+    // A label column, then 6 cells of 12 px plus 1 px gaps; 5 rows.
+    let label = img.width() - (6 * 13 + 1);
+    assert!(label > 0 && label < 200, "label column {label} px");
+    assert_eq!(img.height(), 5 * 13 + 1);
     let cell = |k: u32, j: u32| -> Vec<f64> {
         let mut v = Vec::new();
         for y in 0..12 {
             for x in 0..12 {
-                let p = img.get_pixel(1 + j * 13 + x, 1 + k * 13 + y);
+                let p = img.get_pixel(label + 1 + j * 13 + x, 1 + k * 13 + y);
                 v.extend(p.0.iter().map(|&c| c as f64));
             }
         }

@@ -9,7 +9,16 @@ use std::path::Path;
 fn tiny(dir: &Path, name: &str, extra: &[&str]) -> std::path::PathBuf {
     let out = dir.join(name);
     let mut args = vec![
-        "synth", "--train", "300", "--test", "60", "--shape", "1x8x8", "--classes", "3", "-o",
+        "synth",
+        "--train",
+        "300",
+        "--test",
+        "60",
+        "--shape",
+        "1x8x8",
+        "--classes",
+        "3",
+        "-o",
     ];
     args.push(s(&out));
     args.push("--quiet");
@@ -26,10 +35,15 @@ fn a_mistyped_dataset_is_said_not_to_exist_with_the_name_meant() {
     for cmd in ["inspect", "verify"] {
         let e = stderr(&run(&[cmd, s(&typo)], 2));
         assert!(
-            e.contains("fmist/ does not exist") && e.contains("did you mean") && e.contains("fmnist/?"),
+            e.contains("fmist/ does not exist")
+                && e.contains("did you mean")
+                && e.contains("fmnist/?"),
             "{cmd}: {e}"
         );
-        assert!(!e.contains("DAMAGED") && !e.contains("No such file"), "{cmd}: {e}");
+        assert!(
+            !e.contains("DAMAGED") && !e.contains("No such file"),
+            "{cmd}: {e}"
+        );
     }
     let e = stderr(&run(&["train", s(&typo), "--device", "cpu"], 2));
     assert!(e.contains("fmist/ does not exist"), "{e}");
@@ -64,10 +78,7 @@ fn eval_with_its_arguments_swapped_says_so() {
     run(&["eval", s(&r), s(&gone)], 2);
     run(&["eval", s(&gone), s(&ds)], 2);
     run(&["convert", s(&gone), "--out", s(&t.path().join("o"))], 2);
-    run(
-        &["merge", s(&t.path().join("m")), s(&gone), s(&gone)],
-        2,
-    );
+    run(&["merge", s(&t.path().join("m")), s(&gone), s(&gone)], 2);
 }
 
 #[test]
@@ -105,7 +116,16 @@ fn synth_into_another_dataset_says_what_differs() {
     let t = tempfile::tempdir().unwrap();
     let out = tiny(t.path(), "s", &[]);
     let mut args = vec![
-        "synth", "--train", "500", "--test", "60", "--shape", "1x8x8", "--classes", "3", "-o",
+        "synth",
+        "--train",
+        "500",
+        "--test",
+        "60",
+        "--shape",
+        "1x8x8",
+        "--classes",
+        "3",
+        "-o",
     ];
     args.push(s(&out));
     args.extend_from_slice(&["--seed", "9"]);
@@ -177,8 +197,18 @@ fn a_dataset_without_a_test_split_trains_without_nan() {
     let ds = t.path().join("notest");
     run(
         &[
-            "synth", "--train", "300", "--test", "0", "--shape", "1x8x8", "--classes", "3", "-o",
-            s(&ds), "--quiet",
+            "synth",
+            "--train",
+            "300",
+            "--test",
+            "0",
+            "--shape",
+            "1x8x8",
+            "--classes",
+            "3",
+            "-o",
+            s(&ds),
+            "--quiet",
         ],
         0,
     );

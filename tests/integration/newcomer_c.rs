@@ -79,18 +79,43 @@ fn fashion_mnist_gets_its_class_names_and_any_dataset_takes_class_names() {
     let out = t.path().join("named-file");
     let at = format!("@{}", s(&file));
     run(
-        &["convert", s(&mnist), "--out", s(&out), "--quiet", "--class-names", &at],
+        &[
+            "convert",
+            s(&mnist),
+            "--out",
+            s(&out),
+            "--quiet",
+            "--class-names",
+            &at,
+        ],
         0,
     );
     assert_eq!(classes(&out), names);
     // The wrong number, or a name twice: refused before any work.
     let e = stderr(&run(
-        &["convert", s(&mnist), "--out", s(&t.path().join("x")), "--class-names", "a,b"],
+        &[
+            "convert",
+            s(&mnist),
+            "--out",
+            s(&t.path().join("x")),
+            "--class-names",
+            "a,b",
+        ],
         2,
     ));
-    assert!(e.contains("gives 2 names") && e.contains("10 classes"), "{e}");
+    assert!(
+        e.contains("gives 2 names") && e.contains("10 classes"),
+        "{e}"
+    );
     let e = stderr(&run(
-        &["convert", s(&mnist), "--out", s(&t.path().join("y")), "--class-names", "a,a"],
+        &[
+            "convert",
+            s(&mnist),
+            "--out",
+            s(&t.path().join("y")),
+            "--class-names",
+            "a,a",
+        ],
         2,
     ));
     assert!(e.contains("a is named twice"), "{e}");
@@ -105,7 +130,16 @@ fn the_grid_picture_starts_each_row_with_its_class_name() {
     run(&["convert", s(&fm), "--out", s(&out), "--quiet"], 0);
     let png = t.path().join("grid.png");
     run(
-        &["inspect", s(&out), "--grid", s(&png), "--per-class", "2", "--zoom", "1"],
+        &[
+            "inspect",
+            s(&out),
+            "--grid",
+            s(&png),
+            "--per-class",
+            "2",
+            "--zoom",
+            "1",
+        ],
         0,
     );
     let img = image::open(&png).unwrap().to_rgb8();
@@ -130,7 +164,15 @@ fn a_cpu_batch_too_large_for_memory_is_refused_before_the_first_step() {
     let ds = t.path().join("ds");
     run(
         &[
-            "synth", "--train", "8192", "--test", "0", "--shape", "1x64x64", "-o", s(&ds),
+            "synth",
+            "--train",
+            "8192",
+            "--test",
+            "0",
+            "--shape",
+            "1x64x64",
+            "-o",
+            s(&ds),
             "--quiet",
         ],
         0,
@@ -139,7 +181,15 @@ fn a_cpu_batch_too_large_for_memory_is_refused_before_the_first_step() {
     // resnet18 keeps about 25 MB a 64x64 sample: 8192 of them are far beyond any test machine.
     let e = stderr(&run(
         &[
-            "train", s(&ds), "--device", "cpu", "--model", "resnet18", "--batch", "8192", "-o",
+            "train",
+            s(&ds),
+            "--device",
+            "cpu",
+            "--model",
+            "resnet18",
+            "--batch",
+            "8192",
+            "-o",
             s(&r),
         ],
         2,
@@ -160,7 +210,16 @@ fn a_run_killed_before_its_first_checkpoint_is_started_afresh_with_force() {
     std::fs::remove_file(r.join("checkpoint.safetensors")).unwrap();
     std::fs::remove_file(r.join("summary.json")).unwrap();
     let train = |extra: &[&str], code| {
-        let mut a = vec!["train", s(&ds), "--device", "cpu", "--epochs", "1", "-o", s(&r)];
+        let mut a = vec![
+            "train",
+            s(&ds),
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+            "-o",
+            s(&r),
+        ];
         a.extend_from_slice(extra);
         stderr(&run(&a, code))
     };
@@ -178,12 +237,18 @@ fn a_run_killed_before_its_first_checkpoint_is_started_afresh_with_force() {
     assert!(r.join("summary.json").exists() && r.join("checkpoint.safetensors").exists());
     // --force over a finished run starts afresh too; without it the run is kept.
     let e = train(&[], 2);
-    assert!(e.contains("already holds a run") && e.contains("--force"), "{e}");
+    assert!(
+        e.contains("already holds a run") && e.contains("--force"),
+        "{e}"
+    );
     train(&["--force", "--quiet"], 0);
     // Files that are not the run's stay.
     std::fs::write(r.join("notes.txt"), "mine").unwrap();
     train(&["--force", "--quiet"], 0);
-    assert_eq!(std::fs::read_to_string(r.join("notes.txt")).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(r.join("notes.txt")).unwrap(),
+        "mine"
+    );
 }
 
 #[test]
@@ -192,7 +257,15 @@ fn a_long_cpu_run_says_how_long_it_will_take() {
     let ds = t.path().join("ds");
     run(
         &[
-            "synth", "--train", "4000", "--test", "400", "--shape", "1x28x28", "-o", s(&ds),
+            "synth",
+            "--train",
+            "4000",
+            "--test",
+            "400",
+            "--shape",
+            "1x28x28",
+            "-o",
+            s(&ds),
             "--quiet",
         ],
         0,
@@ -270,7 +343,8 @@ fn every_flag_in_help_has_a_meaning() {
 /// The README's synopsis lists every flag each command has (`--help` being the reference).
 #[test]
 fn the_readme_synopsis_lists_every_flag() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let start = readme.find("## Commands").unwrap();
     let block = &readme[start..];
     let block = &block[block.find("```").unwrap() + 3..];
@@ -298,7 +372,8 @@ fn the_readme_synopsis_lists_every_flag() {
             }
             let listed = |text: &str| {
                 text.match_indices(flag).any(|(i, _)| {
-                    !text[i + flag.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+                    !text[i + flag.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
                 })
             };
             assert!(

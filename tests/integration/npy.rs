@@ -157,9 +157,8 @@ fn fortran_order_and_big_endian_give_the_c_order_twins_shards() {
                     convert(&twin, &twin_out, target);
                     let want = shard_files(&twin_out);
                     assert!(!want.is_empty());
-                    for (v, (descr, order)) in [(&le, 'F'), (&be, 'C'), (&be, 'F')]
-                        .into_iter()
-                        .enumerate()
+                    for (v, (descr, order)) in
+                        [(&le, 'F'), (&be, 'C'), (&be, 'F')].into_iter().enumerate()
                     {
                         let src = t.path().join(format!("{case}-{v}"));
                         std::fs::create_dir_all(&src).unwrap();
@@ -306,20 +305,12 @@ fn npy_split_names_and_unknown_names() {
         convert(&src, &out, &[]);
         let m: serde_json::Value =
             serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
-        let mut s: Vec<String> = m["splits"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .cloned()
-            .collect();
+        let mut s: Vec<String> = m["splits"].as_object().unwrap().keys().cloned().collect();
         s.sort();
         s
     };
     assert_eq!(
-        split_of(&[
-            ("X_train.npy", "y_train.npy"),
-            ("X_val.npy", "y_val.npy")
-        ]),
+        split_of(&[("X_train.npy", "y_train.npy"), ("X_val.npy", "y_val.npy")]),
         ["test", "train"]
     );
     assert_eq!(

@@ -663,8 +663,7 @@ fn odd_paths_on_the_command_line() {
     let e = stderr(&o);
     assert!(e.contains("no\\nsuch"), "{e}");
     assert_eq!(e.trim_end().lines().count(), 1, "{e}");
-    // train, eval, verify and inspect too.
-    let run = raw(t.path(), b"run\nx\xff");
+    // train, eval, verify and inspect too (a missing input is a usage error everywhere).
     for args in [
         vec![
             "train".as_ref(),
@@ -672,11 +671,11 @@ fn odd_paths_on_the_command_line() {
             "--device".as_ref(),
             "cpu".as_ref(),
         ],
-        vec!["eval".as_ref(), run.as_os_str(), missing.as_os_str()],
+        vec!["eval".as_ref(), missing.as_os_str(), missing.as_os_str()],
         vec!["verify".as_ref(), missing.as_os_str()],
         vec!["inspect".as_ref(), missing.as_os_str()],
     ] {
-        let e = stderr(&run_os(&args, 1));
+        let e = stderr(&run_os(&args, 2));
         assert!(e.contains("no\\nsuch"), "{args:?}: {e}");
         assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e}");
     }
