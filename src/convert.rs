@@ -2336,6 +2336,10 @@ fn request_key(o: &ConvertOptions) -> String {
     // Links are not followed into folders (a link loop would never end): a link to a folder
     // counts by where it points, a link to a file by that file.
     fn walk(root: &Path, p: &Path, h: &mut Xxh3) {
+        // A signal stops the walk; the plan that follows checks for it and ends the run.
+        if crate::interrupt::requested().is_some() {
+            return;
+        }
         let Ok(meta) = std::fs::symlink_metadata(p) else {
             return;
         };
