@@ -4,7 +4,7 @@
 //! ceiling), the loader's batches, and the batches copied once more into a reused buffer, as the
 //! pinned ring copies them. Figures go to BENCHMARKS.md.
 
-use prep::shard::Dataset;
+use prep::format::shard::Dataset;
 use prep::train::input::{epoch, OnDamage, Source};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -16,7 +16,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() {
     // As `prep train` sets it (PURGE=0 to compare with the allocator's default).
     if std::env::var("PURGE").as_deref() != Ok("0") {
-        prep::mem::purge_freed_memory_at_once();
+        prep::util::mem::purge_freed_memory_at_once();
     }
     let tmp;
     let dir = match std::env::var("DATA") {
@@ -36,7 +36,7 @@ fn main() {
                     // The data BENCHMARKS.md's input figures were measured on.
                     generator: prep::synth::Version::V1,
                     format: prep::OutputFormat::Shards,
-                    codec: prep::shard::Codec::Zstd { level: 3 },
+                    codec: prep::format::shard::Codec::Zstd { level: 3 },
                     block_samples: None,
                     shard_blocks: None,
                     force: false,
@@ -92,7 +92,7 @@ fn main() {
             for b in l.rx.iter() {
                 let b = b.unwrap();
                 if copy {
-                    prep::pipeline::copy_parallel(&mut ring[..b.pixels.len()], &b.pixels);
+                    prep::util::pipeline::copy_parallel(&mut ring[..b.pixels.len()], &b.pixels);
                     std::hint::black_box(&ring);
                 }
                 n += b.labels.len();

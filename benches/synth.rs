@@ -1,7 +1,7 @@
 //! Where `prep synth` spends its time, stage by stage, on one thread:
 //! `cargo bench --bench synth`. Figures go to BENCHMARKS.md.
 
-use prep::shard::{Codec, Stats};
+use prep::format::shard::{Codec, Stats};
 use prep::synth::{Generator, Version, DEFAULT_DIFFICULTY};
 use std::time::Instant;
 

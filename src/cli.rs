@@ -1,7 +1,7 @@
 //! Command-line arguments (clap). Validation of meaning happens in `cmd/`.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use prep::shard::Shape;
+use prep::format::shard::Shape;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -125,7 +125,7 @@ fn unit(s: &str) -> Result<f32, String> {
 }
 
 /// `--part I/N`: part I (from 0) of N of a job fanned out over a job array.
-fn part(s: &str) -> Result<prep::part::PartSpec, String> {
+fn part(s: &str) -> Result<prep::format::part::PartSpec, String> {
     s.parse().map_err(|e: prep::Error| e.to_string())
 }
 
@@ -153,7 +153,7 @@ pub struct SynthArgs {
     #[arg(long, value_name = "CxHxW", default_value = "3x32x32", value_parser = crate::parse::shape)]
     pub shape: Shape,
     /// Number of classes.
-    #[arg(long, value_name = "K", default_value_t = 10, value_parser = count::<u32>(1, prep::shard::format::MAX_CLASSES as u64))]
+    #[arg(long, value_name = "K", default_value_t = 10, value_parser = count::<u32>(1, prep::format::shard::format::MAX_CLASSES as u64))]
     pub classes: u32,
     /// Seed: every sample is a pure function of (seed, split, index).
     #[arg(long, default_value_t = 0)]
@@ -175,7 +175,7 @@ pub struct SynthArgs {
     /// cut into N ranges. `prep merge` joins the N parts. E.g. --part
     /// $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
     #[arg(long, value_name = "I/N", value_parser = part)]
-    pub part: Option<prep::part::PartSpec>,
+    pub part: Option<prep::format::part::PartSpec>,
     /// Replace a different dataset already in --out.
     #[arg(long)]
     pub force: bool,
@@ -319,7 +319,7 @@ pub struct ConvertArgs {
     /// split's sorted inputs (of the samples for IDX, CIFAR and .npy). `prep merge` joins the N
     /// parts. E.g. --part $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
     #[arg(long, value_name = "I/N", value_parser = part)]
-    pub part: Option<prep::part::PartSpec>,
+    pub part: Option<prep::format::part::PartSpec>,
     /// Replace the dataset already in --out (only once the new one is complete).
     #[arg(long)]
     pub force: bool,
@@ -529,7 +529,7 @@ pub enum DtypeArg {
     F32,
 }
 
-impl From<DtypeArg> for prep::shard::Dtype {
+impl From<DtypeArg> for prep::format::shard::Dtype {
     fn from(d: DtypeArg) -> Self {
         match d {
             DtypeArg::U8 => Self::U8,

@@ -56,7 +56,7 @@ fn main() -> ExitCode {
                 });
             if let Some(s) = signal {
                 eprintln!("{e:#}");
-                return ExitCode::from(prep::interrupt::exit_status(s) as u8);
+                return ExitCode::from(prep::util::interrupt::exit_status(s) as u8);
             }
             // One write: the ranks of `train --gpus` share a stderr, and a line written in
             // pieces would interleave with another rank's.

@@ -3,7 +3,7 @@
 
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
-use prep::shard::Shape;
+use prep::format::shard::Shape;
 use std::ffi::OsStr;
 use std::marker::PhantomData;
 

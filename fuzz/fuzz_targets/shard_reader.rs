@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let path = temp_path();
     // Truncates and rewrites the same file every run.
     std::fs::write(path, data).expect("write fuzz input to the temp file");
-    if let Ok(reader) = prep::shard::ShardReader::open(path) {
+    if let Ok(reader) = prep::format::shard::ShardReader::open(path) {
         for i in 0..reader.num_blocks() {
             let _ = reader.read_block(i);
         }

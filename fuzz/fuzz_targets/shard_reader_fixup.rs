@@ -81,7 +81,7 @@ fuzz_target!(|data: &[u8]| {
     fixup(&mut d);
     let path = temp_path();
     std::fs::write(path, &d).expect("write fuzz input to the temp file");
-    if let Ok(reader) = prep::shard::ShardReader::open(path) {
+    if let Ok(reader) = prep::format::shard::ShardReader::open(path) {
         for i in 0..reader.num_blocks() {
             let _ = reader.read_block(i);
         }

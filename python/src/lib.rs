@@ -1,10 +1,10 @@
 //! `prep._prep`: the native half of the Python package. It wraps the main crate's reader
-//! (`prep::shard`, `prep::train::input`) so that Python reads exactly what `prep train` reads,
+//! (`prep::format::shard`, `prep::train::input`) so that Python reads exactly what `prep train` reads,
 //! in the same order, with every block checked. The Python half (`python/prep/`) turns the
 //! buffers returned here into NumPy arrays and PyTorch tensors.
 
-use prep::error::Region;
-use prep::shard::{Block, Dataset, Dtype};
+use prep::util::error::Region;
+use prep::format::shard::{Block, Dataset, Dtype};
 use prep::train::input::{self, EpochPlan, Loader, OnDamage, Share, Source};
 use pyo3::create_exception;
 use pyo3::exceptions::{
@@ -160,7 +160,7 @@ impl NativeDataset {
         let dir = if path.is_file()
             && path
                 .file_name()
-                .map(|n| n == prep::shard::manifest::FILE_NAME)
+                .map(|n| n == prep::format::shard::manifest::FILE_NAME)
                 == Some(true)
         {
             path.parent().unwrap_or(Path::new(".")).to_path_buf()
@@ -177,19 +177,19 @@ impl NativeDataset {
             }
             Ok(_) => {}
         }
-        let manifest = dir.join(prep::shard::manifest::FILE_NAME);
+        let manifest = dir.join(prep::format::shard::manifest::FILE_NAME);
         if !manifest.exists() {
             return Err(DatasetError::new_err(format!(
                 "{shown}: not a prep dataset (it has no {})",
-                prep::shard::manifest::FILE_NAME
+                prep::format::shard::manifest::FILE_NAME
             )));
         }
         if let Ok(f) = prep::dataset_format(&dir) {
-            if f != prep::shard::manifest::FORMAT {
+            if f != prep::format::shard::manifest::FORMAT {
                 return Err(DatasetError::new_err(format!(
                     "{shown}: a '{f}' dataset; the Python reader reads prep shard datasets \
                      ('{}', `prep convert --format shards`)",
-                    prep::shard::manifest::FORMAT
+                    prep::format::shard::manifest::FORMAT
                 )));
             }
         }

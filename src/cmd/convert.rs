@@ -3,10 +3,10 @@ use super::{thousands, UsageError};
 use crate::cli::{ConvertArgs, FitArg, KindArg, OnErrorArg};
 use anyhow::Context;
 use prep::convert::{convert, ConvertOptions, Kind, OnError};
-use prep::mem::human;
-use prep::shard::Dtype;
+use prep::format::shard::Dtype;
 use prep::source::transform::Fit;
 use prep::source::DecodeOptions;
+use prep::util::mem::human;
 use std::process::ExitCode;
 
 fn pair<T: std::str::FromStr>(s: &str, sep: char, what: &str) -> Result<(T, T), UsageError> {
@@ -45,7 +45,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 return Err(UsageError(format!("--size {s}: sides must be at least 1")).into());
             }
             // H times W (times the channels, checked once they are known) within a sample's cap.
-            prep::shard::Shape::new(vec![1, h, w])
+            prep::format::shard::Shape::new(vec![1, h, w])
                 .map_err(|e| UsageError(format!("--size {s}: {e}")))?;
             Some((h, w))
         }
@@ -221,7 +221,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
 fn class_names(arg: &str) -> anyhow::Result<Vec<String>> {
     let names: Vec<String> = if let Some(file) = arg.strip_prefix('@') {
         let path = std::path::Path::new(file);
-        let text = prep::files::read_text_capped(path, 16 << 20, "a class names file")?;
+        let text = prep::store::local::read_text_capped(path, 16 << 20, "a class names file")?;
         text.lines()
             .map(|l| l.trim().to_string())
             .filter(|l| !l.is_empty())

@@ -1,11 +1,11 @@
 use super::outln;
 use crate::cli::EvalArgs;
 use anyhow::Context;
-use prep::error::shown_path;
+use prep::util::error::shown_path;
 use std::process::ExitCode;
 
 pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
-    use prep::paths::{expect_dataset, expect_run, what, What};
+    use super::paths::{expect_dataset, expect_run, what, What};
     if what(&a.run) == What::Dataset && what(&a.data) == What::Run {
         return Err(super::UsageError(format!(
             "{} is a dataset and {} a run folder: eval takes RUN then DATA (prep eval {} {})",
@@ -32,9 +32,9 @@ pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
             shown_path(&a.data)
         )
     })?;
-    let recorded: Option<f64> = prep::files::read_capped(
+    let recorded: Option<f64> = prep::store::local::read_capped(
         &a.run.join("summary.json"),
-        prep::files::JSON_CAP,
+        prep::store::local::JSON_CAP,
         "a summary",
     )
     .ok()

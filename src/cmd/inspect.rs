@@ -2,19 +2,19 @@ use super::outln;
 use super::thousands;
 use crate::cli::InspectArgs;
 use anyhow::Context;
-use prep::error::shown_path;
-use prep::mem::human;
+use prep::util::error::shown_path;
+use prep::util::mem::human;
 use std::process::ExitCode;
 
 pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    prep::lock::check_not_written(&a.dir)?;
-    prep::paths::expect_dataset(&a.dir, "inspect takes a dataset folder")?;
-    let s = prep::inspect::summarize(&a.dir)
+    prep::format::lock::check_not_written(&a.dir)?;
+    super::paths::expect_dataset(&a.dir, "inspect takes a dataset folder")?;
+    let s = prep::format::inspect::summarize(&a.dir)
         .with_context(|| format!("inspecting {}", shown_path(&a.dir)))?;
     if let Some(path) = &a.grid {
         let side = *s.shape.last().unwrap_or(&32);
         let zoom = a.zoom.unwrap_or_else(|| (64 / side.max(1)).clamp(1, 8));
-        let img = prep::inspect::grid(&a.dir, &a.split, a.per_class.max(1), zoom)?;
+        let img = prep::format::inspect::grid(&a.dir, &a.split, a.per_class.max(1), zoom)?;
         img.save(path)
             .with_context(|| format!("writing {}", shown_path(&path)))?;
         if !quiet && !a.json {
@@ -40,8 +40,8 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     );
     if let (Some(c), Some(b)) = (&s.codec, s.block_samples) {
         let codec = match c {
-            prep::shard::Codec::Zstd { level } => format!("zstd level {level}"),
-            prep::shard::Codec::None => "none".into(),
+            prep::format::shard::Codec::Zstd { level } => format!("zstd level {level}"),
+            prep::format::shard::Codec::None => "none".into(),
         };
         outln!(
             "storage     {} shard files, {codec}, {b} samples per block",

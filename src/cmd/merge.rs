@@ -2,28 +2,28 @@ use super::outln;
 use super::thousands;
 use crate::cli::MergeArgs;
 use anyhow::Context;
-use prep::mem::human;
+use prep::util::mem::human;
 use std::process::ExitCode;
 
 pub fn run(a: MergeArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     // `prep merge s/ s1/` with OUT forgotten takes s/ for OUT: say so rather than miss a part.
-    if prep::paths::what(&a.out) == prep::paths::What::Dataset {
+    if super::paths::what(&a.out) == super::paths::What::Dataset {
         return Err(super::UsageError(format!(
             "{} already holds a dataset, and merge writes into its first argument: prep merge OUT PART... (e.g. prep merge merged/ {} {})",
-            prep::error::shown_path(&a.out),
-            prep::error::shown_path(&a.out),
+            prep::util::error::shown_path(&a.out),
+            prep::util::error::shown_path(&a.out),
             a.parts
                 .iter()
-                .map(|p| prep::error::shown_path(p))
+                .map(|p| prep::util::error::shown_path(p))
                 .collect::<Vec<_>>()
                 .join(" ")
         ))
         .into());
     }
     for p in &a.parts {
-        prep::paths::expect_dataset(p, "merge takes OUT then the part folders")?;
+        super::paths::expect_dataset(p, "merge takes OUT then the part folders")?;
     }
-    let r = prep::merge::merge(&a.out, &a.parts, quiet)
+    let r = prep::convert::merge::merge(&a.out, &a.parts, quiet)
         .map_err(|e| {
             e.when_interrupted(|| "nothing was written: the same command merges again".into())
         })

@@ -4,22 +4,23 @@ mod convert;
 mod eval;
 mod inspect;
 mod merge;
+mod paths;
 mod plan;
 mod synth;
 mod train;
 mod verify;
 
 use crate::cli::{Cli, CodecArg, Command, FormatArg, StoreArgs};
-use prep::shard::Codec;
+use prep::format::shard::Codec;
 use prep::OutputFormat;
 use std::process::ExitCode;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let quiet = cli.quiet;
-    // The long jobs stop cleanly on SIGINT and SIGTERM (`prep::interrupt`); plan and inspect,
+    // The long jobs stop cleanly on SIGINT and SIGTERM (`prep::util::interrupt`); plan and inspect,
     // which write at most one file atomically, keep the default action.
     if !matches!(cli.command, Command::Plan(_) | Command::Inspect(_)) {
-        prep::interrupt::install()
+        prep::util::interrupt::install()
             .map_err(|e| anyhow::anyhow!("cannot catch SIGINT and SIGTERM: {e}"))?;
     }
     match cli.command {
@@ -68,7 +69,7 @@ pub fn dataset_bytes(
     train: u64,
     test: u64,
     sample_bytes: u64,
-    shape: &prep::shard::Shape,
+    shape: &prep::format::shard::Shape,
 ) -> Result<u64, UsageError> {
     train
         .checked_add(test)

@@ -1,16 +1,16 @@
 use super::outln;
 use super::{thousands, UsageError};
 use crate::cli::PlanArgs;
-use prep::mem::human;
+use prep::format::shard::Dtype;
 use prep::nn::ModelConfig;
-use prep::shard::Dtype;
+use prep::util::mem::human;
 use std::process::ExitCode;
 
 pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
     let dtype = Dtype::from(a.dtype);
     let cores = rayon::current_num_threads();
     // The sizes below are products of these: refuse what does not fit in 64 bits.
-    let spec = prep::shard::SampleSpec {
+    let spec = prep::format::shard::SampleSpec {
         shape: a.shape.clone(),
         dtype,
     };
@@ -22,7 +22,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     let model = ModelConfig::new(&a.model, d[0] as usize, d[1] as usize, d[2] as usize, 10)
         .map_err(|e| UsageError(format!("--shape {}: {e}", a.shape)))?;
-    let p = prep::plan::plan(
+    let p = prep::train::plan::plan(
         a.train,
         a.test,
         a.shape.clone(),
@@ -88,13 +88,13 @@ pub fn run(a: PlanArgs) -> anyhow::Result<ExitCode> {
         for (link, bw, t, t95) in [
             (
                 "NVLink",
-                prep::plan::NVLINK_BUS_BYTES_PER_SEC,
+                prep::train::plan::NVLINK_BUS_BYTES_PER_SEC,
                 g.allreduce_seconds_nvlink,
                 g.step_seconds_for_95_percent_nvlink,
             ),
             (
                 "PCIe",
-                prep::plan::PCIE_BUS_BYTES_PER_SEC,
+                prep::train::plan::PCIE_BUS_BYTES_PER_SEC,
                 g.allreduce_seconds_pcie,
                 g.step_seconds_for_95_percent_pcie,
             ),

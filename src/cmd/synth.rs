@@ -2,8 +2,8 @@ use super::outln;
 use super::{thousands, UsageError};
 use crate::cli::SynthArgs;
 use anyhow::Context;
-use prep::mem::human;
 use prep::synth::{synthesize, SynthOptions, Version, DEFAULT_DIFFICULTY};
+use prep::util::mem::human;
 use std::process::ExitCode;
 
 pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
@@ -21,9 +21,9 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     // Refuse a dataset whose size does not fit in 64 bits (the product of --train/--test and the
     // sample size) before anything is written.
-    let spec = prep::shard::SampleSpec {
+    let spec = prep::format::shard::SampleSpec {
         shape: a.shape.clone(),
-        dtype: prep::shard::Dtype::U8,
+        dtype: prep::format::shard::Dtype::U8,
     };
     let widest = (spec.bytes() as u64).max(a.shape.elems() as u64 * 4) + 4;
     super::dataset_bytes(a.train, a.test, widest, &a.shape)?;

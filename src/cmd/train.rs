@@ -3,10 +3,10 @@ use super::UsageError;
 use crate::cli::TrainArgs;
 use anyhow::Context;
 use prep::dist;
-use prep::error::shown_path;
-use prep::mem::human;
 use prep::nn::model::default_lr;
 use prep::train::{gpu_count, train, Recipe, TrainOptions};
+use prep::util::error::shown_path;
+use prep::util::mem::human;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode};
@@ -31,10 +31,10 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         w => w,
     };
     if let Some(d) = &a.data {
-        prep::paths::expect_dataset(d, "train takes a dataset; a run folder goes to --resume")?;
+        super::paths::expect_dataset(d, "train takes a dataset; a run folder goes to --resume")?;
     }
     if let Some(r) = &a.resume {
-        prep::paths::expect_run(
+        super::paths::expect_run(
             r,
             "--resume takes the run folder that prep train --out wrote",
         )?;
@@ -45,7 +45,7 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         // A run another prep is writing is refused as the library refuses it (its config may
         // not be written yet); a config that cannot be read is left for the library to report.
         if dir.is_dir() {
-            prep::lock::check_not_written(dir)
+            prep::format::lock::check_not_written(dir)
                 .with_context(|| format!("resuming {}", shown_path(dir)))?;
         }
         if let Ok(r) = prep::train::read_recipe(dir) {
@@ -348,7 +348,7 @@ fn launch(gpus: &[usize], quiet: bool) -> anyhow::Result<ExitCode> {
     loop {
         // A signal to this process (SIGTERM from a scheduler, say) goes to every rank, which
         // then stops as one run does: with a checkpoint.
-        if let (Some(sig), false) = (prep::interrupt::requested(), forwarded) {
+        if let (Some(sig), false) = (prep::util::interrupt::requested(), forwarded) {
             for (_, _, c) in &ranks {
                 unsafe {
                     libc::kill(c.id() as libc::pid_t, sig);
@@ -368,12 +368,12 @@ fn launch(gpus: &[usize], quiet: bool) -> anyhow::Result<ExitCode> {
                 Some(_) => {}
             }
         }
-        if let (Some(_), Some(sig)) = (failed, prep::interrupt::requested()) {
+        if let (Some(_), Some(sig)) = (failed, prep::util::interrupt::requested()) {
             // Every rank was told to stop: let each finish (rank 0 saves a checkpoint).
             for (_, _, c) in &mut ranks {
                 let _ = c.wait();
             }
-            return Ok(ExitCode::from(prep::interrupt::exit_status(sig) as u8));
+            return Ok(ExitCode::from(prep::util::interrupt::exit_status(sig) as u8));
         }
         if let Some((rank, gpu, st)) = failed {
             stop_all(&mut ranks);

@@ -1,19 +1,19 @@
 use super::outln;
 use super::thousands;
 use crate::cli::VerifyArgs;
-use prep::colmajor::{ColmajorManifest, ColmajorSplitReader};
-use prep::error::shown_path;
-use prep::mem::human;
-use prep::shard::dataset::total_bytes;
-use prep::shard::{Damage, Dataset, VerifyReport};
+use prep::format::colmajor::{ColmajorManifest, ColmajorSplitReader};
+use prep::format::shard::dataset::total_bytes;
+use prep::format::shard::{Damage, Dataset, VerifyReport};
+use prep::util::error::shown_path;
+use prep::util::mem::human;
 use std::process::ExitCode;
 use std::time::Instant;
 
 pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     // A dataset being written is not damaged: say who writes it (exit 1), and check nothing.
-    prep::lock::check_not_written(&a.dir)?;
-    prep::paths::expect_dataset(&a.dir, "verify takes a dataset folder")?;
+    prep::format::lock::check_not_written(&a.dir)?;
+    super::paths::expect_dataset(&a.dir, "verify takes a dataset folder")?;
     let report = match verify(&a, quiet) {
         Ok(r) => r,
         Err(e) if e.is_interrupted() => {
@@ -73,15 +73,15 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn verify(a: &VerifyArgs, quiet: bool) -> prep::Result<VerifyReport> {
-    if prep::dataset_format(&a.dir)? == prep::colmajor::FORMAT {
+    if prep::dataset_format(&a.dir)? == prep::format::colmajor::FORMAT {
         return verify_colmajor(a);
     }
     let ds = Dataset::open(&a.dir)?;
-    let pb = prep::progress::bytes_bar(total_bytes(&ds), "verify", quiet);
+    let pb = prep::util::progress::bytes_bar(total_bytes(&ds), "verify", quiet);
     let report = ds.verify(&|n| pb.inc(n));
     pb.finish_and_clear();
     // A report cut short by a signal says nothing.
-    prep::interrupt::check()?;
+    prep::util::interrupt::check()?;
     Ok(report)
 }
 
@@ -90,7 +90,7 @@ fn verify_colmajor(a: &VerifyArgs) -> prep::Result<VerifyReport> {
     let m = ColmajorManifest::read(&a.dir)?;
     let mut report = VerifyReport::default();
     for (name, s) in &m.splits {
-        prep::interrupt::check()?;
+        prep::util::interrupt::check()?;
         match ColmajorSplitReader::open(&a.dir, &m, name) {
             Ok(r) => {
                 let k = m.classes.len() as i32;

@@ -362,7 +362,7 @@ fn check_model_at<B: Backend>(be: &mut B, cfg: ModelConfig, n: usize, only: &[&s
     let labels: Vec<u32> = (0..n).map(|i| [0, 2, 1][i % 3]).collect();
     let raw = RawBatch {
         pixels: &px,
-        dtype: crate::shard::Dtype::U8,
+        dtype: crate::format::shard::Dtype::U8,
         n,
         c,
         h,

@@ -32,7 +32,7 @@ pub struct RawBatch<'a> {
     /// `n` samples of `c*h*w` values of `dtype`, little-endian.
     pub pixels: &'a [u8],
     /// u8/u16 are normalised as `(p / max - mean) / std`, f16/f32 as `(v - mean) / std`.
-    pub dtype: crate::shard::Dtype,
+    pub dtype: crate::format::shard::Dtype,
     pub n: usize,
     pub c: usize,
     pub h: usize,

@@ -70,7 +70,8 @@ pub fn class_names(dir: &Path, v: Variant) -> Option<Vec<String>> {
     };
     let d = find(dir)
         .and_then(|(_, t, _)| t.first().and_then(|p| p.parent().map(Path::to_path_buf)))?;
-    let text = crate::files::read_text_capped(&d.join(file), 1 << 20, "a class names file").ok()?;
+    let text =
+        crate::store::local::read_text_capped(&d.join(file), 1 << 20, "a class names file").ok()?;
     let names: Vec<String> = text
         .lines()
         .map(str::trim)

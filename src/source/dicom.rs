@@ -460,203 +460,6 @@ fn header_of(obj: &DefaultDicomObject) -> Result<SeriesHeader, Reject> {
     })
 }
 
-/// Files left out of a series, with their reasons: (path relative to the input, reason).
-pub type LeftOut = Vec<(String, String)>;
-
-/// Decode a series (see `series::group`) as one volume and emit its slices along `opts.axis`.
-///
-/// Grey series: each slice is decoded on its own (modality values after its own Rescale
-/// Slope/Intercept) into a volume with x = columns, y = rows, z = the slices in order, which is
-/// then cut as a multi-frame volume is (`emit_slices`, slice 0 on the top row for axes 0 and 1).
-/// `opts.float`: the values as they are; else the window is `opts.window`, else the Window
-/// Center/Width of the first slice, else the volume's min..max, the same for every slice;
-/// MONOCHROME1 is inverted. Colour series (axis 2 only) emit each slice's image in order.
-///
-/// Where several files share a slice position, the first that decodes is used and the others
-/// are left out. A file that cannot be decoded is left out with its reason; along axis 2 the rest
-/// still converts, along axes 0 and 1 (which need every slice) the whole series is left out.
-/// `Ok`: the files left out of a series that converted; `Err`: every file of a series that did
-/// not, each with its reason.
-pub fn decode_series(
-    s: &super::series::SeriesPlan,
-    opts: &DecodeOptions,
-    emit: &mut Emit,
-) -> Result<LeftOut, LeftOut> {
-    let mut left: LeftOut = Vec::new();
-    // Every file not yet named gets `why`: the whole series is left out.
-    let all = |left: LeftOut, why: &str| -> LeftOut {
-        let mut out = left;
-        for f in s.slots.iter().flatten() {
-            if !out.iter().any(|(r, _)| *r == f.rel) {
-                out.push((f.rel.clone(), why.to_string()));
-            }
-        }
-        out
-    };
-    if opts.axis > 2 {
-        return Err(all(left, &format!("axis {} is not 0, 1 or 2", opts.axis)));
-    }
-    let dup = |used: &str| {
-        format!(
-            "same slice position as {used} in series {}, which is used",
-            s.uid
-        )
-    };
-    if s.colour {
-        if opts.axis != 2 {
-            return Err(all(
-                left,
-                "a colour series is not a volume: --axis 0 and 1 reslice grey series only",
-            ));
-        }
-        let one = DecodeOptions {
-            axis: 2,
-            ..opts.clone()
-        };
-        for slot in &s.slots {
-            let mut used: Option<&str> = None;
-            for f in slot {
-                if let Some(u) = used {
-                    left.push((f.rel.clone(), dup(u)));
-                    continue;
-                }
-                // An error from `emit` is the conversion's, not this file's: it ends the series.
-                let mut emit_failed = None;
-                let r = decode(&f.path, &one, &mut |frame| {
-                    emit(frame).inspect_err(|e| emit_failed = Some(e.clone()))
-                });
-                if let Some(e) = emit_failed {
-                    return Err(all(
-                        left,
-                        &format!("its series {} could not be converted: {e}", s.uid),
-                    ));
-                }
-                match r {
-                    Ok(()) => used = Some(&f.rel),
-                    Err(r) => left.push((f.rel.clone(), r.0)),
-                }
-            }
-        }
-        return Ok(left);
-    }
-
-    let (rows, cols) = (s.rows as usize, s.cols as usize);
-    let total = (rows as u64) * (cols as u64) * (s.slots.len() as u64);
-    if total > MAX_SAMPLES {
-        return Err(all(
-            left,
-            &format!("series too large: {total} samples (limit {MAX_SAMPLES})"),
-        ));
-    }
-    let mut vol: Vec<f32> = Vec::new();
-    if vol.try_reserve_exact(total as usize).is_err() {
-        return Err(all(
-            left,
-            &format!("cannot allocate a volume of {total} samples"),
-        ));
-    }
-    let values = DecodeOptions {
-        float: true,
-        axis: 2,
-        window: None,
-        ..opts.clone()
-    };
-    let mut window = None;
-    let mut slices = 0;
-    for slot in &s.slots {
-        let mut used: Option<&str> = None;
-        for f in slot {
-            if let Some(u) = used {
-                left.push((f.rel.clone(), dup(u)));
-                continue;
-            }
-            match read_slice(&f.path, &values, s.rows, s.cols) {
-                Ok(v) => {
-                    vol.extend_from_slice(&v);
-                    if slices == 0 {
-                        window = f.window;
-                    }
-                    slices += 1;
-                    used = Some(&f.rel);
-                }
-                Err(r) => left.push((f.rel.clone(), r.0)),
-            }
-        }
-        if used.is_none() && opts.axis != 2 {
-            let rel = &slot[0].rel;
-            return Err(all(
-                left,
-                &format!(
-                    "left out with its series {}: --axis {} reslices the whole volume and the slice of {rel} could not be decoded",
-                    s.uid, opts.axis
-                ),
-            ));
-        }
-    }
-    if slices == 0 {
-        return Ok(left);
-    }
-    let dims = [cols, rows, slices];
-    let r = if opts.float {
-        emit_float_slices(&vol, dims, opts.axis, false, emit)
-    } else {
-        let (low, high) = opts
-            .window
-            .or(window)
-            .unwrap_or_else(|| min_max(vol.iter().map(|&v| v as f64)));
-        let invert = s.invert;
-        emit_slices(
-            &vol,
-            dims,
-            opts.axis,
-            false,
-            &|v| {
-                let u = window_to_u16(v as f64, low, high);
-                if invert {
-                    65535 - u
-                } else {
-                    u
-                }
-            },
-            emit,
-        )
-    };
-    match r {
-        Ok(()) => Ok(left),
-        Err(e) => Err(all(
-            left,
-            &format!("its series {} could not be converted: {e}", s.uid),
-        )),
-    }
-}
-
-/// The modality values of a single-frame grey file of `rows` x `cols`.
-fn read_slice(
-    path: &Path,
-    values: &DecodeOptions,
-    rows: u32,
-    cols: u32,
-) -> Result<Vec<f32>, Reject> {
-    let mut out = None;
-    decode(path, values, &mut |frame| {
-        if out.is_some() {
-            return Err(Reject::new("holds several frames, a slice of a series one"));
-        }
-        match frame {
-            Frame::Float(f) if f.channels == 1 && (f.height, f.width) == (rows, cols) => {
-                out = Some(f.data);
-                Ok(())
-            }
-            Frame::Float(f) => Err(Reject::new(format!(
-                "decodes to {}x{} with {} channel(s), its series is {rows}x{cols} grey",
-                f.height, f.width, f.channels
-            ))),
-            Frame::Image(_) => Err(Reject::new("not a grey image, its series is grey")),
-        }
-    })?;
-    out.ok_or_else(|| Reject::new("holds no image"))
-}
-
 /// The DICOM linear window (PS3.3 C.11.2.1.2.1) as the (low, high) that `window_to_u16` maps onto
 /// 0 and 65535; `None` for a width below 1 (not a valid window).
 fn dicom_window(center: f64, width: f64) -> Option<(f64, f64)> {
@@ -667,7 +470,7 @@ fn dicom_window(center: f64, width: f64) -> Option<(f64, f64)> {
     Some((center - 0.5 - half, center - 0.5 + half))
 }
 
-fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
+pub(super) fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for v in values {
         if v.is_finite() {
@@ -2457,7 +2260,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_series_slice_that_cannot_be_decoded_is_left_out_or_ends_the_series() {
-        use super::super::series::{Order, SeriesPlan, SliceFile};
+        use super::super::series::{decode_series, Order, SeriesPlan, SliceFile};
         let t = tempfile::tempdir().unwrap();
         let spec = Spec {
             pi: "MONOCHROME1",

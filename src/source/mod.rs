@@ -40,11 +40,11 @@ impl Reject {
     }
 }
 
-/// Open an input file, which must be a regular file or a link to one (`crate::files::open`: a
+/// Open an input file, which must be a regular file or a link to one (`crate::store::local::open`: a
 /// FIFO, device or socket is refused at once rather than read). The reason leaves out the path,
 /// which the caller's report adds.
 pub fn open_input(path: &Path) -> Result<std::fs::File, Reject> {
-    crate::files::open(path).map_err(|e| match e {
+    crate::store::local::open(path).map_err(|e| match e {
         crate::Error::Io { cause, .. } => Reject::new(cause.to_string()),
         e => Reject::new(e.to_string()),
     })

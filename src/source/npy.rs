@@ -11,7 +11,7 @@
 //! stays at a block whatever the array's size. File pairs are found by name (see [`find`]).
 
 use super::Reject;
-use crate::shard::Dtype;
+use crate::format::shard::Dtype;
 use std::path::{Path, PathBuf};
 
 /// An image array whose samples are read on demand as u8, u16, f16 or f32 values in
@@ -428,7 +428,7 @@ pub fn read_labels(path: &Path, n: usize) -> Result<Vec<u32>, Reject> {
             };
             u32::try_from(v)
                 .ok()
-                .filter(|&v| v < crate::shard::format::MAX_CLASSES)
+                .filter(|&v| v < crate::format::shard::format::MAX_CLASSES)
                 .ok_or_else(|| {
                     Reject::new(format!(
                         "label {v} of sample {i} is not a class index 0..65535"

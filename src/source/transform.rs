@@ -5,7 +5,7 @@
 //! values in its own units. Only a resize changes them (interpolation); f16 rounds to nearest.
 
 use super::{FloatFrame, Frame, Reject};
-use crate::shard::Dtype;
+use crate::format::shard::Dtype;
 use image::imageops::{self, FilterType};
 use image::{DynamicImage, GenericImageView, ImageBuffer, Luma, Pixel, Rgb};
 

@@ -3,7 +3,7 @@
 //! its path.
 
 use super::FileKind;
-pub use crate::error::{shown, shown_path};
+pub use crate::util::error::{shown, shown_path};
 use regex::Regex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -101,9 +101,9 @@ pub fn name_text(name: &std::ffi::OsStr) -> String {
 /// and a link that points to nothing is listed in `dangling`. The walk keeps its own stack, so
 /// any depth the file system allows is walked. An error names the folder it concerns.
 pub fn walk(input: &Path) -> crate::Result<Tree> {
-    use crate::error::IoContext;
-    if let Some(t) = crate::files::special(input) {
-        return Err(crate::files::not_a_file(input, &t));
+    use crate::util::error::IoContext;
+    if let Some(t) = crate::store::local::special(input) {
+        return Err(crate::store::local::not_a_file(input, &t));
     }
     if input.is_file() {
         let rel = input.file_name().map(name_text).unwrap_or_default();
@@ -169,8 +169,8 @@ pub fn walk(input: &Path) -> crate::Result<Tree> {
             });
         } else if ft.is_symlink() && p.is_dir() {
             tree.folder_links.push(rel);
-        } else if let Some(t) = crate::files::special(&p) {
-            tree.special.push((rel, crate::files::describe(&t)));
+        } else if let Some(t) = crate::store::local::special(&p) {
+            tree.special.push((rel, crate::store::local::describe(&t)));
         } else if ft.is_symlink() && std::fs::metadata(&p).is_err() {
             tree.dangling.push(rel);
         }
@@ -235,8 +235,8 @@ pub fn csv_path(raw: &str) -> Result<String, &'static str> {
 /// without rows are errors naming the file and the line.
 pub fn read_labels_csv(path: &Path) -> Result<LabelsCsv, String> {
     let name = shown_path(path);
-    let bytes =
-        crate::files::read_capped(path, 1 << 30, "a labels CSV").map_err(|e| e.to_string())?;
+    let bytes = crate::store::local::read_capped(path, 1 << 30, "a labels CSV")
+        .map_err(|e| e.to_string())?;
     let mut r = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)

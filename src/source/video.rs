@@ -569,9 +569,9 @@ fn run_decoder(
     let mut partial = 0usize;
     let mut read_error = None;
     loop {
-        // A long video must not hold up a job that was asked to stop (`crate::interrupt`):
+        // A long video must not hold up a job that was asked to stop (`crate::util::interrupt`):
         // ffmpeg is ended with it.
-        if crate::interrupt::requested().is_some() {
+        if crate::util::interrupt::requested().is_some() {
             drop(out);
             child.kill_and_wait();
             let _ = stderr_thread.join();

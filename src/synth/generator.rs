@@ -11,8 +11,8 @@
 //! The inner loops are plain f32 arithmetic over rows (no per-pixel transcendental calls) so that
 //! the compiler vectorises them: the generator must outrun zstd to reach 150k samples/s on 2 cores.
 
-use crate::error::{Error, Result};
-use crate::shard::{Block, Dtype, SampleSpec, Shape};
+use crate::format::shard::{Dtype, SampleSpec, Shape};
+use crate::util::error::{Error, Result};
 use std::f32::consts::PI;
 use std::sync::OnceLock;
 use xxhash_rust::xxh3::xxh3_64;
@@ -238,7 +238,7 @@ impl Generator {
                 "synth makes 2-D images: the shape is CxHxW, got {shape}"
             )));
         }
-        if classes == 0 || classes > crate::shard::format::MAX_CLASSES {
+        if classes == 0 || classes > crate::format::shard::format::MAX_CLASSES {
             return Err(Error::Invalid(format!(
                 "--classes must be 1 to 65536, got {classes}"
             )));
@@ -269,43 +269,14 @@ impl Generator {
         self.rng(split, index).below(self.classes as u64) as u32
     }
 
-    /// Render one sample into `out` (C*H*W bytes) and return its label. `scratch` is reused between
-    /// calls to avoid an allocation per sample.
-    pub fn render(&self, split: u64, index: u64, out: &mut [u8], scratch: &mut Vec<f32>) -> u32 {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            return unsafe { self.render_avx2(split, index, out, scratch) };
-        }
-        self.render_any(split, index, out, scratch)
-    }
-
-    /// The same code compiled for AVX2: twice the vector width. Only IEEE-exact operations are used
-    /// (no fused multiply-add, no library transcendentals), so both versions give identical bytes.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn render_avx2(
+    #[inline(always)]
+    pub(super) fn render_v1(
         &self,
         split: u64,
         index: u64,
         out: &mut [u8],
         scratch: &mut Vec<f32>,
     ) -> u32 {
-        self.render_any(split, index, out, scratch)
-    }
-
-    #[inline(always)]
-    fn render_any(&self, split: u64, index: u64, out: &mut [u8], scratch: &mut Vec<f32>) -> u32 {
-        match self.version {
-            Version::V1 => self.render_v1(split, index, out, scratch),
-            Version::V2 { difficulty } => {
-                super::v2::render(self, difficulty as f32, split, index, out, scratch)
-            }
-        }
-    }
-
-    #[inline(always)]
-    fn render_v1(&self, split: u64, index: u64, out: &mut [u8], scratch: &mut Vec<f32>) -> u32 {
         let (c, h, w) = (
             self.spec.shape.0[0] as usize,
             self.spec.shape.0[1] as usize,
@@ -375,18 +346,6 @@ impl Generator {
             }
         }
         label
-    }
-
-    /// Render samples `start .. start + n` of a split as one block.
-    pub fn render_block(&self, split: u64, start: u64, n: usize) -> Block {
-        let sb = self.spec.bytes();
-        let mut block = Block::zeroed(n, sb);
-        let mut scratch = Vec::new();
-        for i in 0..n {
-            let label = self.render(split, start + i as u64, block.sample_mut(i), &mut scratch);
-            block.set_label(i, label);
-        }
-        block
     }
 
     /// Class names: the pattern each class draws, for a readable grid and manifest.

@@ -3,17 +3,17 @@
 //! rest, and ends byte-identical to an uninterrupted run.
 
 use super::{split_id, Generator, Version};
-use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
-use crate::error::{Error, IoContext, Result};
-use crate::output::write_atomic;
-use crate::part::{Part, PartRange, PartSpec};
-use crate::pipeline::ordered_map;
-use crate::shard::manifest::{self, read_capped, Provenance, ShardInfo, SplitInfo};
-use crate::shard::{
+use crate::format::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
+use crate::format::part::{Part, PartRange, PartSpec};
+use crate::format::shard::manifest::{self, read_capped, Provenance, ShardInfo, SplitInfo};
+use crate::format::shard::{
     default_block_samples, default_shard_blocks, shard_file_name, Codec, Manifest, SampleSpec,
     Shape, ShardReader, ShardWriter, Stats,
 };
-use crate::OutputFormat;
+use crate::format::OutputFormat;
+use crate::store::output::write_atomic;
+use crate::util::error::{Error, IoContext, Result};
+use crate::util::pipeline::ordered_map;
 use indicatif::ProgressBar;
 use rayon::prelude::*;
 use serde_json::json;
@@ -23,7 +23,7 @@ use std::time::Instant;
 
 /// Marks a dataset directory whose generation has started but not finished; holds the parameters so
 /// that a rerun can tell a resume from a different request.
-pub const PARTIAL_MARKER: &str = ".prep-partial.json";
+pub use crate::format::folder::{clean, dir_bytes, PARTIAL_MARKER};
 
 #[derive(Debug, Clone)]
 pub struct SynthOptions {
@@ -41,7 +41,7 @@ pub struct SynthOptions {
     pub shard_blocks: Option<u32>,
     /// Replace a different dataset already in `out`.
     pub force: bool,
-    /// Write only this part of the job: whole shards of every split (`crate::part`).
+    /// Write only this part of the job: whole shards of every split (`crate::format::part`).
     pub part: Option<PartSpec>,
     pub quiet: bool,
 }
@@ -94,7 +94,7 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
         .block_samples
         .unwrap_or_else(|| default_block_samples(spec.bytes()))
         .max(1);
-    if bs as u64 * (spec.bytes() as u64 + 4) > crate::shard::format::MAX_BLOCK_RAW {
+    if bs as u64 * (spec.bytes() as u64 + 4) > crate::format::shard::format::MAX_BLOCK_RAW {
         return Err(Error::Invalid(format!(
             "--block-samples {bs}: a block of {} samples would exceed 1 GiB",
             spec.shape
@@ -130,7 +130,7 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
     let ranges: Vec<(String, u64, u64, u64)> = splits
         .iter()
         .map(|(s, n)| {
-            let (a, b) = crate::part::share(*n, per_shard, opts.part.unwrap_or(whole));
+            let (a, b) = crate::format::part::share(*n, per_shard, opts.part.unwrap_or(whole));
             (s.clone(), *n, a, b)
         })
         .collect();
@@ -152,7 +152,7 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
     let params = with_part(job.clone())?;
     let out = &opts.out;
     // One writer per folder, from before anything in it is looked at or removed.
-    let _lock = crate::lock::lock_dir(out)?;
+    let _lock = crate::format::lock::lock_dir(out)?;
     if prepare_dir(
         out,
         &params,
@@ -168,12 +168,12 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
             shards_written: 0,
             shards_reused: 0,
             bytes_on_disk: dir_bytes(out),
-            peak_rss_bytes: crate::mem::peak_rss_bytes(),
+            peak_rss_bytes: crate::util::mem::peak_rss_bytes(),
             already_complete: true,
         });
     }
     let total: u64 = ranges.iter().map(|r| r.3 - r.2).sum();
-    let pb = crate::progress::bar(total, "synth", "samples", opts.quiet);
+    let pb = crate::util::progress::bar(total, "synth", "samples", opts.quiet);
     let mut report = SynthReport {
         out: out.clone(),
         samples: total,
@@ -220,7 +220,9 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
                 m.part = Some(Part {
                     index: p.index,
                     count: p.count,
-                    job: crate::part::digest(&serde_json::to_vec(&job).expect("serialises")),
+                    job: crate::format::part::digest(
+                        &serde_json::to_vec(&job).expect("serialises"),
+                    ),
                     of: "samples".into(),
                     ranges: ranges
                         .iter()
@@ -247,8 +249,8 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
                     split.clone(),
                     ColmajorSplit {
                         samples: *n,
-                        images: crate::colmajor::images_name(split),
-                        labels: crate::colmajor::labels_name(split),
+                        images: crate::format::colmajor::images_name(split),
+                        labels: crate::format::colmajor::labels_name(split),
                         class_counts: stats.class_counts.clone(),
                     },
                 );
@@ -256,7 +258,7 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
             }
             let (mean, std) = all_stats[manifest::stats_split(all_stats.keys())].mean_std(&spec);
             ColmajorManifest {
-                format: crate::colmajor::FORMAT.into(),
+                format: crate::format::colmajor::FORMAT.into(),
                 version: spec.dtype.format_version() as u32,
                 sample: spec,
                 classes: names,
@@ -274,7 +276,7 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
     report.seconds = t0.elapsed().as_secs_f64();
     report.samples_per_sec = report.samples_generated as f64 / report.seconds.max(1e-9);
     report.bytes_on_disk = dir_bytes(out);
-    report.peak_rss_bytes = crate::mem::peak_rss_bytes();
+    report.peak_rss_bytes = crate::util::mem::peak_rss_bytes();
     Ok(report)
 }
 
@@ -337,7 +339,7 @@ fn prepare_dir(
     } else if std::fs::read_dir(out)
         .at(out)?
         .flatten()
-        .any(|e| e.file_name() != crate::lock::LOCK_FILE)
+        .any(|e| e.file_name() != crate::format::lock::LOCK_FILE)
         && !force
     {
         return refuse(
@@ -425,10 +427,10 @@ fn read_source(manifest_path: &Path) -> Result<serde_json::Value> {
 fn complete(out: &Path) -> Result<bool> {
     let bytes = read_capped(&out.join(manifest::FILE_NAME))?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    if v["format"] == crate::colmajor::FORMAT {
+    if v["format"] == crate::format::colmajor::FORMAT {
         return Ok(ColmajorManifest::read(out).is_ok());
     }
-    let Ok(ds) = crate::shard::Dataset::open(out) else {
+    let Ok(ds) = crate::format::shard::Dataset::open(out) else {
         return Ok(false);
     };
     let ok = ds.shards().all(|(_, info)| ds.open_shard(info).is_ok());
@@ -448,8 +450,8 @@ pub fn test_dataset(out: &Path, samples: u64, shape: &str) {
         seed: 3,
         // The data the training tests were written against.
         generator: super::Version::V1,
-        format: crate::OutputFormat::Shards,
-        codec: crate::shard::Codec::Zstd { level: 1 },
+        format: crate::format::OutputFormat::Shards,
+        codec: crate::format::shard::Codec::Zstd { level: 1 },
         block_samples: Some(64),
         shard_blocks: Some(5),
         force: false,
@@ -457,56 +459,6 @@ pub fn test_dataset(out: &Path, samples: u64, shape: &str) {
         quiet: true,
     })
     .unwrap();
-}
-
-pub fn clean(out: &Path) -> Result<()> {
-    for e in std::fs::read_dir(out).at(out)? {
-        let e = e.at(out)?;
-        let p = e.path();
-        let name = e.file_name().to_string_lossy().to_string();
-        if name.starts_with(".prep-staging") {
-            continue;
-        }
-        if p.is_dir() {
-            for f in std::fs::read_dir(&p).at(&p)? {
-                let f = f.at(&p)?.path();
-                let n = f
-                    .file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .to_string();
-                if n.ends_with(".shard") || n.ends_with(".tmp") {
-                    std::fs::remove_file(&f).at(&f)?;
-                }
-            }
-        } else if name == manifest::FILE_NAME
-            || name == PARTIAL_MARKER
-            || name.ends_with(".json.tmp")
-            || (name.starts_with("images_") || name.starts_with("labels_"))
-                && (name.ends_with(".bin") || name.ends_with(".bin.tmp"))
-        {
-            std::fs::remove_file(&p).at(&p)?;
-        }
-    }
-    Ok(())
-}
-
-pub fn dir_bytes(dir: &Path) -> u64 {
-    walk_bytes(dir)
-}
-
-fn walk_bytes(p: &Path) -> u64 {
-    let Ok(rd) = std::fs::read_dir(p) else {
-        return 0;
-    };
-    rd.flatten()
-        .filter(|e| e.file_name() != crate::lock::LOCK_FILE)
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => walk_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
 }
 
 /// Blocks in flight: enough to keep every core busy while this thread writes, few enough to bound
@@ -642,7 +594,7 @@ fn write_split_colmajor(
     let nblocks = n.div_ceil(bs as u64);
     let mut b0 = 0;
     while b0 < nblocks {
-        crate::interrupt::check()?;
+        crate::util::interrupt::check()?;
         let b1 = (b0 + window_blocks() as u64).min(nblocks);
         let blocks: Vec<_> = (b0..b1)
             .into_par_iter()

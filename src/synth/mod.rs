@@ -2,7 +2,8 @@
 
 mod generator;
 mod job;
-mod v2;
+mod pattern_only;
+mod render;
 
 pub use generator::{split_id, Generator, Version, DEFAULT_DIFFICULTY};
 #[cfg(test)]

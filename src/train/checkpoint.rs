@@ -2,8 +2,8 @@
 //! `prep` metadata entry with the run's cursor and the partial epoch's running figures, so a
 //! killed run resumes exactly where its last checkpoint was taken.
 
-use crate::error::{Error, IoContext, Result};
-use crate::output::{OutFile, Temp};
+use crate::store::output::{OutFile, Temp};
+use crate::util::error::{Error, IoContext, Result};
 use safetensors::tensor::{Dtype, Metadata, TensorInfo};
 use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
@@ -32,7 +32,7 @@ pub struct Cursor {
 /// Written straight from the tensors to a temporary file, then renamed: no serialised copy of
 /// the model in memory (for resnet18 that copy and the byte conversion were 280 MB of peak RSS).
 /// The layout is safetensors' own (`serialize_to_file`: tensors by name, the header padded to 8
-/// bytes), written here so that it goes through `crate::output` like every other file.
+/// bytes), written here so that it goes through `crate::store::output` like every other file.
 pub fn save(path: &Path, tensors: &[(String, Vec<f32>)], cursor: &Cursor) -> Result<()> {
     let mut sorted: Vec<&(String, Vec<f32>)> = tensors.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
@@ -85,7 +85,7 @@ fn le_bytes(v: &[f32]) -> &[u8] {
 
 pub fn load(path: &Path) -> Result<(Vec<(String, Vec<f32>)>, Cursor)> {
     // Far beyond any model here (resnet18: 45 MB); what is larger is no checkpoint of prep's.
-    let data = crate::files::read_capped(path, 4 << 30, "a checkpoint")?;
+    let data = crate::store::local::read_capped(path, 4 << 30, "a checkpoint")?;
     let bad = |what: String| Error::manifest(path, what);
     let (_, meta) = SafeTensors::read_metadata(&data)
         .map_err(|e| bad(format!("not a safetensors file: {e}")))?;

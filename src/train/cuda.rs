@@ -10,12 +10,12 @@
 
 use super::input::{mix, rank_batches, share_order, Share, Source};
 use super::{augmentation, run_on, Feed, HostFeed, Recipe, RunCtx, Trained};
-use crate::error::{Error, Result};
-use crate::mem::human;
+use crate::format::shard::Dtype;
 use crate::nn::cuda::staging::Kind;
 use crate::nn::cuda::{mem_info, probe, Buf, Cuda, Dt, Precision};
 use crate::nn::{Backend, Model};
-use crate::shard::Dtype;
+use crate::util::error::{Error, Result};
+use crate::util::mem::human;
 use std::sync::Arc;
 
 fn dev_err(e: String) -> Error {
@@ -78,7 +78,7 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
     // them): refuse before the first step a batch that cannot fit, naming one that does.
     let act_bytes = if prec == Precision::F32 { 4 } else { 2 };
     let need = |b: usize| {
-        crate::plan::CONV_WORKSPACE_BYTES
+        crate::train::plan::CONV_WORKSPACE_BYTES
             + r.model.parameter_bytes()
             + r.model.activation_bytes(b, act_bytes)
             + 3 * (b * ctx.train_src.spec.bytes()) as u64
@@ -208,7 +208,7 @@ fn join_world(
             );
             // A rank stopped by SIGINT/SIGTERM (the whole world was signalled): this one is
             // stopping too, and rank 0 saves a checkpoint on the way; give it time to.
-            if crate::interrupt::requested().is_some() {
+            if crate::util::interrupt::requested().is_some() {
                 std::thread::sleep(std::time::Duration::from_secs(10));
             }
             // Without exit handlers: the CUDA driver's would wait for a collective that the
@@ -254,7 +254,7 @@ impl DeviceFeed {
         let mut start = 0usize;
         let stream = be.stream().cu_stream();
         let skip = r.skip_damaged;
-        crate::pipeline::ordered_map(
+        crate::util::pipeline::ordered_map(
             sizes.len(),
             workers,
             2 * workers.max(2),
@@ -403,7 +403,7 @@ mod tests {
     /// resume point, with and without augmentation.
     #[test]
     fn dataset_in_gpu_memory_feeds_the_batches_the_stream_feeds() {
-        use crate::shard::Dataset;
+        use crate::format::shard::Dataset;
         use crate::train::input::Source;
         use crate::train::{Feed, HostFeed, Recipe};
         let Some(mut g) = gpu() else {

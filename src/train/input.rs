@@ -4,11 +4,11 @@
 //! dataset; the order is a pure function of (seed, epoch), so a run resumes mid-epoch from a
 //! cursor of (epoch, batches done).
 
-use crate::colmajor::{self, ColmajorManifest, ColmajorSplitReader};
-use crate::error::shown_path;
-use crate::error::{Error, Region, Result};
-use crate::pipeline::ordered_map;
-use crate::shard::{manifest, Block, Dataset, Dtype, SampleSpec, Shape, ShardReader};
+use crate::format::colmajor::{self, ColmajorManifest, ColmajorSplitReader};
+use crate::format::shard::{manifest, Block, Dataset, Dtype, SampleSpec, Shape, ShardReader};
+use crate::util::error::shown_path;
+use crate::util::error::{Error, Region, Result};
+use crate::util::pipeline::ordered_map;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -87,8 +87,8 @@ impl Data {
     /// say it) and otherwise must match the dataset's. `known` spares such a directory its pass
     /// over every value (dtype, classes, mean and std).
     pub fn open(dir: &Path, shape: Option<&Shape>, known: Option<Known>) -> Result<Self> {
-        // Not a dataset another prep is writing (`crate::lock`).
-        crate::lock::check_not_written(dir)?;
+        // Not a dataset another prep is writing (`crate::format::lock`).
+        crate::format::lock::check_not_written(dir)?;
         let check_shape = |have: &Shape| match shape {
             Some(s) if s != have => Err(Error::Invalid(format!(
                 "{}: its samples are {have}, not {s}",
@@ -97,7 +97,7 @@ impl Data {
             _ => Ok(()),
         };
         if dir.join(manifest::FILE_NAME).is_file() {
-            if crate::dataset_format(dir)? == colmajor::FORMAT {
+            if crate::format::dataset_format(dir)? == colmajor::FORMAT {
                 let m = ColmajorManifest::read(dir)?;
                 check_shape(&m.sample.shape)?;
                 let mut splits = BTreeMap::new();
@@ -318,7 +318,7 @@ impl Source {
     /// A column-major split read as `spec` samples (their values must be exactly values of its
     /// dtype), labels in `0..classes`.
     pub fn colmajor(reader: Arc<ColmajorSplitReader>, spec: SampleSpec, classes: usize) -> Self {
-        let block = crate::shard::default_block_samples(spec.bytes()) as usize;
+        let block = crate::format::shard::default_block_samples(spec.bytes()) as usize;
         let n = reader.samples;
         let sizes = (0..n).step_by(block).map(|s| block.min(n - s)).collect();
         Source {

@@ -6,16 +6,17 @@ pub mod checkpoint;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod input;
+pub mod plan;
 pub mod plot;
 pub mod timing;
 
-use crate::error::shown_path;
-use crate::error::{Error, IoContext, Result};
+use crate::format::shard::{Dtype, Shape};
 use crate::nn::cpu::Cpu;
 use crate::nn::model::init_values;
 use crate::nn::{Aug, Backend, Model, ModelConfig, RawBatch};
-use crate::output::write_atomic;
-use crate::shard::{Dtype, Shape};
+use crate::store::output::write_atomic;
+use crate::util::error::shown_path;
+use crate::util::error::{Error, IoContext, Result};
 use checkpoint::Cursor;
 use input::{mix, Data, EpochPlan, Known, Layout, OnDamage, Share, Source};
 use serde::{Deserialize, Serialize};
@@ -90,9 +91,9 @@ pub struct Recipe {
 /// A run folder's recipe (`config.json`), read with the caps every run file is read with.
 pub fn read_recipe(dir: &Path) -> Result<Recipe> {
     let cfg = dir.join("config.json");
-    serde_json::from_slice(&crate::files::read_capped(
+    serde_json::from_slice(&crate::store::local::read_capped(
         &cfg,
-        crate::files::JSON_CAP,
+        crate::store::local::JSON_CAP,
         "a run's config",
     )?)
     .map_err(|e| Error::manifest(&cfg, e.to_string()))
@@ -108,7 +109,7 @@ pub fn data_identity(data: &Data) -> Result<Option<String>> {
     }
     let v = match data.layout {
         Layout::Shards => {
-            let m = crate::shard::Manifest::read(&data.dir)?;
+            let m = crate::format::shard::Manifest::read(&data.dir)?;
             let splits: Vec<_> = m
                 .splits
                 .iter()
@@ -124,7 +125,7 @@ pub fn data_identity(data: &Data) -> Result<Option<String>> {
             serde_json::json!({"sample": m.sample, "classes": m.classes, "splits": splits})
         }
         Layout::Colmajor => {
-            let m = crate::colmajor::ColmajorManifest::read(&data.dir)?;
+            let m = crate::format::colmajor::ColmajorManifest::read(&data.dir)?;
             let splits: Vec<_> = m
                 .splits
                 .iter()
@@ -335,11 +336,11 @@ pub struct Trained {
 
 pub fn train(o: &TrainOptions) -> Result<Trained> {
     timing::mark("training begins");
-    crate::mem::purge_freed_memory_at_once();
+    crate::util::mem::purge_freed_memory_at_once();
     let world = o.world.as_ref().map_or(1, |w| w.size);
     // Rank 0 alone writes the run folder; the other ranks only read (a checkpoint to resume).
     let writer = o.world.as_ref().is_none_or(|w| w.rank == 0);
-    let lock: Option<crate::lock::DirLock>;
+    let lock: Option<crate::format::lock::DirLock>;
     let (dir, recipe, resume_state, data) = match &o.resume {
         Some(dir) => {
             if !dir.is_dir() {
@@ -350,7 +351,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             }
             // One writer per run folder (rank 0 of several); held until this function returns.
             lock = if writer {
-                Some(crate::lock::lock_dir(dir)?)
+                Some(crate::format::lock::lock_dir(dir)?)
             } else {
                 None
             };
@@ -468,17 +469,17 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
             // One writer per run folder, taken before the folder is looked at; released (and the
             // folder removed if this run created it and left it empty) when this returns.
             let (dir, lock) = match &o.out {
-                Some(d) => (d.clone(), crate::lock::lock_dir(d)?),
+                Some(d) => (d.clone(), crate::format::lock::lock_dir(d)?),
                 // Two runs started at once may pick the same free runs/NNN: the one that does
                 // not get its lock, or finds it already used, takes the next.
                 None => {
                     let mut tries = 0;
                     loop {
                         let d = next_run_dir()?;
-                        match crate::lock::lock_dir(&d) {
+                        match crate::format::lock::lock_dir(&d) {
                             Ok(l) if !d.join("config.json").exists() => break (d, l),
                             Ok(_) | Err(Error::Busy(_)) if tries < 100 => tries += 1,
-                            Ok(_) => break (d.clone(), crate::lock::lock_dir(&d)?),
+                            Ok(_) => break (d.clone(), crate::format::lock::lock_dir(&d)?),
                             Err(e) => return Err(e),
                         }
                     }
@@ -527,7 +528,7 @@ pub fn train(o: &TrainOptions) -> Result<Trained> {
 /// Refuse before the first step a CPU batch whose activations cannot fit in the memory left
 /// (the kernel would kill the run without a word), naming a batch that fits, as the GPU does.
 fn check_cpu_memory(r: &Recipe, sample_bytes: usize) -> Result<()> {
-    let Some(avail) = crate::mem::available_bytes() else {
+    let Some(avail) = crate::util::mem::available_bytes() else {
         return Ok(());
     };
     // Float32 activations and their gradients (measured: 630 KB a sample for `small` at 1x28x28
@@ -562,8 +563,8 @@ fn check_cpu_memory(r: &Recipe, sample_bytes: usize) -> Result<()> {
         r.model.height,
         r.model.width,
         r.batch,
-        crate::mem::human(need(r.batch)),
-        crate::mem::human(avail),
+        crate::util::mem::human(need(r.batch)),
+        crate::util::mem::human(avail),
         match fits {
             Some(b) => format!("use --batch {b} or less"),
             None => "no batch size fits: use smaller images (prep convert --size)".into(),
@@ -589,7 +590,7 @@ pub fn clear_run(dir: &Path) -> Result<()> {
     if !dir.is_dir() {
         return Ok(());
     }
-    let _lock = crate::lock::lock_dir(dir)?;
+    let _lock = crate::format::lock::lock_dir(dir)?;
     for f in RUN_FILES {
         match std::fs::remove_file(dir.join(f)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -887,7 +888,7 @@ fn run(
         if !o.quiet && o.world.as_ref().is_none_or(|w| w.rank == 0) {
             eprintln!(
                 "{} has no test split: training without a test accuracy (prep convert --test-fraction F draws one)",
-                crate::error::shown_path(&data.dir)
+                crate::util::error::shown_path(&data.dir)
             );
         }
         None
@@ -1010,17 +1011,20 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
     timing::mark("model built");
     // metrics.jsonl keeps exactly the finished epochs (a killed run may have written no more).
     let metrics_path = dir.join("metrics.jsonl");
-    let mut history: Vec<EpochMetrics> =
-        match crate::files::read_capped(&metrics_path, crate::files::JSON_CAP, "a metrics log") {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            // A run killed before its first epoch has none.
-            Err(_) if !metrics_path.exists() => String::new(),
-            Err(e) => return Err(e),
-        }
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .take(cur.epoch)
-        .collect();
+    let mut history: Vec<EpochMetrics> = match crate::store::local::read_capped(
+        &metrics_path,
+        crate::store::local::JSON_CAP,
+        "a metrics log",
+    ) {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        // A run killed before its first epoch has none.
+        Err(_) if !metrics_path.exists() => String::new(),
+        Err(e) => return Err(e),
+    }
+    .lines()
+    .filter_map(|l| serde_json::from_str(l).ok())
+    .take(cur.epoch)
+    .collect();
     if writer {
         rewrite_metrics(&metrics_path, &history)?;
     }
@@ -1053,7 +1057,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
     while cur.epoch < r.epochs {
         let epoch = cur.epoch;
         let t_epoch = Instant::now();
-        let pb = crate::progress::bar(
+        let pb = crate::util::progress::bar(
             ((per_epoch - cur.batch) * r.batch) as u64,
             &format!("epoch {}", epoch + 1),
             "samples",
@@ -1072,7 +1076,8 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         loop {
             // An interruption (here, or seen by the input's threads) stops the run like
             // `stop_after`: a checkpoint of the steps done so far, then the error.
-            let next = match crate::interrupt::check().and_then(|()| feed.next(&mut be, &mut model))
+            let next = match crate::util::interrupt::check()
+                .and_then(|()| feed.next(&mut be, &mut model))
             {
                 Err(e) if e.is_interrupted() => {
                     if steps_here > 0 {
@@ -1206,13 +1211,13 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             // The world's rate: the ranks step together, each on its own batch.
             samples_per_sec: (cur.seen * share.count as u64) as f64 / cur.train_seconds.max(1e-9),
             seconds: t_epoch.elapsed().as_secs_f64(),
-            host_rss_bytes: crate::mem::rss_bytes(),
+            host_rss_bytes: crate::util::mem::rss_bytes(),
             gpu_mem_bytes: gpu_mem,
             damaged_blocks_skipped: skipped,
         };
         if !o.quiet {
             let gpu = if gpu_mem > 0 {
-                format!(" | GPU {}", crate::mem::human(gpu_mem))
+                format!(" | GPU {}", crate::util::mem::human(gpu_mem))
             } else {
                 String::new()
             };
@@ -1223,7 +1228,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             };
             eprintln!(
                 "epoch {:>3}/{}: train loss {:.4} acc {:.4} | {test} | {:.0} samples/s | {:.1} s | RSS {}{gpu}",
-                m.epoch, r.epochs, m.train_loss, m.train_accuracy, m.samples_per_sec, m.seconds, crate::mem::human(m.host_rss_bytes)
+                m.epoch, r.epochs, m.train_loss, m.train_accuracy, m.samples_per_sec, m.seconds, crate::util::mem::human(m.host_rss_bytes)
             );
         }
         history.push(m);
@@ -1261,7 +1266,7 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         epochs: r.epochs,
         samples_per_sec: sps,
         seconds: train_secs.max(t_start.elapsed().as_secs_f64()),
-        peak_rss_bytes: crate::mem::peak_rss_bytes(),
+        peak_rss_bytes: crate::util::mem::peak_rss_bytes(),
         peak_gpu_mem_bytes: peak_gpu,
         device: device_desc,
         layout: r.layout,
@@ -1355,7 +1360,7 @@ fn evaluate<B: Backend>(
         Arc::new(Mutex::new(Vec::new())),
     );
     for batch in loader.rx.iter() {
-        crate::interrupt::check()?;
+        crate::util::interrupt::check()?;
         let batch = batch?;
         let n = batch.labels.len();
         let raw = RawBatch {
@@ -1397,9 +1402,9 @@ pub fn eval(
     precision: Option<&str>,
 ) -> Result<Evaluation> {
     let cfg = run.join("config.json");
-    let r: Recipe = serde_json::from_slice(&crate::files::read_capped(
+    let r: Recipe = serde_json::from_slice(&crate::store::local::read_capped(
         &cfg,
-        crate::files::JSON_CAP,
+        crate::store::local::JSON_CAP,
         "a run's config",
     )?)
     .map_err(|e| Error::manifest(&cfg, e.to_string()))?;

@@ -1,9 +1,9 @@
 //! PNG plots of training curves and confusion matrices, drawn straight into an `image::RgbImage`
-//! with the embedded bitmap font of `crate::font`, so the tool needs no plotting, font or system
+//! with the embedded bitmap font of `crate::util::font`, so the tool needs no plotting, font or system
 //! dependencies.
 
-use crate::error::{Error, Result};
-use crate::font::{draw_text, fill_rect, text_w, Color};
+use crate::util::error::{Error, Result};
+use crate::util::font::{draw_text, fill_rect, text_w, Color};
 use image::{ImageFormat, Rgb, RgbImage};
 use std::path::Path;
 
@@ -237,8 +237,13 @@ fn panel(img: &mut RgbImage, x0: i64, title: &str, xs: &[f64], ys: [&[f64]; 2], 
 pub fn save(img: &RgbImage, path: &Path) -> Result<()> {
     let mut png = Vec::new();
     img.write_to(&mut std::io::Cursor::new(&mut png), ImageFormat::Png)
-        .map_err(|e| Error::Invalid(format!("plot {}: {e}", crate::error::shown_path(path))))?;
-    crate::output::write_atomic(path, &png)
+        .map_err(|e| {
+            Error::Invalid(format!(
+                "plot {}: {e}",
+                crate::util::error::shown_path(path)
+            ))
+        })?;
+    crate::store::output::write_atomic(path, &png)
 }
 
 /// Two side-by-side panels, "loss" (train and test) and "accuracy" (train and test, y axis 0..1 or
@@ -443,13 +448,13 @@ mod tests {
 
     #[test]
     fn labels_and_ticks() {
-        let unknown = crate::font::glyph('\u{1}');
+        let unknown = crate::util::font::glyph('\u{1}');
         let title =
             "confusion matrix (rows: true, columns: predicted) loss accuracy epoch train test";
         let known = title
             .chars()
             .chain('0'..='9')
-            .all(|c| crate::font::glyph(c) != unknown);
+            .all(|c| crate::util::font::glyph(c) != unknown);
         assert!(known, "missing glyph");
         assert_eq!(fmt_tick(0.2 + 0.1, 0.1), "0.3");
         assert_eq!(fmt_tick(-1e-18, 0.05), "0.00");

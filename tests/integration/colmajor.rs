@@ -1,6 +1,6 @@
 use crate::util::*;
-use prep::colmajor::{ColmajorManifest, ColmajorSplitReader};
-use prep::shard::Dataset;
+use prep::format::colmajor::{ColmajorManifest, ColmajorSplitReader};
+use prep::format::shard::Dataset;
 
 /// The colmajor output of a seed holds exactly the samples of the shard output of the same seed.
 #[test]

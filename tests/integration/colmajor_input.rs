@@ -4,7 +4,7 @@
 //! `prep train` and `prep eval` on a column-major directory, against its shards; bad input.
 
 use crate::util::*;
-use prep::shard::{Dataset, Dtype, Manifest};
+use prep::format::shard::{Dataset, Dtype, Manifest};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -139,8 +139,8 @@ fn colmajor_to_shards_to_colmajor_is_byte_identical() {
     assert_eq!(want.len(), 4);
     assert!(want == colmajor_files(&again), "colmajor files differ");
     let (m0, m1) = (
-        prep::colmajor::ColmajorManifest::read(&cm).unwrap(),
-        prep::colmajor::ColmajorManifest::read(&again).unwrap(),
+        prep::format::colmajor::ColmajorManifest::read(&cm).unwrap(),
+        prep::format::colmajor::ColmajorManifest::read(&again).unwrap(),
     );
     assert_eq!(
         (&m0.sample, &m0.classes, &m0.mean, &m0.std, &m0.splits),
@@ -794,7 +794,7 @@ fn convert_reads_a_prep_dataset_to_change_dtype_size_and_blocks() {
         &["--dtype", "f16", "--format", "colmajor", "--quiet"],
         0,
     );
-    let hm = prep::colmajor::ColmajorManifest::read(&h).unwrap();
+    let hm = prep::format::colmajor::ColmajorManifest::read(&h).unwrap();
     assert_eq!((hm.sample.dtype, hm.version), (Dtype::F16, 2));
     run(&["verify", h.to_str().unwrap()], 0);
     // Size: 12x12 -> 6x6, channels kept, every sample converted.

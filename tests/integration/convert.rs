@@ -2,7 +2,7 @@
 
 use crate::util::*;
 use image::{DynamicImage, GrayImage, ImageBuffer, Luma, Rgb, RgbImage, Rgba, RgbaImage};
-use prep::shard::Dataset;
+use prep::format::shard::Dataset;
 use std::io::Write;
 use std::path::Path;
 

@@ -1,8 +1,8 @@
 //! Damage of every kind is found, named, and never panics or allocates absurdly.
 
 use crate::util::*;
-use prep::shard::format::{HEADER_LEN, TRAILER_LEN};
-use prep::shard::{Dataset, ShardReader};
+use prep::format::shard::format::{HEADER_LEN, TRAILER_LEN};
+use prep::format::shard::{Dataset, ShardReader};
 use std::path::Path;
 
 /// Which region of a shard file a byte offset lies in: "header", "block N", "footer" or "trailer".
@@ -244,7 +244,9 @@ fn fuzz_regressions_are_rejected_cleanly() {
             }
             Some("json") => {
                 // Accepted or not, reading it and its accessors must not panic.
-                if let Ok(m) = prep::shard::Manifest::from_bytes(&p, &std::fs::read(&p).unwrap()) {
+                if let Ok(m) =
+                    prep::format::shard::Manifest::from_bytes(&p, &std::fs::read(&p).unwrap())
+                {
                     let _ = m.raw_bytes();
                 }
                 seen += 1;

@@ -2,7 +2,7 @@
 //! PREP_REQUIRE_FASHION_MNIST=1 to make its absence a failure rather than a skip).
 
 use crate::util::*;
-use prep::shard::Dataset;
+use prep::format::shard::Dataset;
 use std::io::Read;
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! The committed version-1 dataset still reads, verifies, and regenerates identically.
 
 use crate::util::*;
-use prep::shard::Dataset;
+use prep::format::shard::Dataset;
 use std::path::Path;
 
 fn fixture() -> &'static Path {

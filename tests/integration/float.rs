@@ -4,7 +4,7 @@
 //! claim a float dtype, and the CPU trains and evaluates on float data.
 
 use crate::util::*;
-use prep::shard::{Dataset, Dtype, ShardReader};
+use prep::format::shard::{Dataset, Dtype, ShardReader};
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 

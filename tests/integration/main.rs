@@ -10,6 +10,7 @@ mod fixtures;
 mod float;
 mod hostile;
 mod inspect;
+mod layers;
 mod newcomer;
 mod newcomer_b;
 mod newcomer_c;

@@ -3,7 +3,7 @@
 
 use crate::util::*;
 use image::{Rgb, RgbImage};
-use prep::shard::Dataset;
+use prep::format::shard::Dataset;
 use std::path::{Path, PathBuf};
 
 const SYNTH: [&str; 14] = [

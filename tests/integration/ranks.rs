@@ -242,7 +242,7 @@ fn plan_gives_per_gpu_memory_and_the_all_reduce_cost() {
     let g = s["gradient_bytes"].as_u64().unwrap();
     assert!((44_000_000..46_000_000).contains(&g), "{g}");
     let nv = s["allreduce_seconds_nvlink"].as_f64().unwrap();
-    let want = 1.5 * g as f64 / prep::plan::NVLINK_BUS_BYTES_PER_SEC;
+    let want = 1.5 * g as f64 / prep::train::plan::NVLINK_BUS_BYTES_PER_SEC;
     assert!((nv - want).abs() < 1e-9, "{nv} {want}");
     assert!(s["allreduce_seconds_pcie"].as_f64().unwrap() > nv);
     a.pop();

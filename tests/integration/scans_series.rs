@@ -2,7 +2,7 @@
 //! split by patient. The files are written here byte by byte, as in `scans.rs`.
 
 use crate::util::*;
-use prep::shard::Dataset;
+use prep::format::shard::Dataset;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

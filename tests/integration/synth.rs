@@ -1,5 +1,5 @@
 use crate::util::*;
-use prep::shard::Dataset;
+use prep::format::shard::Dataset;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! planar, tiles, predictors, either byte order), a few from the `tiff` crate's encoder.
 
 use crate::util::*;
-use prep::shard::{Dataset, Dtype};
+use prep::format::shard::{Dataset, Dtype};
 use prep::source::transform::{to_sample, Fit, Target};
 use prep::source::{window_to_u16, DecodeOptions, FileKind, Frame, Reject};
 use std::io::Write;

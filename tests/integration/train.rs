@@ -1,7 +1,7 @@
 //! `prep train` and `prep eval` on the CPU reference backend.
 
 use crate::util::*;
-use prep::shard::{Dataset, ShardReader};
+use prep::format::shard::{Dataset, ShardReader};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! is turned into a small sample as `convert` does, so the frame's pixels are really read.
 #![allow(dead_code)]
 
-use prep::shard::Dtype;
+use prep::format::shard::Dtype;
 use prep::source::transform::{to_sample, Fit, Target};
 use prep::source::{DecodeOptions, Frame, Reject};
 use std::path::{Path, PathBuf};

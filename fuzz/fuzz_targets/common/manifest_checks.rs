@@ -13,12 +13,12 @@ fn temp_dir() -> &'static PathBuf {
 }
 
 pub fn check(data: &[u8]) {
-    if let Ok(m) = prep::shard::Manifest::from_bytes(Path::new("manifest.json"), data) {
+    if let Ok(m) = prep::format::shard::Manifest::from_bytes(Path::new("manifest.json"), data) {
         let _ = m.num_classes();
         let _ = m.raw_bytes();
         let _ = m.sample.bytes();
         let _ = m.sample.shape.plane();
-        let _ = prep::shard::manifest::stats_split(m.splits.keys());
+        let _ = prep::format::shard::manifest::stats_split(m.splits.keys());
         // Re-sealing an accepted manifest must work too.
         let _ = m.to_bytes();
     }
@@ -27,7 +27,7 @@ pub fn check(data: &[u8]) {
     if data.windows(13).any(|w| w == b"prep-colmajor") {
         let dir = temp_dir();
         std::fs::write(dir.join("manifest.json"), data).expect("write fuzz input");
-        if let Ok(m) = prep::colmajor::ColmajorManifest::read(dir) {
+        if let Ok(m) = prep::format::colmajor::ColmajorManifest::read(dir) {
             let _ = m.sample.bytes();
             let _ = m.classes.len();
         }

@@ -91,7 +91,9 @@ impl AlgoMemo {
         // An unreadable memo costs only the timing.
         let text = path
             .as_ref()
-            .and_then(|p| crate::files::read_text_capped(p, MEMO_CAP, "cuDNN algorithm memo").ok())
+            .and_then(|p| {
+                crate::store::local::read_text_capped(p, MEMO_CAP, "cuDNN algorithm memo").ok()
+            })
             .unwrap_or_default();
         let chosen = parse_memo(&text, &device);
         AlgoMemo {
@@ -107,7 +109,7 @@ impl AlgoMemo {
     /// every pick made.
     pub fn use_run(&mut self, dir: &std::path::Path, write: bool) {
         let p = dir.join(MEMO_FILE);
-        let text = crate::files::read_text_capped(&p, MEMO_CAP, "cuDNN algorithm record")
+        let text = crate::store::local::read_text_capped(&p, MEMO_CAP, "cuDNN algorithm record")
             .unwrap_or_default();
         self.run_chosen = parse_memo(&text, &self.device);
         self.run_path = Some((p, write));

@@ -330,7 +330,7 @@ fn cache_path(file: &str, key: u64, target: &str) -> Option<PathBuf> {
 
 fn read_cached(p: &PathBuf, target: &str) -> Option<Image> {
     // A kernel image is some hundreds of KiB; a cache file is checked as every other file is.
-    let b = crate::files::read_capped(p, 64 << 20, "cached kernel image").ok()?;
+    let b = crate::store::local::read_capped(p, 64 << 20, "cached kernel image").ok()?;
     if target.starts_with("sm_") {
         looks_like_cubin(&b).then(|| Image::Cubin(Arc::new(b)))
     } else {

@@ -783,7 +783,7 @@ impl Cuda {
     pub fn load_device(
         &mut self,
         pix: u64,
-        dtype: crate::shard::Dtype,
+        dtype: crate::format::shard::Dtype,
         idx: u64,
         lab: u64,
         aug: u64,

@@ -124,7 +124,7 @@ impl Ring {
         for (p, &o) in parts.iter().zip(&offsets) {
             // SAFETY: the slot holds `total` bytes and no kernel or copy uses it (consumed).
             let dst = unsafe { std::slice::from_raw_parts_mut(slot.host.add(o), p.len()) };
-            crate::pipeline::copy_parallel(dst, p);
+            crate::util::pipeline::copy_parallel(dst, p);
         }
         unsafe {
             match kind {

@@ -5,10 +5,10 @@
 
 use super::staging::Kind;
 use super::{Buf, Cuda, Dt, Precision};
+use crate::format::shard::Dtype;
 use crate::nn::cpu::Cpu;
 use crate::nn::model::init_values;
 use crate::nn::{out_size, Aug, Backend, ConvShape, Model, ModelConfig, PoolShape, RawBatch};
-use crate::shard::Dtype;
 
 /// The backend on GPU 0, or None (saying so) where there is none and PREP_REQUIRE_CUDA is unset.
 pub(crate) fn gpu(prec: Precision, kind: Kind) -> Option<Cuda> {

@@ -97,7 +97,11 @@ fn reason<'a>(r: &'a [(String, String)], path: &str) -> &'a str {
 fn doctor(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let mut m = manifest(dir);
     edit(&mut m);
-    std::fs::write(dir.join("manifest.json"), prep::shard::manifest::seal(&m)).unwrap();
+    std::fs::write(
+        dir.join("manifest.json"),
+        prep::format::shard::manifest::seal(&m),
+    )
+    .unwrap();
 }
 
 #[test]

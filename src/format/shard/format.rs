@@ -4,7 +4,7 @@
 //! allocation.
 
 use super::{ChannelSums, Dtype, SampleSpec, Shape, MAX_DIMS, MAX_SAMPLE_BYTES};
-use crate::error::{Error, Region, Result};
+use crate::util::error::{Error, Region, Result};
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -390,7 +390,7 @@ fn u128_at(b: &[u8], o: usize) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::{Block, Codec, Stats};
+    use crate::format::shard::{Block, Codec, Stats};
 
     fn spec(dtype: Dtype) -> SampleSpec {
         SampleSpec {

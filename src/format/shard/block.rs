@@ -3,7 +3,7 @@
 
 use super::format::{BlockEntry, LABEL_BYTES};
 use super::{Dtype, SampleSpec};
-use crate::error::{Error, Region, Result};
+use crate::util::error::{Error, Region, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;

@@ -3,7 +3,7 @@
 
 use super::format::MAX_CLASSES;
 use super::{Codec, SampleSpec, Stats};
-use crate::error::{Error, Result};
+use crate::util::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
@@ -36,7 +36,7 @@ pub struct Manifest {
     /// Present only in the output of `--part I/N`: which part of which job it is. Absent
     /// otherwise, so other manifests are what they were before parts existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub part: Option<crate::part::Part>,
+    pub part: Option<crate::format::part::Part>,
     /// xxh3-64 of this file with these 16 hex digits set to '0'. Always the last member.
     pub checksum: String,
 }
@@ -75,7 +75,7 @@ impl Provenance {
     pub fn here(source: serde_json::Value) -> Self {
         Provenance {
             tool: format!("prep {}", env!("CARGO_PKG_VERSION")),
-            command: crate::command_args(),
+            command: crate::util::command_args(),
             source,
         }
     }
@@ -135,7 +135,7 @@ impl Manifest {
 
     /// Write `dir/manifest.json` atomically (temporary file, then rename).
     pub fn write(&self, dir: &Path) -> Result<()> {
-        crate::output::write_atomic(&dir.join(FILE_NAME), &self.to_bytes())
+        crate::store::output::write_atomic(&dir.join(FILE_NAME), &self.to_bytes())
     }
 
     /// Read and check `dir/manifest.json`: size cap, checksum, then consistency.
@@ -303,5 +303,5 @@ pub fn is_split_name(name: &str) -> bool {
 
 /// Read a JSON file after checking that it is a regular file within the manifest size cap.
 pub fn read_capped(path: &Path) -> Result<Vec<u8>> {
-    crate::files::read_capped(path, MAX_MANIFEST_BYTES, "a manifest")
+    crate::store::local::read_capped(path, MAX_MANIFEST_BYTES, "a manifest")
 }

@@ -2,7 +2,7 @@
 //! and consumed on the calling thread strictly in index order, with at most `window` items produced
 //! ahead of the consumer. This is what keeps every core busy while memory stays bounded: no batch
 //! barriers (a slow item delays only its own slot), and no more than `window` results in memory.
-//! A SIGINT or SIGTERM (`crate::interrupt`) stops it like an error: the workers take no new item,
+//! A SIGINT or SIGTERM (`crate::util::interrupt`) stops it like an error: the workers take no new item,
 //! and the consumer returns `Error::Interrupted` without waiting for the items in progress.
 
 use std::collections::BTreeMap;
@@ -51,7 +51,8 @@ where
                     while !st.stop && st.next < count && st.next >= st.consumed + window {
                         st = changed.wait(st).unwrap();
                     }
-                    if st.stop || st.next >= count || crate::interrupt::requested().is_some() {
+                    if st.stop || st.next >= count || crate::util::interrupt::requested().is_some()
+                    {
                         return;
                     }
                     st.next += 1;
@@ -68,7 +69,7 @@ where
                 let item = {
                     let mut st = state.lock().unwrap();
                     loop {
-                        crate::interrupt::check()?;
+                        crate::util::interrupt::check()?;
                         if let Some(r) = st.ready.remove(&i) {
                             st.consumed = i + 1;
                             changed.notify_all();

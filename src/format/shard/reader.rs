@@ -3,7 +3,7 @@
 use super::format::BlockEntry;
 use super::format::{Footer, Header, Trailer, HEADER_LEN, TRAILER_LEN};
 use super::{Block, SampleSpec, Stats};
-use crate::error::{Error, IoContext, Region, Result};
+use crate::util::error::{Error, IoContext, Region, Result};
 use rayon::prelude::*;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -24,7 +24,7 @@ pub struct ShardReader {
 impl ShardReader {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let file = crate::files::open(&path)?;
+        let file = crate::store::local::open(&path)?;
         let file_len = file.metadata().at(&path)?.len();
         let min = (HEADER_LEN + TRAILER_LEN) as u64;
         if file_len < min {

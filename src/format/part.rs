@@ -1,12 +1,12 @@
 //! Fan-out of data preparation over a job array: `prep synth|convert --part I/N` writes part I of
 //! N of one job as a dataset of its own whose manifest says which part it is (`Part`), and
-//! `prep merge` (`crate::merge`) joins the N parts into the dataset a single run writes.
+//! `prep merge` (`crate::convert::merge`) joins the N parts into the dataset a single run writes.
 //!
 //! Every part plans the whole job (all splits, all inputs, the class list) and keeps a
 //! contiguous range of it, so parts agree on everything but their range without talking to each
 //! other, and the ranges in index order are the whole job in order.
 
-use crate::error::{Error, Result};
+use crate::util::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;

@@ -537,7 +537,7 @@ fn write_rendezvous_file(p: &Path, text: &str) -> Result<(), String> {
 }
 
 fn read_rendezvous_file(p: &Path, key: &str) -> Option<String> {
-    let t = crate::files::read_text_capped(p, 4096, "a rendezvous file").ok()?;
+    let t = crate::store::local::read_text_capped(p, 4096, "a rendezvous file").ok()?;
     let (addr, k) = t.trim_end().split_once(' ')?;
     (k == key).then(|| addr.to_string())
 }

@@ -3,10 +3,10 @@
 //! Fortran reads as `data(n_samples, n_features)`), and `labels_<split>.bin` holds int32 labels. Files are written block by block through a memory map
 //! whose pages are released as they are written, so a 100 GB file needs no 100 GB of RAM.
 
-use crate::error::{Error, IoContext, Result};
-use crate::output::{write_atomic, OutFile, Temp};
-use crate::shard::manifest::{check_seal, read_capped, seal, Provenance};
-use crate::shard::{Block, Dtype, SampleSpec, Stats};
+use crate::format::shard::manifest::{check_seal, read_capped, seal, Provenance};
+use crate::format::shard::{Block, Dtype, SampleSpec, Stats};
+use crate::store::output::{write_atomic, OutFile, Temp};
+use crate::util::error::{Error, IoContext, Result};
 use memmap2::{MmapMut, MmapOptions};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -56,11 +56,14 @@ pub struct ColmajorSplit {
 
 impl ColmajorManifest {
     pub fn write(&self, dir: &Path) -> Result<()> {
-        write_atomic(&dir.join(crate::shard::manifest::FILE_NAME), &seal(self))
+        write_atomic(
+            &dir.join(crate::format::shard::manifest::FILE_NAME),
+            &seal(self),
+        )
     }
 
     pub fn read(dir: &Path) -> Result<Self> {
-        let path = dir.join(crate::shard::manifest::FILE_NAME);
+        let path = dir.join(crate::format::shard::manifest::FILE_NAME);
         let bytes = read_capped(&path)?;
         let m: ColmajorManifest = serde_json::from_slice(&bytes)
             .map_err(|e| Error::manifest(&path, format!("not a valid colmajor manifest: {e}")))?;
@@ -79,7 +82,7 @@ impl ColmajorManifest {
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
-        crate::shard::Shape::new(self.sample.shape.0.clone()).map_err(|e| e.to_string())?;
+        crate::format::shard::Shape::new(self.sample.shape.0.clone()).map_err(|e| e.to_string())?;
         if self.sample.dtype.format_version() as u32 > self.version {
             return Err(format!(
                 "dtype {} needs version {}, the file says {}",
@@ -89,7 +92,7 @@ impl ColmajorManifest {
             ));
         }
         let k = self.classes.len();
-        if k == 0 || k > crate::shard::format::MAX_CLASSES as usize {
+        if k == 0 || k > crate::format::shard::format::MAX_CLASSES as usize {
             return Err(format!("{k} classes is outside 1..=65536"));
         }
         let c = self.sample.shape.channels();
@@ -97,7 +100,7 @@ impl ColmajorManifest {
             return Err("mean/std do not have one value per channel".into());
         }
         for (name, s) in &self.splits {
-            if !crate::shard::manifest::is_split_name(name) {
+            if !crate::format::shard::manifest::is_split_name(name) {
                 return Err(format!(
                     "split name {name:?} is not a plain name (A-Z a-z 0-9 _ -)"
                 ));
@@ -110,7 +113,7 @@ impl ColmajorManifest {
                 ));
             }
             if s.class_counts.len() != k
-                || crate::shard::format::checked_sum(&s.class_counts) != Some(s.samples)
+                || crate::format::shard::format::checked_sum(&s.class_counts) != Some(s.samples)
             {
                 return Err(format!(
                     "split {name}: class counts do not match {k} classes and {} samples",
@@ -167,7 +170,7 @@ impl ColmajorWriter {
             .at(&images)?;
         f.set_len(bytes).at(&images)?;
         // The map is written without write calls: a full disk would be a SIGBUS there.
-        crate::output::reserve(&f, &images, bytes).at(&images)?;
+        crate::store::output::reserve(&f, &images, bytes).at(&images)?;
         // SAFETY: the file was just created by us under a temporary name; nothing else maps or
         // resizes it while the writer lives.
         let map = unsafe { MmapOptions::new().map_mut(&f) }.at(&images)?;
@@ -312,7 +315,7 @@ pub fn find_splits(dir: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>> {
 /// The split of a seed-layout file name `<prefix><split>.bin`.
 fn seed_split<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     let split = name.strip_prefix(prefix)?.strip_suffix(".bin")?;
-    crate::shard::manifest::is_split_name(split).then_some(split)
+    crate::format::shard::manifest::is_split_name(split).then_some(split)
 }
 
 /// Whether `dir` holds files of the seed layout: an `images_<split>.bin` or a
@@ -330,7 +333,7 @@ pub fn looks_like_seed(dir: &Path) -> bool {
 /// Samples read together: about 4 MiB of float32 values, a power of two (so that each feature's
 /// run is a few KiB of sequential bytes).
 pub fn chunk_samples(features: usize) -> usize {
-    crate::shard::default_block_samples(features.saturating_mul(4)) as usize
+    crate::format::shard::default_block_samples(features.saturating_mul(4)) as usize
 }
 
 /// Read-only view of one colmajor split, memory-mapped, read in chunks of samples. Pages are
@@ -339,7 +342,7 @@ pub fn chunk_samples(features: usize) -> usize {
 pub struct ColmajorSplitReader {
     pub samples: usize,
     pub features: usize,
-    pub shape: crate::shard::Shape,
+    pub shape: crate::format::shard::Shape,
     pub images_path: PathBuf,
     pub labels_path: PathBuf,
     images: memmap2::Mmap,
@@ -379,23 +382,27 @@ impl ColmajorSplitReader {
     /// `4 * F` bytes and the labels file exactly 4 bytes per sample. Nothing is read but the
     /// sizes. A shape that does not fit the files is a usage error (`Error::Invalid`) naming
     /// both numbers; files that disagree otherwise (a truncated labels file) are `Error::Source`.
-    pub fn open_files(images: &Path, labels: &Path, shape: &crate::shard::Shape) -> Result<Self> {
+    pub fn open_files(
+        images: &Path,
+        labels: &Path,
+        shape: &crate::format::shard::Shape,
+    ) -> Result<Self> {
         Self::open_sized(images, labels, shape, None)
     }
 
     fn open_sized(
         images: &Path,
         labels: &Path,
-        shape: &crate::shard::Shape,
+        shape: &crate::format::shard::Shape,
         manifest_samples: Option<u64>,
     ) -> Result<Self> {
         let features = shape.elems();
         let sample_bytes = (features as u64)
             .checked_mul(4)
             .ok_or_else(|| Error::Invalid(format!("a {shape} sample is too large")))?;
-        let f = crate::files::open(images)?;
+        let f = crate::store::local::open(images)?;
         let len = f.metadata().at(images)?.len();
-        let lf = crate::files::open(labels)?;
+        let lf = crate::store::local::open(labels)?;
         let llen = lf.metadata().at(labels)?.len();
         let n = match manifest_samples {
             Some(n) => {
@@ -593,7 +600,7 @@ impl ColmajorSplitReader {
     /// Check every label: an int32 in `0..classes` (with `classes` None: not negative, and below
     /// the 65536-class cap). Returns the samples per label; an error names the file and index.
     pub fn check_labels(&self, classes: Option<usize>) -> Result<Vec<u64>> {
-        let cap = classes.unwrap_or(crate::shard::format::MAX_CLASSES as usize);
+        let cap = classes.unwrap_or(crate::format::shard::format::MAX_CLASSES as usize);
         let mut counts = vec![0u64; classes.unwrap_or(0)];
         let step = 1 << 20;
         for start in (0..self.samples).step_by(step) {
@@ -618,7 +625,7 @@ impl ColmajorSplitReader {
     /// as u8 pixels (exact, as shards count them) and as the float values. A value that is NaN or
     /// infinite is an error naming the file, sample and feature. Chunks are read on every core and
     /// added up in order, so the float sums do not depend on the thread count.
-    pub fn scan(&self, shape: &crate::shard::Shape) -> Result<Scan> {
+    pub fn scan(&self, shape: &crate::format::shard::Shape) -> Result<Scan> {
         let (c, plane, f) = (shape.channels(), shape.plane(), self.features);
         let chunk = chunk_samples(f);
         let chunks = self.samples.div_ceil(chunk);
@@ -630,7 +637,7 @@ impl ColmajorSplitReader {
             sum: vec![0.0; c],
             sumsq: vec![0.0; c],
         };
-        crate::pipeline::ordered_map(
+        crate::util::pipeline::ordered_map(
             chunks,
             threads,
             2 * threads,
@@ -713,7 +720,7 @@ impl Scan {
     /// The statistics of the split as `dtype` samples (u8: the exact pixel sums, only when every
     /// value is a u8 pixel / 255; otherwise the float values' sums), with `class_counts`.
     pub fn stats(&self, dtype: Dtype, class_counts: Vec<u64>) -> Stats {
-        use crate::shard::ChannelSums;
+        use crate::format::shard::ChannelSums;
         Stats {
             class_counts,
             channels: if dtype == Dtype::U8 && self.not_u8.is_none() {
@@ -745,7 +752,7 @@ fn label_error(path: &Path, index: usize, label: i32, classes: Option<usize>) ->
         None => format!(
             "{}: label {label} at index {index} is over the cap of {} classes",
             path.display(),
-            crate::shard::format::MAX_CLASSES
+            crate::format::shard::format::MAX_CLASSES
         ),
     })
 }
@@ -898,7 +905,7 @@ pub fn value_of(dtype: Dtype, px: &[u8], i: usize) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::Shape;
+    use crate::format::shard::Shape;
 
     #[test]
     fn exact_u8_takes_exactly_the_values_the_writer_stores() {

@@ -9,7 +9,7 @@
 //! Stages, by file name: `shard`, `manifest`, `colmajor` (images and labels files), `checkpoint`,
 //! `metrics`, `plot` (PNG files), `rejects`.
 
-use crate::error::{IoContext, Result};
+use crate::util::error::{IoContext, Result};
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -18,7 +18,10 @@ use std::sync::OnceLock;
 
 pub const FAIL_WRITE_ENV: &str = "PREP_TEST_FAIL_WRITE";
 
-/// The stage `path` belongs to, by its name (a `.tmp` suffix aside).
+/// The stage `path` belongs to, by its name (a `.tmp` suffix aside). The names are those of the
+/// rooms above (`format::shard::manifest::FILE_NAME`, `train::checkpoint::FILE`,
+/// `convert::REJECTS`), written out here so that this room imports none of them; each of those
+/// rooms tests that its name maps to its stage.
 pub fn stage(path: &Path) -> &'static str {
     let name = path
         .file_name()
@@ -27,18 +30,18 @@ pub fn stage(path: &Path) -> &'static str {
     let name = name.strip_suffix(".tmp").unwrap_or(&name);
     if name.ends_with(".shard") {
         "shard"
-    } else if name == crate::shard::manifest::FILE_NAME {
+    } else if name == "manifest.json" {
         "manifest"
     } else if (name.starts_with("images_") || name.starts_with("labels_")) && name.ends_with(".bin")
     {
         "colmajor"
-    } else if name == crate::train::checkpoint::FILE {
+    } else if name == "checkpoint.safetensors" {
         "checkpoint"
     } else if name == "metrics.jsonl" {
         "metrics"
     } else if name.ends_with(".png") {
         "plot"
-    } else if name == crate::convert::REJECTS {
+    } else if name == "rejects.jsonl" {
         "rejects"
     } else {
         "other"
@@ -218,6 +221,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+
+    /// The names `stage` writes out are the ones the rooms above use.
+    #[test]
+    fn stages_know_the_names_of_the_rooms_above() {
+        use std::path::Path;
+        let of = |n: &str| stage(Path::new(n));
+        assert_eq!(of(crate::format::shard::manifest::FILE_NAME), "manifest");
+        assert_eq!(of(crate::train::checkpoint::FILE), "checkpoint");
+        assert_eq!(of(crate::convert::REJECTS), "rejects");
+    }
+
     use super::*;
 
     #[test]

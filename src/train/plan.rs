@@ -4,8 +4,8 @@
 //! The figures are estimates from the formats' exact sizes and from rates measured for
 //! BENCHMARKS.md; the constants below say where each comes from.
 
+use crate::format::shard::{default_block_samples, Dtype, SampleSpec, Shape};
 use crate::nn::ModelConfig;
-use crate::shard::{default_block_samples, Dtype, SampleSpec, Shape};
 use serde::Serialize;
 
 /// Shard size / raw size measured for `prep synth` output at the default zstd level 1
@@ -193,8 +193,8 @@ pub fn plan(
             format!(
                 "model `{}`, batch {batch}, mixed precision: activations and their gradients ~{}, weights with gradients and momentum {}",
                 model.name,
-                crate::mem::human(act),
-                crate::mem::human(model.parameter_bytes())
+                crate::util::mem::human(act),
+                crate::util::mem::human(model.parameter_bytes())
             ),
             "GPU memory in stream and managed modes does not grow with the dataset".into(),
             "GPU figures include ~390 MiB, and host figures ~620 MiB, held by the CUDA driver, cuDNN and cuBLAS".into(),

@@ -4,8 +4,8 @@
 use super::format::{BlockEntry, Footer, Header, Trailer, HEADER_LEN};
 use super::manifest::ShardInfo;
 use super::{shard_file_name, Codec, EncodedBlock, SampleSpec, Stats};
-use crate::error::{Error, IoContext, Result};
-use crate::output::{OutFile, Temp};
+use crate::store::output::{OutFile, Temp};
+use crate::util::error::{Error, IoContext, Result};
 use std::fs::{self, File};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! checked for what it is before it is read, opened so that the open cannot block, and metadata
 //! files are read with a hard cap, never "until EOF".
 
-use crate::error::{Error, IoContext, Result};
+use crate::util::error::{Error, IoContext, Result};
 use std::fs::{File, FileType};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -129,7 +129,7 @@ pub fn read_text_capped(path: &Path, cap: u64, what: &str) -> Result<String> {
 pub fn check_present(listed_in: &Path, files: &[(std::path::PathBuf, u64)]) -> Result<()> {
     let mut wrong = Vec::new();
     for (p, want) in files {
-        let shown = crate::error::shown_path(p);
+        let shown = crate::util::error::shown_path(p);
         match std::fs::metadata(p) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 wrong.push(format!("{shown} is missing"))

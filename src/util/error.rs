@@ -56,12 +56,12 @@ pub enum Error {
     /// The GPU, its driver or a CUDA library is missing or failed.
     #[error("{0}")]
     Device(String),
-    /// Another prep is writing the folder (`crate::lock`); names the holder.
+    /// Another prep is writing the folder (`crate::format::lock`); names the holder.
     #[error("{0}")]
     Busy(String),
-    /// SIGINT or SIGTERM asked the job to stop (`crate::interrupt`); `note` says what was kept
+    /// SIGINT or SIGTERM asked the job to stop (`crate::util::interrupt`); `note` says what was kept
     /// and how to go on, where the job knows it.
-    #[error("interrupted by {}{}", crate::interrupt::signal_name(*signal), note_suffix(note))]
+    #[error("interrupted by {}{}", signal_name(*signal), note_suffix(note))]
     Interrupted { signal: i32, note: String },
 }
 
@@ -91,6 +91,15 @@ pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
 /// [`shown`] for a path.
 pub fn shown_path(p: &Path) -> String {
     shown(&p.to_string_lossy()).into_owned()
+}
+
+/// "SIGINT", "SIGTERM", "signal N": how an interruption is named (`crate::util::interrupt`).
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        s => format!("signal {s}"),
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -2,7 +2,7 @@
 
 use super::manifest::{Manifest, ShardInfo};
 use super::ShardReader;
-use crate::error::{Error, Region, Result};
+use crate::util::error::{Error, Region, Result};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -41,7 +41,7 @@ impl Dataset {
             Ok(m) => m,
             // A manifest removed or not yet written by a writer at work: say so.
             Err(e) => {
-                crate::lock::check_not_written(&dir)?;
+                crate::format::lock::check_not_written(&dir)?;
                 return Err(e);
             }
         };
@@ -58,7 +58,7 @@ impl Dataset {
         if r.is_err() {
             // A shard replaced or removed by a writer at work (`--force`): say so, rather than
             // calling the dataset damaged. Either way the old and new data are never mixed.
-            crate::lock::check_not_written(&self.dir)?;
+            crate::format::lock::check_not_written(&self.dir)?;
         }
         r
     }
@@ -109,10 +109,10 @@ impl Dataset {
 
     /// Read and check every block of every shard. Keeps going past damage so that the report names
     /// every damaged shard and block. `progress` is told the stored bytes of each block checked.
-    /// Stops early, with a partial report, once `crate::interrupt` is set: the caller checks it.
+    /// Stops early, with a partial report, once `crate::util::interrupt` is set: the caller checks it.
     pub fn verify(&self, progress: &(dyn Fn(u64) + Sync)) -> VerifyReport {
         let mut report = VerifyReport::default();
-        let stopped = || crate::interrupt::requested().is_some();
+        let stopped = || crate::util::interrupt::requested().is_some();
         for (_, info) in self.shards() {
             if stopped() {
                 break;

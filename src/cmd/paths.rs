@@ -2,8 +2,8 @@
 //! for its folder, or two arguments swapped get an error that names the mistake (a usage error,
 //! exit 2) rather than the first file that could not be opened inside it.
 
-use crate::error::shown_path;
-use crate::{Error, Result};
+use prep::util::error::shown_path;
+use prep::{Error, Result};
 use std::path::Path;
 
 /// What a path holds, by a look at its type and a few names in it (nothing is read).
@@ -30,14 +30,14 @@ pub fn what(p: &Path) -> What {
     if !meta.is_dir() {
         return if p
             .file_name()
-            .is_some_and(|n| n == crate::shard::manifest::FILE_NAME)
+            .is_some_and(|n| n == prep::format::shard::manifest::FILE_NAME)
         {
             What::ManifestFile
         } else {
             What::File
         };
     }
-    if p.join(crate::shard::manifest::FILE_NAME).exists() {
+    if p.join(prep::format::shard::manifest::FILE_NAME).exists() {
         return What::Dataset;
     }
     if p.join("config.json").exists() {
@@ -120,7 +120,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// command is written, for the case of swapped arguments ("eval takes RUN then DATA").
 pub fn expect_dataset(p: &Path, usage: &str) -> Result<()> {
     // A folder another prep is writing has no manifest yet: say who writes it instead.
-    crate::lock::check_not_written(p)?;
+    prep::format::lock::check_not_written(p)?;
     let shown = shown_path(p);
     match what(p) {
         What::Dataset | What::DatasetWithoutManifest => Ok(()),
@@ -146,7 +146,7 @@ pub fn expect_dataset(p: &Path, usage: &str) -> Result<()> {
 /// Check that `p` is a run folder, one that `prep train` wrote, and that no other prep is writing
 /// it.
 pub fn expect_run(p: &Path, usage: &str) -> Result<()> {
-    crate::lock::check_not_written(p)?;
+    prep::format::lock::check_not_written(p)?;
     let shown = shown_path(p);
     match what(p) {
         What::Run => Ok(()),

@@ -15,7 +15,7 @@ pub use manifest::Manifest;
 pub use reader::ShardReader;
 pub use writer::{ShardWriter, SplitWriter};
 
-use crate::error::{Error, Result};
+use crate::util::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;

@@ -1,7 +1,7 @@
 //! SIGINT and SIGTERM as a request to stop (issue 14).
 //!
 //! `install` (called by the CLI before a long job) turns the first of these signals into a flag;
-//! the long loops (`crate::pipeline::ordered_map` and its workers, the training step, verify,
+//! the long loops (`crate::util::pipeline::ordered_map` and its workers, the training step, verify,
 //! the copies of merge and the column-major writers) call `check` between units of work of a
 //! few milliseconds and return `Error::Interrupted`, so that the job unwinds like any failed job:
 //! temporary files and staging folders are removed on the way out, the lock is released, and
@@ -15,7 +15,7 @@
 //! Test-only: `PREP_TEST_SLOW_MS=N` makes every look at the flag wait N ms first, so that a test
 //! can signal a job in the middle of its work whatever the speed of the machine.
 
-use crate::error::{Error, Result};
+use crate::util::error::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -73,10 +73,4 @@ pub fn exit_status(signal: i32) -> i32 {
     128 + signal
 }
 
-pub fn signal_name(signal: i32) -> String {
-    match signal {
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGTERM => "SIGTERM".into(),
-        s => format!("signal {s}"),
-    }
-}
+pub use crate::util::error::signal_name;

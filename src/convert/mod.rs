@@ -5,22 +5,26 @@
 //! conversion succeeded; a failed run removes its staging folder, so the output directory holds
 //! either the complete new dataset or what it held before.
 
-use crate::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorSplitReader, ColmajorWriter};
-use crate::error::{Error, IoContext, Result};
-use crate::output::write_atomic;
-use crate::part::{Part, PartRange, PartSpec};
-use crate::pipeline::ordered_map;
-use crate::shard::manifest::{self, stats_split, Provenance, SplitInfo};
-use crate::shard::{
+pub mod merge;
+
+use crate::format::colmajor::{
+    ColmajorManifest, ColmajorSplit, ColmajorSplitReader, ColmajorWriter,
+};
+use crate::format::part::{Part, PartRange, PartSpec};
+use crate::format::shard::manifest::{self, stats_split, Provenance, SplitInfo};
+use crate::format::shard::{
     default_block_samples, default_shard_blocks, Block, Codec, Dataset, Dtype, Manifest,
     SampleSpec, Shape, ShardReader, SplitWriter,
 };
+use crate::format::OutputFormat;
 use crate::source::series::{self, SeriesPlan};
 use crate::source::transform::{to_sample, Fit, Target};
 use crate::source::{
     cifar, dicom, idx, npy, tree, DecodeOptions, FileKind, FloatFrame, Frame, Probe, Reject,
 };
-use crate::OutputFormat;
+use crate::store::output::write_atomic;
+use crate::util::error::{Error, IoContext, Result};
+use crate::util::pipeline::ordered_map;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -85,7 +89,7 @@ pub struct ConvertOptions {
     pub block_samples: Option<u32>,
     pub shard_blocks: Option<u32>,
     pub force: bool,
-    /// Convert only this part of the input (`crate::part`): a contiguous range of each split.
+    /// Convert only this part of the input (`crate::format::part`): a contiguous range of each split.
     pub part: Option<PartSpec>,
     pub quiet: bool,
 }
@@ -248,7 +252,7 @@ impl Array {
         for i in start..start + len {
             let px = &block[(i - start) * sb..(i - start + 1) * sb];
             let r = if same {
-                match crate::shard::first_non_finite(self.dtype, px) {
+                match crate::format::shard::first_non_finite(self.dtype, px) {
                     None => {
                         out.extend_from_slice(px);
                         Ok(())
@@ -362,13 +366,13 @@ fn array_units(name: &str, a: Arc<Array>) -> Vec<Unit> {
 fn detect(input: &Path) -> Kind {
     if input.is_dir() {
         if input.join(manifest::FILE_NAME).is_file() {
-            match crate::dataset_format(input).as_deref() {
-                Ok(crate::colmajor::FORMAT) => return Kind::Colmajor,
+            match crate::format::dataset_format(input).as_deref() {
+                Ok(crate::format::colmajor::FORMAT) => return Kind::Colmajor,
                 Ok(manifest::FORMAT) => return Kind::Shards,
                 _ => {}
             }
         }
-        if crate::colmajor::looks_like_seed(input) {
+        if crate::format::colmajor::looks_like_seed(input) {
             return Kind::Colmajor;
         }
         if idx::detect(input) {
@@ -719,7 +723,7 @@ fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             }
             (found, m.sample.shape, Some(m.sample.dtype), m.classes)
         } else {
-            let pairs = crate::colmajor::find_splits(input)?;
+            let pairs = crate::format::colmajor::find_splits(input)?;
             if pairs.is_empty() {
                 return Err(Error::Invalid(format!(
                     "{}: no images_<split>.bin with labels_<split>.bin: not column-major files",
@@ -753,8 +757,11 @@ fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         };
         for (split, r) in found {
             inputs += 2;
-            let (n, chunk) = (r.samples, crate::colmajor::chunk_samples(r.features));
-            let file = crate::colmajor::images_name(&split);
+            let (n, chunk) = (
+                r.samples,
+                crate::format::colmajor::chunk_samples(r.features),
+            );
+            let file = crate::format::colmajor::images_name(&split);
             let src = Arc::new(Stored::Columns(r, values));
             splits.insert(
                 split,
@@ -1221,12 +1228,12 @@ fn tree_units(
         .filter(|(f, _)| f.kind == Some(FileKind::Dicom))
         .map(|(f, _)| *f)
         .collect();
-    let pb = crate::progress::bar(dicom.len() as u64, "headers", "files", o.quiet);
+    let pb = crate::util::progress::bar(dicom.len() as u64, "headers", "files", o.quiet);
     let headers: BTreeMap<&str, dicom::SeriesHeader> = dicom
         .par_iter()
         .filter_map(|f| {
             // Once a signal asked to stop, the rest is skipped (convert_into then stops).
-            if crate::interrupt::requested().is_some() {
+            if crate::util::interrupt::requested().is_some() {
                 return None;
             }
             let h = dicom::read_header(&f.path).ok();
@@ -1394,7 +1401,7 @@ fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Faile
             // Files that do not make it are named one by one, so a series never fails as a whole
             // here.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                dicom::decode_series(plan, d, &mut |frame| {
+                series::decode_series(plan, d, &mut |frame| {
                     to_sample(frame, t, &mut px)
                         .map_err(|why| Reject::new(format!("image {}: {why}", labels.len())))?;
                     labels.push(*label);
@@ -1471,7 +1478,11 @@ fn decode_stored(
             // Labels were checked when planning.
             for (i, (v, l)) in vals.chunks_exact(f).zip(r.labels(start, len)).enumerate() {
                 let p = &mut px[at..at + sb];
-                let res = crate::colmajor::encode_exact(v, if strict { d } else { Dtype::F32 }, p);
+                let res = crate::format::colmajor::encode_exact(
+                    v,
+                    if strict { d } else { Dtype::F32 },
+                    p,
+                );
                 match res {
                     Ok(()) => {
                         at += sb;
@@ -1513,9 +1524,9 @@ fn decode_stored(
             Ok(())
         } else if !resize {
             vals.clear();
-            vals.extend((0..shape.elems()).map(|k| crate::colmajor::value_of(dtype, p, k)));
+            vals.extend((0..shape.elems()).map(|k| crate::format::colmajor::value_of(dtype, p, k)));
             out.resize(at + vals.len() * t.dtype.size(), 0);
-            crate::colmajor::encode_scaled(&vals, t.dtype, &mut out[at..])
+            crate::format::colmajor::encode_scaled(&vals, t.dtype, &mut out[at..])
                 .map_err(|e| format!("feature {}: {e}", e.index()))
         } else {
             resize_planes(p, dtype, (dims[0] as usize, dims[1], dims[2]), t, out)
@@ -1584,14 +1595,14 @@ fn resize_planes(
         }
         let data: Vec<f32> = range
             .clone()
-            .map(|k| crate::colmajor::value_of(dtype, p, k))
+            .map(|k| crate::format::colmajor::value_of(dtype, p, k))
             .collect();
         if !t.dtype.is_float() {
             // Pixels come from values in [0, 1]; the resize keeps them there (up to rounding).
             if let Some(&v) = data.iter().find(|v| !(0.0..=1.0).contains(*v)) {
                 return Err(format!(
                     "channel {ch}: {}",
-                    crate::colmajor::ScaleError::OutOfRange(0, v)
+                    crate::format::colmajor::ScaleError::OutOfRange(0, v)
                 ));
             }
         }
@@ -1616,7 +1627,7 @@ fn resize_planes(
                 .collect();
             let at = out.len();
             out.resize(at + vals.len() * t.dtype.size(), 0);
-            crate::colmajor::encode_scaled(&vals, t.dtype, &mut out[at..])
+            crate::format::colmajor::encode_scaled(&vals, t.dtype, &mut out[at..])
                 .map_err(|e| format!("channel {ch}: {e}"))?;
         }
     }
@@ -1663,13 +1674,13 @@ impl Survey {
 /// header and only the counts are kept.
 fn survey(o: &ConvertOptions, p: &Plan) -> Survey {
     let units: Vec<&Unit> = p.splits.values().flatten().collect();
-    let pb = crate::progress::bar(units.len() as u64, "probe", "inputs", o.quiet);
+    let pb = crate::util::progress::bar(units.len() as u64, "probe", "inputs", o.quiet);
     let s = units
         .par_iter()
         .map(|u| {
             // A file whose header cannot be read counts for nothing here; decoding rejects it
             // with the reason.
-            if crate::interrupt::requested().is_some() {
+            if crate::util::interrupt::requested().is_some() {
                 return Survey::default();
             }
             let s = match u.probe(&o.decode) {
@@ -1791,7 +1802,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     labelling(o)?;
     // A dataset (or any folder) being written by another prep is not read half-written.
     if o.input.is_dir() {
-        crate::lock::check_not_written(&o.input)?;
+        crate::format::lock::check_not_written(&o.input)?;
     }
     if o.part.is_some() && o.format == OutputFormat::Colmajor {
         return Err(Error::Invalid(
@@ -1806,7 +1817,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     let _lock = if locked {
         None
     } else {
-        Some(crate::lock::lock_dir(out)?)
+        Some(crate::format::lock::lock_dir(out)?)
     };
     let request = request_key(o);
     if !o.force {
@@ -1828,7 +1839,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
         }
         plan.classes = names.clone();
     }
-    crate::interrupt::check()?;
+    crate::util::interrupt::check()?;
     let mut notes = plan.notes.clone();
     let (t, spec, auto_u8) = match &plan.stored {
         Some((shape, dtype)) => stored_target(o, shape, *dtype)?,
@@ -1842,7 +1853,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
         }
     };
     // The headers read above skip their work once a signal asked to stop.
-    crate::interrupt::check()?;
+    crate::util::interrupt::check()?;
     if !o.quiet {
         for n in &notes {
             eprintln!("{n}");
@@ -1911,7 +1922,7 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
     let mut not_u8: Option<String> = None;
     let result = (|| -> Result<(BTreeMap<String, SplitInfo>, Vec<RejectEntry>)> {
         let total: usize = plan.splits.values().map(Vec::len).sum();
-        let pb = crate::progress::bar(total as u64, "convert", "inputs", o.quiet);
+        let pb = crate::util::progress::bar(total as u64, "convert", "inputs", o.quiet);
         let mut rejects = plan.rejects.clone();
         if o.on_error == OnError::Fail {
             if let Some(r) = rejects.first() {
@@ -2115,15 +2126,15 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
                     provenance.clone(),
                 );
                 write_atomic(&staging.join(manifest::FILE_NAME), &m.to_bytes())?;
-                let ds = crate::shard::Dataset::open(&staging)?;
+                let ds = crate::format::shard::Dataset::open(&staging)?;
                 for (split, info) in &ds.manifest.splits {
                     let mut cw = ColmajorWriter::create(&staging, split, info.samples, &spec, k)?;
                     for sh in &info.shards {
                         let r = ds.open_shard(sh)?;
                         for b in 0..r.num_blocks() {
-                            crate::interrupt::check()?;
+                            crate::util::interrupt::check()?;
                             let block = r.read_block(b)?;
-                            let st = crate::shard::Stats::of_block(&block, &spec, k);
+                            let st = crate::format::shard::Stats::of_block(&block, &spec, k);
                             cw.push(&block, &st)?;
                         }
                     }
@@ -2132,15 +2143,15 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
                         split.clone(),
                         ColmajorSplit {
                             samples: info.samples,
-                            images: crate::colmajor::images_name(split),
-                            labels: crate::colmajor::labels_name(split),
+                            images: crate::format::colmajor::images_name(split),
+                            labels: crate::format::colmajor::labels_name(split),
                             class_counts: info.class_counts.clone(),
                         },
                     );
                 }
                 let (mean, std) = stats[stats_split(stats.keys())].mean_std(&spec);
                 let cm = ColmajorManifest {
-                    format: crate::colmajor::FORMAT.into(),
+                    format: crate::format::colmajor::FORMAT.into(),
                     version: spec.dtype.format_version() as u32,
                     sample: spec.clone(),
                     classes: plan.classes.clone(),
@@ -2181,8 +2192,8 @@ fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertReport> {
         notes,
         seconds: secs,
         samples_per_sec: samples as f64 / secs.max(1e-9),
-        bytes_on_disk: crate::synth::dir_bytes(out),
-        peak_rss_bytes: crate::mem::peak_rss_bytes(),
+        bytes_on_disk: crate::format::folder::dir_bytes(out),
+        peak_rss_bytes: crate::util::mem::peak_rss_bytes(),
         already_complete: false,
     })
 }
@@ -2239,7 +2250,7 @@ fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -> Part {
     let mut ranges = BTreeMap::new();
     for (split, units) in plan.splits.iter_mut() {
         let total: u64 = units.iter().map(weight).sum();
-        let (a, b) = crate::part::share(total, 1, p);
+        let (a, b) = crate::format::part::share(total, 1, p);
         let mut kept = Vec::new();
         let mut at = 0u64;
         for u in std::mem::take(units) {
@@ -2337,7 +2348,7 @@ fn request_key(o: &ConvertOptions) -> String {
     // counts by where it points, a link to a file by that file.
     fn walk(root: &Path, p: &Path, h: &mut Xxh3) {
         // A signal stops the walk; the plan that follows checks for it and ends the run.
-        if crate::interrupt::requested().is_some() {
+        if crate::util::interrupt::requested().is_some() {
             return;
         }
         let Ok(meta) = std::fs::symlink_metadata(p) else {
@@ -2399,7 +2410,7 @@ fn already_converted(o: &ConvertOptions, request: &str) -> Option<ConvertReport>
     if !o.out.join(manifest::FILE_NAME).is_file() {
         return None;
     }
-    let s = crate::inspect::summarize(&o.out).ok()?;
+    let s = crate::format::inspect::summarize(&o.out).ok()?;
     let src = &s.provenance["source"];
     if src["request"].as_str() != Some(request) {
         return None;
@@ -2422,7 +2433,7 @@ fn already_converted(o: &ConvertOptions, request: &str) -> Option<ConvertReport>
         seconds: 0.0,
         samples_per_sec: 0.0,
         bytes_on_disk: s.bytes_on_disk,
-        peak_rss_bytes: crate::mem::peak_rss_bytes(),
+        peak_rss_bytes: crate::util::mem::peak_rss_bytes(),
         already_complete: true,
     })
 }
@@ -2435,7 +2446,7 @@ fn check_out(out: &Path, force: bool) -> Result<()> {
     }
     let busy = std::fs::read_dir(out).at(out)?.flatten().any(|e| {
         let n = e.file_name();
-        n != STAGING && n != REJECTS && n != crate::lock::LOCK_FILE
+        n != STAGING && n != REJECTS && n != crate::format::lock::LOCK_FILE
     });
     if busy {
         return Err(Error::Invalid(format!(
@@ -2455,21 +2466,21 @@ fn publish<'a>(
     files: impl Iterator<Item = &'a String>,
 ) -> Result<()> {
     if force {
-        crate::synth::clean(out)?;
+        crate::format::folder::clean(out)?;
     }
     for f in files {
         let to = out.join(f);
         if let Some(dir) = to.parent() {
             std::fs::create_dir_all(dir).at(dir)?;
         }
-        crate::output::rename_durably(&staging.join(f), &to)?;
+        crate::store::output::rename_durably(&staging.join(f), &to)?;
     }
     let rejects = out.join(REJECTS);
     if staging.join(REJECTS).exists() {
-        crate::output::rename_durably(&staging.join(REJECTS), &rejects)?;
+        crate::store::output::rename_durably(&staging.join(REJECTS), &rejects)?;
     } else if rejects.exists() {
         std::fs::remove_file(&rejects).at(&rejects)?;
     }
     let m = manifest::FILE_NAME;
-    crate::output::rename_durably(&staging.join(m), &out.join(m))
+    crate::store::output::rename_durably(&staging.join(m), &out.join(m))
 }

@@ -1,8 +1,8 @@
 //! What `prep inspect` reports about a dataset, and the sample grid picture.
 
-use crate::colmajor::{ColmajorManifest, ColmajorSplitReader};
-use crate::error::{Error, Result};
-use crate::shard::{Dataset, Dtype, SampleSpec};
+use crate::format::colmajor::{ColmajorManifest, ColmajorSplitReader};
+use crate::format::shard::{Dataset, Dtype, SampleSpec};
+use crate::util::error::{Error, Result};
 use image::{Rgb, RgbImage};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -17,7 +17,7 @@ pub struct Summary {
     pub classes: Vec<String>,
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
-    pub codec: Option<crate::shard::Codec>,
+    pub codec: Option<crate::format::shard::Codec>,
     pub block_samples: Option<u32>,
     pub splits: Vec<SplitSummary>,
     pub shards: usize,
@@ -29,7 +29,7 @@ pub struct Summary {
     pub provenance: serde_json::Value,
     /// Which part of a fanned-out job this is (`--part I/N`), if it is one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub part: Option<crate::part::Part>,
+    pub part: Option<crate::format::part::Part>,
 }
 
 #[derive(Debug, Serialize)]
@@ -48,8 +48,8 @@ fn file_len(p: &Path) -> u64 {
 }
 
 pub fn summarize(dir: &Path) -> Result<Summary> {
-    let format = crate::dataset_format(dir)?;
-    if format == crate::colmajor::FORMAT {
+    let format = crate::format::dataset_format(dir)?;
+    if format == crate::format::colmajor::FORMAT {
         let m = ColmajorManifest::read(dir)?;
         let listed: Vec<(std::path::PathBuf, u64)> = m
             .splits
@@ -65,7 +65,10 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
                 ]
             })
             .collect();
-        crate::files::check_present(&dir.join(crate::shard::manifest::FILE_NAME), &listed)?;
+        crate::store::local::check_present(
+            &dir.join(crate::format::shard::manifest::FILE_NAME),
+            &listed,
+        )?;
         let splits: Vec<SplitSummary> = m
             .splits
             .iter()
@@ -109,7 +112,10 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
         .shards()
         .map(|(_, sh)| (ds.shard_path(sh), sh.bytes))
         .collect();
-    crate::files::check_present(&dir.join(crate::shard::manifest::FILE_NAME), &listed)?;
+    crate::store::local::check_present(
+        &dir.join(crate::format::shard::manifest::FILE_NAME),
+        &listed,
+    )?;
     let splits: Vec<SplitSummary> = m
         .splits
         .iter()
@@ -158,8 +164,8 @@ const GRID_MAX_BLOCKS: usize = 256;
 /// A picture with one row of `per_class` samples for every class, from `split`, each sample scaled
 /// up by `zoom`; a thin dark line separates samples.
 pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbImage> {
-    let format = crate::dataset_format(dir)?;
-    let (spec, classes, picks, mean_std) = if format == crate::colmajor::FORMAT {
+    let format = crate::format::dataset_format(dir)?;
+    let (spec, classes, picks, mean_std) = if format == crate::format::colmajor::FORMAT {
         let m = ColmajorManifest::read(dir)?;
         let r = ColmajorSplitReader::open(dir, &m, split)?;
         let k = m.classes.len();
@@ -318,7 +324,7 @@ fn shown_label(name: &str) -> String {
 fn label_width(classes: &[String], scale: i64) -> u32 {
     let widest = classes
         .iter()
-        .map(|c| crate::font::text_w(&shown_label(c), scale))
+        .map(|c| crate::util::font::text_w(&shown_label(c), scale))
         .max()
         .unwrap_or(0);
     widest as u32 + 8
@@ -356,7 +362,7 @@ fn draw(
     for (k, name) in names.iter().enumerate() {
         let glyph_h = 7 * scale;
         let y = (gap + k as u32 * cell_h) as i64 + (cell_h as i64 - glyph_h) / 2;
-        crate::font::draw_text(
+        crate::util::font::draw_text(
             &mut img,
             4,
             y,

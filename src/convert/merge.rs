@@ -1,4 +1,4 @@
-//! `prep merge`: join the parts of a fanned-out `synth` or `convert` job (`crate::part`) into one
+//! `prep merge`: join the parts of a fanned-out `synth` or `convert` job (`crate::format::part`) into one
 //! dataset.
 //!
 //! The parts are checked first, all of them, before anything is written: same job, same count,
@@ -8,12 +8,12 @@
 //! manifest written last. On error nothing new is left in `OUT`.
 
 use crate::convert::{REJECTS, STAGING};
-use crate::error::{Error, IoContext, Result};
-use crate::output::write_atomic;
-use crate::part::Part;
-use crate::shard::manifest::{self, Provenance, ShardInfo, SplitInfo};
-use crate::shard::{shard_file_name, Dataset, Manifest};
-use crate::synth::PARTIAL_MARKER;
+use crate::format::folder::PARTIAL_MARKER;
+use crate::format::part::Part;
+use crate::format::shard::manifest::{self, Provenance, ShardInfo, SplitInfo};
+use crate::format::shard::{shard_file_name, Dataset, Manifest};
+use crate::store::output::write_atomic;
+use crate::util::error::{Error, IoContext, Result};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -55,7 +55,7 @@ fn load(dir: &Path) -> Result<Loaded> {
             dir.display()
         )));
     }
-    crate::lock::check_not_written(dir)?;
+    crate::format::lock::check_not_written(dir)?;
     let unfinished = |what: &str| {
         Err(Error::Source(format!(
             "{}: incomplete part: {what}; run its command again to finish it",
@@ -80,7 +80,7 @@ fn load(dir: &Path) -> Result<Loaded> {
             manifest::FILE_NAME
         )));
     }
-    if crate::dataset_format(dir).ok().as_deref() == Some(crate::colmajor::FORMAT) {
+    if crate::format::dataset_format(dir).ok().as_deref() == Some(crate::format::colmajor::FORMAT) {
         return Err(Error::Invalid(format!(
             "{}: a column-major dataset, not a part (parts are shard datasets)",
             dir.display()
@@ -267,7 +267,7 @@ fn merged_rejects(parts: &[Loaded]) -> Result<Vec<String>> {
         if !path.exists() {
             continue;
         }
-        for (i, line) in crate::files::read_text_capped(&path, 1 << 30, "a rejects list")?
+        for (i, line) in crate::store::local::read_text_capped(&path, 1 << 30, "a rejects list")?
             .lines()
             .enumerate()
         {
@@ -278,7 +278,7 @@ fn merged_rejects(parts: &[Loaded]) -> Result<Vec<String>> {
             {
                 return Err(Error::Source(format!(
                     "{}: line {}: not a reject record ({{\"path\": ..., \"reason\": ...}})",
-                    crate::error::shown_path(&path),
+                    crate::util::error::shown_path(&path),
                     i + 1
                 )));
             }
@@ -309,13 +309,13 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
     }
     // One writer per folder: from here on OUT is ours (created if new; removed again, if it was
     // new, when the merge fails).
-    let lock = crate::lock::lock_dir(out)?;
+    let lock = crate::format::lock::lock_dir(out)?;
     let created = lock.created();
     {
         let busy = std::fs::read_dir(out)
             .at(out)?
             .flatten()
-            .any(|e| e.file_name() != STAGING && e.file_name() != crate::lock::LOCK_FILE);
+            .any(|e| e.file_name() != STAGING && e.file_name() != crate::format::lock::LOCK_FILE);
         if busy {
             return Err(Error::Invalid(format!(
                 "{} is not empty; merge into a new or empty folder",
@@ -382,10 +382,10 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
         if staging.exists() {
             std::fs::remove_dir_all(&staging).at(&staging)?;
         }
-        let pb = crate::progress::bar(plan.len() as u64, "merge", "shards", quiet);
+        let pb = crate::util::progress::bar(plan.len() as u64, "merge", "shards", quiet);
         let mut linked = 0;
         for (from, info) in &plan {
-            crate::interrupt::check()?;
+            crate::util::interrupt::check()?;
             let to = staging.join(&info.file);
             let dir = to.parent().expect("a shard is in a split folder");
             std::fs::create_dir_all(dir).at(dir)?;
@@ -409,7 +409,7 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
             let to = out.join(&info.file);
             let dir = to.parent().expect("a shard is in a split folder");
             std::fs::create_dir_all(dir).at(dir)?;
-            crate::output::rename_durably(&staging.join(&info.file), &to)?;
+            crate::store::output::rename_durably(&staging.join(&info.file), &to)?;
             placed.push(to);
         }
         if !rejects.is_empty() {

@@ -15,7 +15,7 @@
 //! shard keeps its old contents) and every shard opened later is checked against the manifest's
 //! size and footer checksum.
 
-use crate::error::{Error, IoContext, Result};
+use crate::util::error::{Error, IoContext, Result};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -78,7 +78,7 @@ fn hostname() -> String {
 }
 
 fn command_line() -> String {
-    let mut args = crate::command_args();
+    let mut args = crate::util::command_args();
     if let Some(a) = args.first_mut() {
         if let Some(name) = Path::new(a.as_str()).file_name() {
             *a = name.to_string_lossy().into_owned();
@@ -168,7 +168,7 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock> {
         // Something other than a lock file in its place (a FIFO, a folder): never write to it.
         let ft = f.metadata().at(&path)?.file_type();
         if !ft.is_file() {
-            return Err(crate::files::not_a_file(&path, &ft));
+            return Err(crate::store::local::not_a_file(&path, &ft));
         }
         // A reader probing the lock holds it shared for an instant: wait that out, but refuse a
         // writer (which holds it exclusively) at once.
@@ -216,7 +216,8 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock> {
         {
             let until =
                 std::time::Instant::now() + std::time::Duration::from_millis(ms.min(60_000));
-            while std::time::Instant::now() < until && crate::interrupt::requested().is_none() {
+            while std::time::Instant::now() < until && crate::util::interrupt::requested().is_none()
+            {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
@@ -250,7 +251,7 @@ impl Drop for DirLock {
 pub fn check_not_written(dir: &Path) -> Result<()> {
     let path = dir.join(LOCK_FILE);
     // Not there (or not a regular file, which no writer made): nothing holds the folder.
-    let Ok(mut f) = crate::files::open(&path) else {
+    let Ok(mut f) = crate::store::local::open(&path) else {
         return Ok(());
     };
     match flock(&f, libc::LOCK_SH) {
