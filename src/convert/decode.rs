@@ -1,0 +1,78 @@
+//! One unit into target samples, with the samples that could not be used.
+
+use super::stored::decode_stored;
+use super::units::{Decoded, Failed, Unit};
+use super::*;
+
+/// Decode one unit into target samples. A file is used whole or rejected whole; an array unit
+/// and a stored one leave out the samples that cannot be used.
+pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Failed> {
+    let mut px = Vec::new();
+    let mut labels = Vec::new();
+    let mut left_out = Vec::new();
+    match u {
+        Unit::Array {
+            array, start, len, ..
+        } => left_out = array.samples(*start, *len, t, &mut px, &mut labels)?,
+        Unit::Stored {
+            src, start, len, ..
+        } => left_out = decode_stored(src, *start, *len, t, &mut px, &mut labels)?,
+        Unit::File {
+            path, kind, label, ..
+        } => {
+            let kind = kind.ok_or_else(|| Reject::new("unknown file kind"))?;
+            let label = label.expect("tree units are labelled");
+            // A decoder bug must not take the whole run down: a panic becomes this file's reject.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                kind.decode(path, d, &mut |frame| {
+                    to_sample(frame, t, &mut px)
+                        .map_err(|why| Reject::new(format!("image {}: {why}", labels.len())))?;
+                    labels.push(label);
+                    Ok(())
+                })
+            }));
+            match r {
+                Ok(r) => r?,
+                Err(_) => return Err(Reject::new("the decoder crashed on this file").into()),
+            }
+            if labels.is_empty() {
+                return Err(Reject::new("holds no images").into());
+            }
+        }
+        Unit::Series { plan, label, .. } => {
+            // Files that do not make it are named one by one, so a series never fails as a whole
+            // here.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                series::decode_series(plan, d, &mut |frame| {
+                    to_sample(frame, t, &mut px)
+                        .map_err(|why| Reject::new(format!("image {}: {why}", labels.len())))?;
+                    labels.push(*label);
+                    Ok(())
+                })
+            }));
+            let left = match r {
+                Ok(Ok(left)) => left,
+                Ok(Err(all)) => {
+                    px.clear();
+                    labels.clear();
+                    all
+                }
+                Err(_) => {
+                    px.clear();
+                    labels.clear();
+                    let why = format!("the decoder crashed on its series {}", plan.uid);
+                    plan.slots
+                        .iter()
+                        .flatten()
+                        .map(|f| (f.rel.clone(), why.clone()))
+                        .collect()
+                }
+            };
+            left_out = left
+                .into_iter()
+                .map(|(path, reason)| RejectEntry { path, reason })
+                .collect();
+        }
+    }
+    Ok((px, labels, left_out))
+}

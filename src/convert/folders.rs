@@ -1,0 +1,498 @@
+//! A tree of files: how it is labelled (class folders, a labels CSV or a regex), its split folders,
+//! and its units (DICOM files grouped into series).
+
+use super::units::{Plan, TreeSplit, Unit};
+use super::*;
+
+/// How the files of a tree get their classes.
+pub(super) enum Labelling {
+    /// From the layout: class sub-folders, or one class for a flat folder or a single file.
+    Layout,
+    Csv(tree::LabelsCsv),
+    Regex(tree::LabelRegex),
+}
+
+pub(super) fn labelling(o: &ConvertOptions) -> Result<Labelling> {
+    Ok(match (&o.labels, &o.label_from) {
+        (Some(_), Some(_)) => {
+            return Err(Error::Invalid(
+                "--labels and --label-from both say how files are labelled; give one".into(),
+            ))
+        }
+        (Some(p), None) => Labelling::Csv(tree::read_labels_csv(p).map_err(Error::Invalid)?),
+        (None, Some(re)) => Labelling::Regex(tree::LabelRegex::new(re).map_err(Error::Invalid)?),
+        (None, None) => Labelling::Layout,
+    })
+}
+
+pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
+    let tree = tree::walk(&o.input)?;
+    let labelling = labelling(o)?;
+    let accepts = |k: FileKind| match kind {
+        Kind::Images => matches!(k, FileKind::Image | FileKind::Tiff),
+        Kind::Tiff => k == FileKind::Tiff,
+        Kind::Video => k == FileKind::Video,
+        Kind::Dicom => k == FileKind::Dicom,
+        Kind::Nifti => k == FileKind::Nifti,
+        _ => true,
+    };
+    let mut rejects = Vec::new();
+    let mut reject = |path: &str, reason: String| {
+        rejects.push(RejectEntry {
+            path: path.to_string(),
+            reason,
+        })
+    };
+    let mut notes = Vec::new();
+
+    // Files of a kind this run decodes; with a CSV, only the files it lists are part of the
+    // dataset (anything else in the folder is left alone, not reported).
+    let mut usable = Vec::new();
+    for f in &tree.files {
+        if let Labelling::Csv(m) = &labelling {
+            if !m.rows.contains_key(&f.rel) {
+                continue;
+            }
+        }
+        match f.kind {
+            None => reject(
+                &f.rel,
+                "not an image, video or scan file (unknown extension)".into(),
+            ),
+            Some(k) if !accepts(k) => reject(
+                &f.rel,
+                format!("is a {} file, not {kind:?}", k.name()).to_lowercase(),
+            ),
+            Some(_) => usable.push(f),
+        }
+    }
+
+    // Links that point to nothing are bad inputs (with a CSV, only where it lists them: as
+    // missing, below); links to folders are not followed, which a note says.
+    if !matches!(labelling, Labelling::Csv(_)) {
+        for rel in &tree.dangling {
+            reject(
+                rel,
+                "a symbolic link to nothing (a missing target, or a loop)".into(),
+            );
+        }
+    }
+    // Never opened: a FIFO would block the read, a device never end it.
+    for (rel, what) in &tree.special {
+        reject(rel, format!("is {what}, not a regular file"));
+    }
+    if let Some(first) = tree.folder_links.first() {
+        let n = tree.folder_links.len();
+        notes.push(format!(
+            "{n} symbolic link{} to folders not followed (e.g. {})",
+            if n == 1 { "" } else { "s" },
+            tree::shown(first)
+        ));
+    }
+
+    // Each usable file with its class, and the splits its top folders may give.
+    let mut chosen: Vec<(&tree::TreeFile, String)> = Vec::new();
+    let mut folders = tree::SplitFolders::None;
+    match &labelling {
+        Labelling::Csv(m) => {
+            chosen.extend(
+                usable
+                    .into_iter()
+                    .map(|f| (f, m.rows[&f.rel].label.clone())),
+            );
+            // Rows that name no file of the tree: missing, or not walked (hidden, behind a
+            // link to a folder, not a regular file), or outside it.
+            let csv = o
+                .labels
+                .as_deref()
+                .map(tree::shown_path)
+                .unwrap_or_default();
+            let walked: std::collections::BTreeSet<&str> =
+                tree.files.iter().map(|f| f.rel.as_str()).collect();
+            for (rel, row) in &m.rows {
+                if !walked.contains(rel.as_str()) {
+                    let why = if tree.root.join(rel).exists() {
+                        "not read (hidden, inside a linked folder, or not a regular file)"
+                    } else {
+                        "missing"
+                    };
+                    reject(rel, format!("listed in {csv} line {} but {why}", row.line));
+                }
+            }
+            for (raw, why) in &m.outside {
+                reject(raw, why.clone());
+            }
+        }
+        Labelling::Regex(re) => {
+            for f in usable {
+                match re.class_of(&f.rel) {
+                    Ok(c) => chosen.push((f, c)),
+                    Err(why) => reject(&f.rel, why),
+                }
+            }
+        }
+        Labelling::Layout => {
+            let (loose, nested): (Vec<_>, Vec<_>) =
+                usable.into_iter().partition(|f| f.top_folder().is_none());
+            if let (Some(a), Some(b)) = (loose.first(), nested.first()) {
+                let folders: std::collections::BTreeSet<_> =
+                    nested.iter().filter_map(|f| f.top_folder()).collect();
+                return Err(Error::Invalid(format!(
+                    "{}: {} directly in the folder (e.g. {}) and {} in {} (e.g. {}/), so the classes are unclear; move the loose files into class sub-folders, convert one sub-folder on its own, or label every file with --labels FILE.csv or --label-from REGEX",
+                    tree::shown_path(&o.input),
+                    count(loose.len(), "file"),
+                    tree::shown(&a.rel),
+                    nested.len(),
+                    count(folders.len(), "sub-folder"),
+                    tree::shown(b.top_folder().unwrap_or_default())
+                )));
+            }
+            if !loose.is_empty() {
+                // A flat folder (or one file): everything is one class, named after it.
+                let class = tree.own_name(&o.input);
+                notes.push(if tree.single {
+                    format!("one class {}: a single file", json_str(&class))
+                } else {
+                    format!(
+                        "one class {}: {} directly in {} (class sub-folders, --labels or --label-from give more classes)",
+                        json_str(&class),
+                        count(loose.len(), "file"),
+                        tree::shown_path(&o.input)
+                    )
+                });
+                chosen.extend(loose.into_iter().map(|f| (f, class.clone())));
+            } else {
+                folders = split_folders(o, nested.iter().filter_map(|f| f.top_folder()), false)?;
+                if folders == tree::SplitFolders::None {
+                    chosen.extend(nested.into_iter().filter_map(|f| {
+                        let c = f.top_folder()?.to_string();
+                        Some((f, c))
+                    }));
+                } else {
+                    // split/class/file: the class is the folder below the split's.
+                    for f in nested {
+                        let below = f.rel.split_once('/').and_then(|(_, r)| r.split_once('/'));
+                        match below {
+                            Some((class, _)) => chosen.push((f, class.to_string())),
+                            None => {
+                                let top = f.top_folder().unwrap_or_default();
+                                return Err(Error::Invalid(format!(
+                                    "{}: {} stands directly in the split folder {}/, whose files need class sub-folders ({}/CLASS/...); move it into one, or label every file with --labels FILE.csv or --label-from REGEX",
+                                    tree::shown_path(&o.input),
+                                    tree::shown(&f.rel),
+                                    tree::shown(top),
+                                    tree::shown(top)
+                                )));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Labels from a CSV or a regex: split folders at the top still keep their splits.
+    if !matches!(labelling, Labelling::Layout) {
+        let loose = chosen.iter().any(|(f, _)| f.top_folder().is_none());
+        folders = split_folders(o, chosen.iter().filter_map(|(f, _)| f.top_folder()), loose)?;
+    }
+    match &folders {
+        tree::SplitFolders::Splits(m) => {
+            if o.test_fraction_given {
+                return Err(Error::Invalid(format!(
+                    "--test-fraction {}: {} keeps its own splits in the folders {}, so none is drawn by hash; leave --test-fraction out (or convert the training folder alone to split it by hash)",
+                    o.test_fraction,
+                    tree::shown_path(&o.input),
+                    m.keys().map(|k| format!("{}/", tree::shown(k))).collect::<Vec<_>>().join(", ")
+                )));
+            }
+            let each: Vec<String> = m
+                .iter()
+                .map(|(folder, split)| {
+                    if folder == split {
+                        format!("{}/", tree::shown(folder))
+                    } else {
+                        format!("{}/ -> {split}", tree::shown(folder))
+                    }
+                })
+                .collect();
+            notes.push(format!(
+                "splits from folders: {} (prep train evaluates on the test split, prep eval reads it by default); no split drawn by hash",
+                each.join(", ")
+            ));
+        }
+        tree::SplitFolders::TrainOnly(t) => notes.push(format!(
+            "{}/ is the only folder: its sub-folders are the classes, and the test split is drawn from it by a hash of each path (--test-fraction {})",
+            tree::shown(t),
+            o.test_fraction
+        )),
+        tree::SplitFolders::None => {
+            let named: Vec<&str> = chosen
+                .iter()
+                .filter_map(|(f, _)| f.top_folder())
+                .filter(|t| {
+                    let l = t.to_ascii_lowercase();
+                    l == tree::TRAIN_FOLDER || tree::HELD_OUT_FOLDERS.contains(&l.as_str())
+                })
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if !named.is_empty() && matches!(labelling, Labelling::Layout) {
+                notes.push(format!(
+                    "{} named like split folders, but not every top folder is one: each top folder is a class, and the test split is drawn by hash",
+                    named.iter().map(|t| format!("{}/", tree::shown(t))).collect::<Vec<_>>().join(" and ")
+                ));
+            }
+        }
+    }
+
+    let classes: Vec<String> = {
+        let mut c: Vec<String> = chosen.iter().map(|(_, c)| c.clone()).collect();
+        c.sort();
+        c.dedup();
+        c
+    };
+    if classes.is_empty() {
+        let example = rejects
+            .first()
+            .map(|r| format!(", e.g. {}: {}", tree::shown(&r.path), r.reason))
+            .unwrap_or_default();
+        return Err(Error::Invalid(format!(
+            "{}: found no usable input files ({} rejected{example})",
+            tree::shown_path(&o.input),
+            rejects.len(),
+        )));
+    }
+    // The kind it turned out to be, for the report: one kind of file, or a folder of images.
+    let kind = match kind {
+        Kind::Auto => {
+            let mut kinds = chosen.iter().filter_map(|(f, _)| f.kind);
+            match kinds.next() {
+                Some(first) if kinds.all(|k| k == first) => match first {
+                    FileKind::Image => Kind::Images,
+                    FileKind::Tiff => Kind::Tiff,
+                    FileKind::Video => Kind::Video,
+                    FileKind::Dicom => Kind::Dicom,
+                    FileKind::Nifti => Kind::Nifti,
+                },
+                _ => Kind::Images,
+            }
+        }
+        k => k,
+    };
+    let inputs = chosen.len() + rejects.len();
+    let tu = tree_units(o, chosen, &classes, &folders);
+    rejects.extend(tu.rejects);
+    notes.extend(tu.notes);
+    Ok(Plan {
+        kind,
+        classes,
+        splits: tu.splits,
+        native: None,
+        rejects,
+        inputs,
+        root: tree.root.clone(),
+        notes,
+        split_key: Some(TreeSplit {
+            key: tu.split_key,
+            keys: tu.split_keys,
+            folders: match folders {
+                tree::SplitFolders::Splits(m) => m,
+                _ => BTreeMap::new(),
+            },
+        }),
+        stored: None,
+    })
+}
+
+/// `tree::split_folders`, its error naming the input.
+pub(super) fn split_folders<'a>(
+    o: &ConvertOptions,
+    tops: impl IntoIterator<Item = &'a str>,
+    loose: bool,
+) -> Result<tree::SplitFolders> {
+    tree::split_folders(tops, loose)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", tree::shown_path(&o.input))))
+}
+
+/// A name in double quotes, escaped as a JSON string (a newline in it forges no line).
+pub(super) fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// "1 file", "3 files".
+pub(super) fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The units of a labelled tree, by split, and what decided the split.
+pub(super) struct TreeUnits {
+    pub(super) splits: BTreeMap<String, Vec<Unit>>,
+    /// The key the DICOM inputs were split by when one key served them all ("PatientID",
+    /// "StudyInstanceUID", "SeriesInstanceUID"), "path" when there are none or none had an
+    /// identifier, "mixed" otherwise. Other files are split by their path.
+    pub(super) split_key: String,
+    /// Units split by each key.
+    pub(super) split_keys: BTreeMap<String, usize>,
+    /// DICOM files that do not fit their series.
+    pub(super) rejects: Vec<RejectEntry>,
+    pub(super) notes: Vec<String>,
+}
+
+/// One unit per file, except DICOM files, which are grouped into series (`source::series`): a
+/// series is one unit. Units keep the order of their first files. A file is split by a hash of its
+/// path; DICOM inputs by a hash of their patient (else study, else series) so that no patient is
+/// in both splits.
+pub(super) fn tree_units(
+    o: &ConvertOptions,
+    chosen: Vec<(&tree::TreeFile, String)>,
+    classes: &[String],
+    folders: &tree::SplitFolders,
+) -> TreeUnits {
+    let label = |c: &str| {
+        classes
+            .binary_search_by(|x| x.as_str().cmp(c))
+            .expect("class listed") as u32
+    };
+    // A unit's split: its split folder's (`rel` is its first file), else a hash of `key`.
+    let split_of = |rel: &str, key: &str| -> String {
+        if let tree::SplitFolders::Splits(m) = folders {
+            if let Some(s) = rel.split_once('/').and_then(|(top, _)| m.get(top)) {
+                return s.clone();
+            }
+        }
+        if tree::is_test(key, o.test_fraction) {
+            "test".into()
+        } else {
+            "train".into()
+        }
+    };
+    let by_folder = matches!(folders, tree::SplitFolders::Splits(_));
+    let file_unit = |f: &tree::TreeFile, c: &str| Unit::File {
+        rel: f.rel.clone(),
+        path: f.path.clone(),
+        kind: f.kind,
+        label: Some(label(c)),
+    };
+
+    // Every DICOM header, read in parallel up to the pixel data.
+    let dicom: Vec<&tree::TreeFile> = chosen
+        .iter()
+        .filter(|(f, _)| f.kind == Some(FileKind::Dicom))
+        .map(|(f, _)| *f)
+        .collect();
+    let pb = crate::util::progress::bar(dicom.len() as u64, "headers", "files", o.quiet);
+    let headers: BTreeMap<&str, dicom::SeriesHeader> = dicom
+        .par_iter()
+        .filter_map(|f| {
+            // Once a signal asked to stop, the rest is skipped (convert_into then stops).
+            if crate::util::interrupt::requested().is_some() {
+                return None;
+            }
+            let h = dicom::read_header(&f.path).ok();
+            pb.inc(1);
+            // A header that cannot be read leaves the file on its own: decoding it says why.
+            h.map(|h| (f.rel.as_str(), h))
+        })
+        .collect();
+    pb.finish_and_clear();
+
+    // (position of the first file among the inputs, split, unit)
+    let mut units: Vec<(usize, String, Unit)> = Vec::new();
+    let mut split_keys: BTreeMap<String, usize> = BTreeMap::new();
+    let mut dicom_keys = std::collections::BTreeSet::new();
+    let mut at: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut inputs = Vec::new();
+    for (i, (f, c)) in chosen.iter().enumerate() {
+        at.insert(&f.rel, i);
+        match headers.get(f.rel.as_str()) {
+            Some(h) => inputs.push(series::Input {
+                rel: f.rel.clone(),
+                path: f.path.clone(),
+                class: c.clone(),
+                header: h.clone(),
+            }),
+            None => {
+                let key = if by_folder { "folders" } else { "path" };
+                if f.kind == Some(FileKind::Dicom) {
+                    dicom_keys.insert(key);
+                }
+                *split_keys.entry(key.into()).or_default() += 1;
+                units.push((i, split_of(&f.rel, &f.rel), file_unit(f, c)));
+            }
+        }
+    }
+    let g = series::group(inputs, o.decode.axis);
+    let (mut n_series, mut n_files) = (0, 0);
+    for group in g.groups {
+        let key = if by_folder {
+            "folders"
+        } else {
+            group.key.name()
+        };
+        dicom_keys.insert(key);
+        *split_keys.entry(key.into()).or_default() += 1;
+        let unit = match group.what {
+            series::What::File { rel, path } => Unit::File {
+                rel,
+                path,
+                kind: Some(FileKind::Dicom),
+                label: Some(label(&group.class)),
+            },
+            series::What::Series(plan) => {
+                n_series += 1;
+                n_files += plan.files();
+                Unit::Series {
+                    name: format!(
+                        "{} (series {}, {} files)",
+                        group.first,
+                        plan.uid,
+                        plan.files()
+                    ),
+                    probe: plan.probe(o.decode.axis),
+                    plan: Arc::new(plan),
+                    label: label(&group.class),
+                }
+            }
+        };
+        units.push((
+            at[group.first.as_str()],
+            split_of(&group.first, &group.key_value),
+            unit,
+        ));
+    }
+    units.sort_by_key(|u| u.0);
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    for (_, split, unit) in units {
+        splits.entry(split).or_default().push(unit);
+    }
+    let split_key = match dicom_keys.len() {
+        0 if by_folder => "folders".to_string(),
+        0 => "path".to_string(),
+        1 => dicom_keys.first().expect("one").to_string(),
+        _ => "mixed".to_string(),
+    };
+    let mut notes = Vec::new();
+    if n_series > 0 {
+        let by: Vec<String> = dicom_keys.iter().map(|k| k.to_string()).collect();
+        notes.push(format!(
+            "dicom: {} in {}, each one volume; train/test split by {}",
+            count(n_files, "file"),
+            count(n_series, "series"),
+            by.join(", else ")
+        ));
+    }
+    for u in &g.uneven {
+        notes.push(format!("{u}; converted slice by slice"));
+    }
+    TreeUnits {
+        splits,
+        split_key,
+        split_keys,
+        rejects: g
+            .rejects
+            .into_iter()
+            .map(|(path, reason)| RejectEntry { path, reason })
+            .collect(),
+        notes,
+    }
+}

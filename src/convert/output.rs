@@ -1,0 +1,187 @@
+//! The output folder: a rerun with nothing to do (`request_key`), refusing a folder that holds
+//! something else, and publishing a finished conversion.
+
+use super::*;
+
+/// "a, b, c" or "a, b, ... (10 in all)".
+pub(super) fn shown_list(v: &[String]) -> String {
+    if v.len() <= 6 {
+        v.join(", ")
+    } else {
+        format!("{}, ... ({} in all)", v[..4].join(", "), v.len())
+    }
+}
+
+/// A digest of what decides a conversion's output: the options, and the input files' names,
+/// sizes and modification times (one stat per file, no reading). Equal digests: a rerun of the
+/// same command on unchanged inputs.
+pub(super) fn request_key(o: &ConvertOptions) -> String {
+    use xxhash_rust::xxh3::Xxh3;
+    let mut h = Xxh3::new();
+    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    h.update(
+        format!(
+            "{:?}",
+            (
+                canon(&o.input),
+                o.kind,
+                &o.shape,
+                o.size,
+                o.channels,
+                o.dtype,
+                &o.fit,
+                (&o.label_from, &o.class_names),
+                o.test_fraction.to_bits(),
+                &o.on_error,
+                &o.decode,
+                (
+                    &o.format,
+                    &o.codec,
+                    o.block_samples,
+                    o.shard_blocks,
+                    &o.part
+                ),
+            )
+        )
+        .as_bytes(),
+    );
+    // Links are not followed into folders (a link loop would never end): a link to a folder
+    // counts by where it points, a link to a file by that file.
+    pub(super) fn walk(root: &Path, p: &Path, h: &mut Xxh3) {
+        // A signal stops the walk; the plan that follows checks for it and ends the run.
+        if crate::util::interrupt::requested().is_some() {
+            return;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(p) else {
+            return;
+        };
+        let meta = if meta.file_type().is_symlink() {
+            match std::fs::metadata(p) {
+                Ok(m) if !m.is_dir() || p == root => m,
+                _ => {
+                    h.update(
+                        p.strip_prefix(root)
+                            .unwrap_or(p)
+                            .as_os_str()
+                            .as_encoded_bytes(),
+                    );
+                    h.update(b"\0->");
+                    if let Ok(t) = std::fs::read_link(p) {
+                        h.update(t.as_os_str().as_encoded_bytes());
+                    }
+                    return;
+                }
+            }
+        } else {
+            meta
+        };
+        if meta.is_dir() {
+            let Ok(rd) = std::fs::read_dir(p) else {
+                return;
+            };
+            let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+            names.sort();
+            for n in names {
+                walk(root, &n, h);
+            }
+        } else {
+            use std::os::unix::fs::MetadataExt;
+            h.update(
+                p.strip_prefix(root)
+                    .unwrap_or(p)
+                    .as_os_str()
+                    .as_encoded_bytes(),
+            );
+            h.update(&[0]);
+            for v in [meta.len() as i64, meta.mtime(), meta.mtime_nsec()] {
+                h.update(&v.to_le_bytes());
+            }
+        }
+    }
+    walk(&o.input, &o.input, &mut h);
+    if let Some(l) = &o.labels {
+        walk(l, l, &mut h);
+    }
+    format!("{:016x}", h.digest())
+}
+
+/// The report of a finished conversion that `o.out` holds when it was made by the same request
+/// (options and unchanged inputs) and is whole (manifest sealed, every listed file there).
+pub(super) fn already_converted(o: &ConvertOptions, request: &str) -> Option<ConvertReport> {
+    if !o.out.join(manifest::FILE_NAME).is_file() {
+        return None;
+    }
+    let s = crate::format::inspect::summarize(&o.out).ok()?;
+    let src = &s.provenance["source"];
+    if src["request"].as_str() != Some(request) {
+        return None;
+    }
+    Some(ConvertReport {
+        out: o.out.clone(),
+        kind: serde_json::from_value(src["kind"].clone()).unwrap_or(o.kind),
+        shape: s.shape.clone(),
+        dtype: serde_json::from_value(serde_json::Value::String(s.dtype.clone())).ok()?,
+        classes: s.classes.len(),
+        splits: s
+            .splits
+            .iter()
+            .map(|x| (x.name.clone(), x.samples))
+            .collect(),
+        inputs: src["inputs"].as_u64().unwrap_or(0) as usize,
+        rejects: vec![],
+        split_folders: serde_json::from_value(src["split_folders"].clone()).unwrap_or_default(),
+        notes: vec![],
+        seconds: 0.0,
+        samples_per_sec: 0.0,
+        bytes_on_disk: s.bytes_on_disk,
+        peak_rss_bytes: crate::util::mem::peak_rss_bytes(),
+        already_complete: true,
+    })
+}
+
+/// Refuse to replace an existing dataset without --force; the replacement itself happens only
+/// after the new one is complete.
+pub(super) fn check_out(out: &Path, force: bool) -> Result<()> {
+    if force {
+        return Ok(());
+    }
+    let busy = std::fs::read_dir(out).at(out)?.flatten().any(|e| {
+        let n = e.file_name();
+        n != STAGING && n != REJECTS && n != crate::format::lock::LOCK_FILE
+    });
+    if busy {
+        return Err(Error::Invalid(format!(
+            "{} is not empty; choose another --out, or pass --force to replace what it holds once the conversion succeeds",
+            tree::shown_path(out)
+        )));
+    }
+    Ok(())
+}
+
+/// Replace the old dataset in `out` (with --force) by the one complete in `staging`: its data
+/// `files`, its rejects list (or none: an old one is removed) and, last, its manifest.
+pub(super) fn publish<'a>(
+    staging: &Path,
+    out: &Path,
+    force: bool,
+    files: impl Iterator<Item = &'a String>,
+) -> Result<()> {
+    if force {
+        crate::format::folder::clean(out)?;
+    }
+    for f in files {
+        let to = out.join(f);
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).at(dir)?;
+        }
+        crate::store::output::rename_durably(&staging.join(f), &to)?;
+    }
+    let rejects = out.join(REJECTS);
+    if staging.join(REJECTS).exists() {
+        crate::store::output::rename_durably(&staging.join(REJECTS), &rejects)?;
+    } else if rejects.exists() {
+        std::fs::remove_file(&rejects).at(&rejects)?;
+    }
+    let m = manifest::FILE_NAME;
+    crate::store::output::rename_durably(&staging.join(m), &out.join(m))
+}

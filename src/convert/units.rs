@@ -1,0 +1,272 @@
+//! What a conversion works through: units (a file, a series, a range of an array or of a stored
+//! dataset's samples) and the plan that holds them by split.
+
+use super::*;
+
+/// One unit of decoding work: a file of a tree, or a range of samples of an array dataset.
+#[derive(Clone)]
+pub(super) enum Unit {
+    File {
+        rel: String,
+        path: PathBuf,
+        kind: Option<FileKind>,
+        label: Option<u32>,
+    },
+    Array {
+        name: String,
+        array: Arc<Array>,
+        start: usize,
+        len: usize,
+    },
+    /// The files of a DICOM series, decoded as one volume (`source::series`).
+    Series {
+        name: String,
+        plan: Arc<SeriesPlan>,
+        label: u32,
+        /// What it will give, from its headers.
+        probe: Probe,
+    },
+    /// Block `start` of a shard, or samples `start..start + len` of a column-major split.
+    Stored {
+        name: String,
+        src: Arc<Stored>,
+        start: usize,
+        len: usize,
+    },
+}
+
+/// A dataset prep reads back: one shard of a prep dataset, or one split of column-major files.
+pub(super) enum Stored {
+    Shard(ShardReader),
+    Columns(ColmajorSplitReader, Values),
+}
+
+/// What the values of column-major files are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Values {
+    /// Pixels of the manifest's dtype, each exactly as the layout stores it (`k / 255` for u8).
+    Manifest(Dtype),
+    /// No manifest and no `--dtype`: u8 while every value is `k / 255`; the first that is not
+    /// makes the conversion start again as f32.
+    Auto,
+    /// No manifest: float values, converted to `--dtype` by its rule.
+    Float,
+}
+
+impl Unit {
+    pub(super) fn name(&self) -> &str {
+        match self {
+            Unit::File { rel, .. } => rel,
+            Unit::Array { name, .. } | Unit::Stored { name, .. } => name,
+            Unit::Series { name, .. } => name,
+        }
+    }
+
+    /// Look at a file unit's header (None for array units, whose shape is known).
+    pub(super) fn probe(&self, d: &DecodeOptions) -> Option<Result<Probe, Reject>> {
+        match self {
+            Unit::File {
+                path,
+                kind: Some(k),
+                ..
+            } => Some(k.probe(path, d)),
+            Unit::Series { probe, .. } => Some(Ok(*probe)),
+            _ => None,
+        }
+    }
+}
+
+/// Samples of an array dataset in memory: pixels of `dtype` (planar or interleaved) and labels.
+pub(super) struct Array {
+    /// The file the samples come from: a sample that cannot be used is rejected as `name[i]`.
+    pub(super) name: String,
+    pub(super) n: usize,
+    pub(super) channels: usize,
+    pub(super) height: usize,
+    pub(super) width: usize,
+    pub(super) planar: bool,
+    pub(super) dtype: Dtype,
+    pub(super) data: ArrayData,
+    pub(super) labels: Vec<u32>,
+}
+
+/// An array's values: in memory (IDX and CIFAR files are read whole; they are small), or read a
+/// block at a time (.npy, of any size).
+pub(super) enum ArrayData {
+    Bytes(Vec<u8>),
+    Npy(npy::NpyImages),
+}
+
+impl Array {
+    pub(super) fn sample_bytes(&self) -> usize {
+        self.channels * self.height * self.width * self.dtype.size()
+    }
+
+    /// Append samples `start..start+len` in the target layout; a sample that cannot be used (a
+    /// float value that is not finite) is left out and returned with its reason.
+    pub(super) fn samples(
+        &self,
+        start: usize,
+        len: usize,
+        t: &Target,
+        out: &mut Vec<u8>,
+        labels: &mut Vec<u32>,
+    ) -> Result<Vec<RejectEntry>, Reject> {
+        let sb = self.sample_bytes();
+        let block: std::borrow::Cow<[u8]> = match &self.data {
+            ArrayData::Bytes(b) => b[start * sb..(start + len) * sb].into(),
+            ArrayData::Npy(a) => {
+                let mut b = Vec::new();
+                a.read(start, len, &mut b)?;
+                b.into()
+            }
+        };
+        let same = self.planar
+            && t.channels as usize == self.channels
+            && (t.height as usize, t.width as usize) == (self.height, self.width)
+            && t.dtype == self.dtype;
+        let mut rejects = Vec::new();
+        for i in start..start + len {
+            let px = &block[(i - start) * sb..(i - start + 1) * sb];
+            let r = if same {
+                match crate::format::shard::first_non_finite(self.dtype, px) {
+                    None => {
+                        out.extend_from_slice(px);
+                        Ok(())
+                    }
+                    Some((k, v)) => {
+                        let (plane, w) = (self.height * self.width, self.width);
+                        Err(Reject::new(format!(
+                            "value {v} at channel {}, row {}, column {}: float samples must be finite",
+                            k / plane,
+                            k % plane / w,
+                            k % w
+                        )))
+                    }
+                }
+            } else {
+                to_sample(self.frame(px)?, t, out)
+            };
+            match r {
+                Ok(()) => labels.push(self.labels[i]),
+                Err(why) => rejects.push(RejectEntry {
+                    path: format!("{}[{i}]", self.name),
+                    reason: why.0,
+                }),
+            }
+        }
+        Ok(rejects)
+    }
+
+    /// A sample's bytes `s` as a frame: an image for u8/u16 arrays, float planes for f16/f32 ones.
+    pub(super) fn frame(&self, s: &[u8]) -> Result<Frame, Reject> {
+        use image::{DynamicImage, ImageBuffer};
+        let (c, h, w) = (self.channels, self.height, self.width);
+        let vals: Vec<f32> = (0..c * h * w).map(|k| self.dtype.get(s, k)).collect();
+        // To interleaved HWC (planar for floats), dropping a 4th channel (alpha) and widening 1
+        // to grey.
+        let at = |ch: usize, p: usize| {
+            if self.planar {
+                vals[ch * h * w + p]
+            } else {
+                vals[p * c + ch]
+            }
+        };
+        let cc = if c >= 3 { 3 } else { 1 };
+        if self.dtype.is_float() {
+            return Ok(Frame::Float(FloatFrame {
+                channels: cc,
+                height: h as u32,
+                width: w as u32,
+                data: (0..cc)
+                    .flat_map(|ch| (0..h * w).map(move |p| at(ch, p)))
+                    .collect(),
+            }));
+        }
+        // Integer values below 2^16: exact in f32.
+        let inter: Vec<u16> = (0..h * w)
+            .flat_map(|p| (0..cc).map(move |ch| at(ch, p) as u16))
+            .collect();
+        let (w, h) = (w as u32, h as u32);
+        let bad = || Reject::new("array sample has the wrong size");
+        Ok(Frame::Image(match (self.dtype, cc) {
+            (Dtype::U8, 1) => DynamicImage::ImageLuma8(
+                ImageBuffer::from_raw(w, h, inter.iter().map(|&v| v as u8).collect())
+                    .ok_or_else(bad)?,
+            ),
+            (Dtype::U8, _) => DynamicImage::ImageRgb8(
+                ImageBuffer::from_raw(w, h, inter.iter().map(|&v| v as u8).collect())
+                    .ok_or_else(bad)?,
+            ),
+            (_, 1) => {
+                DynamicImage::ImageLuma16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?)
+            }
+            (_, _) => DynamicImage::ImageRgb16(ImageBuffer::from_raw(w, h, inter).ok_or_else(bad)?),
+        }))
+    }
+}
+
+/// What the source holds, before any pixel is converted.
+pub(super) struct Plan {
+    pub(super) kind: Kind,
+    pub(super) classes: Vec<String>,
+    pub(super) splits: BTreeMap<String, Vec<Unit>>,
+    /// Channels, (height, width), dtype of the source where it is known without decoding.
+    pub(super) native: Option<(u8, (u32, u32), Dtype)>,
+    pub(super) rejects: Vec<RejectEntry>,
+    pub(super) inputs: usize,
+    /// The folder that unit names are relative to.
+    pub(super) root: PathBuf,
+    /// Decisions to tell the user about.
+    pub(super) notes: Vec<String>,
+    /// Trees: how the splits were decided (`TreeSplit`).
+    pub(super) split_key: Option<TreeSplit>,
+    /// For a prep dataset or column-major files: the samples' shape and dtype (None: the
+    /// dtype is found as the values are read).
+    pub(super) stored: Option<(Shape, Option<Dtype>)>,
+}
+
+pub(super) const ARRAY_CHUNK: usize = 2048;
+
+pub(super) fn array_units(name: &str, a: Arc<Array>) -> Vec<Unit> {
+    (0..a.n)
+        .step_by(ARRAY_CHUNK)
+        .map(|start| Unit::Array {
+            name: format!("{name}[{start}..]"),
+            array: a.clone(),
+            start,
+            len: ARRAY_CHUNK.min(a.n - start),
+        })
+        .collect()
+}
+
+pub(super) fn reject_to_error(root: &Path, name: &str, r: Reject) -> Error {
+    Error::Source(format!("{}: {r}", tree::shown_path(&root.join(name))))
+}
+
+/// How a tree's splits were decided: by a hash of what `key` names (`TreeUnits::split_key`;
+/// "folders" for split folders), with the units each key split, and the split folders (top
+/// folder -> split) when the tree has its own.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct TreeSplit {
+    pub(super) key: String,
+    pub(super) keys: BTreeMap<String, usize>,
+    pub(super) folders: BTreeMap<String, String>,
+}
+
+/// Samples and labels decoded from one unit, and the samples of an array left out (by name).
+pub(super) type Decoded = (Vec<u8>, Vec<u32>, Vec<RejectEntry>);
+
+/// Why a unit gave no samples.
+pub(super) enum Failed {
+    /// The unit cannot be used (its reason).
+    Reject(Reject),
+    /// Column-major values read as u8 (`Values::Auto`) met one that is not a u8 pixel / 255: where.
+    NotU8(String),
+}
+
+impl From<Reject> for Failed {
+    fn from(r: Reject) -> Self {
+        Failed::Reject(r)
+    }
+}
