@@ -1,7 +1,7 @@
 //! Fuzz `source::npy::read_images` (as a u8/u16 target and as a float target, reading its first
-//! samples) and `source::npy::read_labels` on arbitrary `.npy` bytes. `read_labels` only reads an array of the
-//! length it is told, so it is asked for the length the images read gave, else for the first
-//! dimension the header declares.
+//! samples) and `source::npy::read_labels` on arbitrary `.npy` bytes. `read_labels` only reads an
+//! array of the length it is told, so it is asked for the length the images read gave, else for
+//! the first dimension the header declares.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
