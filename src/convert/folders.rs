@@ -338,7 +338,7 @@ pub(super) struct TreeUnits {
     pub(super) notes: Vec<String>,
 }
 
-/// One unit per file, except DICOM files, which are grouped into series (`source::series`): a
+/// One unit per file, except DICOM files, which are grouped into series (`source::dicom::series`): a
 /// series is one unit. Units keep the order of their first files. A file is split by a hash of its
 /// path; DICOM inputs by a hash of their patient (else study, else series) so that no patient is
 /// in both splits.

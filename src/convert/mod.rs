@@ -28,7 +28,7 @@ use crate::format::shard::{
     SampleSpec, Shape, ShardReader, SplitWriter,
 };
 use crate::format::OutputFormat;
-use crate::source::series::{self, SeriesPlan};
+use crate::source::dicom::series::{self, SeriesPlan};
 use crate::source::transform::{to_sample, Fit, Target};
 use crate::source::{
     cifar, dicom, idx, npy, tree, DecodeOptions, FileKind, FloatFrame, Frame, Probe, Reject,

@@ -18,7 +18,7 @@ pub(super) enum Unit {
         start: usize,
         len: usize,
     },
-    /// The files of a DICOM series, decoded as one volume (`source::series`).
+    /// The files of a DICOM series, decoded as one volume (`source::dicom::series`).
     Series {
         name: String,
         plan: Arc<SeriesPlan>,

@@ -19,7 +19,6 @@ pub mod idx;
 pub mod images;
 pub mod nifti;
 pub mod npy;
-pub mod series;
 pub mod tiff;
 pub mod transform;
 pub mod tree;

@@ -37,6 +37,7 @@ mod header;
 mod pixels;
 mod reject;
 mod scan;
+pub mod series;
 
 use super::nifti::{emit_float_slices, emit_slices};
 use super::{window_to_u16, DecodeOptions, Emit, FloatFrame, Frame, Probe, Reject};

@@ -904,7 +904,7 @@ fn read_header_gives_what_series_need_and_never_panics() {
 
 #[test]
 fn a_series_slice_that_cannot_be_decoded_is_left_out_or_ends_the_series() {
-    use super::super::series::{decode_series, Order, SeriesPlan, SliceFile};
+    use super::series::{decode_series, Order, SeriesPlan, SliceFile};
     let t = tempfile::tempdir().unwrap();
     let spec = Spec {
         pi: "MONOCHROME1",

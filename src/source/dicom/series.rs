@@ -2,7 +2,7 @@
 //!
 //! `group` decides, from headers alone (`dicom::read_header`), which files form which series, in
 //! which order, which files do not fit their series (and why), and which key the train/test split
-//! groups them by; `dicom::decode_series` then decodes a series as one volume.
+//! groups them by; `decode_series` then decodes a series as one volume.
 //!
 //! Rules, per series:
 //! - its files must share one class (sub-folder, `--labels` row or `--label-from` match): a series
@@ -28,9 +28,9 @@
 //! is its PatientID, else its StudyInstanceUID, else its SeriesInstanceUID, else its own path; so a
 //! patient's series all fall in the same split.
 
-use super::dicom::{decode, min_max, SeriesHeader, MAX_SAMPLES};
-use super::nifti::{emit_float_slices, emit_slices};
-use super::{window_to_u16, DecodeOptions, Emit, Frame, Probe, Reject};
+use super::{decode, min_max, SeriesHeader, MAX_SAMPLES};
+use crate::source::nifti::{emit_float_slices, emit_slices};
+use crate::source::{window_to_u16, DecodeOptions, Emit, Frame, Probe, Reject};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
