@@ -204,31 +204,6 @@ fn cifar10_batches_convert() {
     assert_eq!(samples(&out, "test")[0].1, 3);
 }
 
-fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) {
-    let shape_s = match shape.len() {
-        1 => format!("({},)", shape[0]),
-        _ => format!(
-            "({})",
-            shape
-                .iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let mut header =
-        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_s}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend_from_slice(data);
-    std::fs::write(path, bytes).unwrap();
-}
-
 #[test]
 fn npy_hwc_arrays_convert_to_planar() {
     let t = tempfile::tempdir().unwrap();

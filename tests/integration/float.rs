@@ -8,27 +8,6 @@ use prep::format::shard::{Dataset, Dtype, ShardReader};
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
-fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape_s = if shape.len() == 1 {
-        format!("({},)", shape[0])
-    } else {
-        format!("({})", dims.join(", "))
-    };
-    let mut header =
-        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_s}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend_from_slice(data);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, bytes).unwrap();
-}
-
 fn le_f32(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }

@@ -7,30 +7,10 @@ use std::path::Path;
 
 /// Write a .npy file: `c_values` are the array's values in C order, each `size` bytes
 /// little-endian; they are stored in `order` ('C' or 'F') with the byte order of `descr`.
-fn write_npy(path: &Path, descr: &str, shape: &[usize], c_values: &[u8], order: char) {
+fn write_npy_as(path: &Path, descr: &str, shape: &[usize], c_values: &[u8], order: char) {
     let size: usize = descr[2..].parse().unwrap();
     assert_eq!(c_values.len(), shape.iter().product::<usize>() * size);
-    let shape_s = match shape.len() {
-        1 => format!("({},)", shape[0]),
-        _ => format!(
-            "({})",
-            shape
-                .iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let fortran = if order == 'F' { "True" } else { "False" };
-    let mut header =
-        format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape_s}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
+    let mut bytes = npy_header(descr, order == 'F', shape);
     let values: Vec<&[u8]> = c_values.chunks_exact(size).collect();
     let stored: Vec<&[u8]> = if order == 'F' {
         fortran_order(&values, shape)
@@ -151,8 +131,8 @@ fn fortran_order_and_big_endian_give_the_c_order_twins_shards() {
                     let case = format!("{kind}{size}-{shape_kind}-{n}-{}", target.len());
                     let twin = t.path().join(format!("{case}-twin"));
                     std::fs::create_dir_all(&twin).unwrap();
-                    write_npy(&twin.join("x_train.npy"), &le, &shape, &vals, 'C');
-                    write_npy(&twin.join("y_train.npy"), "<i8", &[n], &labels, 'C');
+                    write_npy_as(&twin.join("x_train.npy"), &le, &shape, &vals, 'C');
+                    write_npy_as(&twin.join("y_train.npy"), "<i8", &[n], &labels, 'C');
                     let twin_out = t.path().join(format!("{case}-twin-out"));
                     convert(&twin, &twin_out, target);
                     let want = shard_files(&twin_out);
@@ -162,10 +142,10 @@ fn fortran_order_and_big_endian_give_the_c_order_twins_shards() {
                     {
                         let src = t.path().join(format!("{case}-{v}"));
                         std::fs::create_dir_all(&src).unwrap();
-                        write_npy(&src.join("x_train.npy"), descr, &shape, &vals, order);
+                        write_npy_as(&src.join("x_train.npy"), descr, &shape, &vals, order);
                         // Labels in the same byte order, as numpy would save them.
                         let ldescr = if descr.starts_with('>') { ">i8" } else { "<i8" };
-                        write_npy(&src.join("y_train.npy"), ldescr, &[n], &labels, order);
+                        write_npy_as(&src.join("y_train.npy"), ldescr, &[n], &labels, order);
                         let out = t.path().join(format!("{case}-{v}-out"));
                         convert(&src, &out, target);
                         assert!(
@@ -190,8 +170,8 @@ fn labels_of_every_integer_type_and_byte_order() {
     let px = values('u', 1, n * 4 * 4, 1);
     let twin = t.path().join("twin");
     std::fs::create_dir_all(&twin).unwrap();
-    write_npy(&twin.join("x_train.npy"), "|u1", &[n, 4, 4], &px, 'C');
-    write_npy(
+    write_npy_as(&twin.join("x_train.npy"), "|u1", &[n, 4, 4], &px, 'C');
+    write_npy_as(
         &twin.join("y_train.npy"),
         "<i8",
         &[n],
@@ -213,9 +193,9 @@ fn labels_of_every_integer_type_and_byte_order() {
                     let case = format!("{kind}{size}{endian}{}", shape.len());
                     let src = t.path().join(&case);
                     std::fs::create_dir_all(&src).unwrap();
-                    write_npy(&src.join("X_train.npy"), "|u1", &[n, 4, 4], &px, 'C');
+                    write_npy_as(&src.join("X_train.npy"), "|u1", &[n, 4, 4], &px, 'C');
                     let l = labels_le(kind, size, n, 10);
-                    write_npy(&src.join("y_train.npy"), &descr, &shape, &l, 'C');
+                    write_npy_as(&src.join("y_train.npy"), &descr, &shape, &l, 'C');
                     let out = t.path().join(format!("{case}-out"));
                     convert(&src, &out, &[]);
                     assert!(shard_files(&out) == want, "labels {descr} {shape:?}");
@@ -226,10 +206,10 @@ fn labels_of_every_integer_type_and_byte_order() {
     // A negative label is refused by sample, whatever the byte order.
     let src = t.path().join("negative");
     std::fs::create_dir_all(&src).unwrap();
-    write_npy(&src.join("x_train.npy"), "|u1", &[n, 4, 4], &px, 'C');
+    write_npy_as(&src.join("x_train.npy"), "|u1", &[n, 4, 4], &px, 'C');
     let mut l = labels_le('i', 2, n, 10);
     l[6..8].copy_from_slice(&(-3i16).to_le_bytes());
-    write_npy(&src.join("y_train.npy"), ">i2", &[n], &l, 'C');
+    write_npy_as(&src.join("y_train.npy"), ">i2", &[n], &l, 'C');
     let o = run(
         &[
             "convert",
@@ -255,8 +235,8 @@ fn short_fortran_arrays_are_refused_by_name() {
     let src = t.path().join("short");
     std::fs::create_dir_all(&src).unwrap();
     let px = values('f', 4, n * 6 * 6, 2);
-    write_npy(&src.join("x_train.npy"), ">f4", &[n, 6, 6], &px, 'F');
-    write_npy(
+    write_npy_as(&src.join("x_train.npy"), ">f4", &[n, 6, 6], &px, 'F');
+    write_npy_as(
         &src.join("y_train.npy"),
         "<i8",
         &[n],
@@ -298,8 +278,8 @@ fn npy_split_names_and_unknown_names() {
         let src = t.path().join(files[0].0.replace('.', "-"));
         std::fs::create_dir_all(&src).unwrap();
         for (x, y) in files {
-            write_npy(&src.join(x), "|u1", &[n, 4, 4], &px, 'C');
-            write_npy(&src.join(y), "<i8", &[n], &l, 'C');
+            write_npy_as(&src.join(x), "|u1", &[n, 4, 4], &px, 'C');
+            write_npy_as(&src.join(y), "<i8", &[n], &l, 'C');
         }
         let out = src.with_extension("out");
         convert(&src, &out, &[]);
@@ -323,8 +303,8 @@ fn npy_split_names_and_unknown_names() {
     );
     let src = t.path().join("odd");
     std::fs::create_dir_all(&src).unwrap();
-    write_npy(&src.join("features.npy"), "|u1", &[n, 4, 4], &px, 'C');
-    write_npy(&src.join("targets.npy"), "<i8", &[n], &l, 'C');
+    write_npy_as(&src.join("features.npy"), "|u1", &[n, 4, 4], &px, 'C');
+    write_npy_as(&src.join("targets.npy"), "<i8", &[n], &l, 'C');
     let o = run(
         &[
             "convert",

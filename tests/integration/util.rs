@@ -87,3 +87,33 @@ pub fn shard_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .filter(|(n, _)| n.ends_with(".shard"))
         .collect()
 }
+
+/// A .npy (format 1.0) header for an array of `descr` and `shape`, padded to 64 bytes as numpy
+/// pads it.
+pub fn npy_header(descr: &str, fortran: bool, shape: &[usize]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape_s = if shape.len() == 1 {
+        format!("({},)", shape[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let order = if fortran { "True" } else { "False" };
+    let mut header =
+        format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape_s}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes
+}
+
+/// Write a C-order .npy file holding `data` as it is.
+pub fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) {
+    let mut bytes = npy_header(descr, false, shape);
+    bytes.extend_from_slice(data);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
