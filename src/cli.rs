@@ -332,7 +332,7 @@ pub struct ConvertArgs {
 }
 
 const PRECISIONS: [&str; 2] = ["bf16", "f32"];
-use prep::nn::model::MODELS;
+use prep::nn::architecture::MODELS;
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {

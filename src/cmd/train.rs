@@ -3,7 +3,7 @@ use super::UsageError;
 use crate::cli::TrainArgs;
 use anyhow::Context;
 use prep::dist;
-use prep::nn::model::default_lr;
+use prep::nn::architecture::default_lr;
 use prep::train::{gpu_count, train, Recipe, TrainOptions};
 use prep::util::error::shown_path;
 use prep::util::mem::human;

@@ -370,7 +370,7 @@ fn check_model_at<B: Backend>(be: &mut B, cfg: ModelConfig, n: usize, only: &[&s
         labels: &labels,
     };
     let (mean, std) = (vec![0.5; c], vec![0.25; c]);
-    let init = super::model::init_values(&cfg, 5);
+    let init = super::architecture::init_values(&cfg, 5);
     let loss_with = |be: &mut B, name: &str, vals: &[f32]| -> f64 {
         let mut v = init.clone();
         v.iter_mut().find(|(k, _)| k == name).unwrap().1 = vals.to_vec();

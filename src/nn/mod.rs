@@ -2,6 +2,7 @@
 //! of backend operations; the CPU backend is the numerical reference and the CUDA backend
 //! implements the same trait.
 
+pub mod architecture;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -9,7 +10,8 @@ pub mod cuda;
 pub mod gradcheck;
 pub mod model;
 
-pub use model::{Model, ModelConfig, Params};
+pub use architecture::ModelConfig;
+pub use model::{Model, Params};
 
 /// Per-sample augmentation, decided on the host (seeded) and applied where the batch is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

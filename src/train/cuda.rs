@@ -391,7 +391,7 @@ impl Feed<Cuda> for DeviceFeed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::model::init_values;
+    use crate::nn::architecture::init_values;
     use crate::nn::ModelConfig;
 
     fn gpu() -> Option<Cuda> {

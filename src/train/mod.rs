@@ -34,8 +34,8 @@ pub(crate) use schedule::augmentation;
 pub use schedule::one_cycle;
 
 use crate::format::shard::{Dtype, Shape};
+use crate::nn::architecture::init_values;
 use crate::nn::cpu::Cpu;
-use crate::nn::model::init_values;
 use crate::nn::{Aug, Backend, Model, ModelConfig, RawBatch};
 use crate::store::output::write_atomic;
 use crate::util::error::shown_path;
@@ -55,7 +55,7 @@ pub struct TrainOptions {
     pub shape: Option<Shape>,
     pub out: Option<PathBuf>,
     pub resume: Option<PathBuf>,
-    /// `small` or `resnet18` (`nn::model::MODELS`).
+    /// `small` or `resnet18` (`nn::architecture::MODELS`).
     pub model: String,
     /// Epochs of a new run. With `resume`: more than the run's extends it to this many (`extend`);
     /// as many or fewer keeps the run's own.

@@ -6,8 +6,8 @@
 use super::staging::Kind;
 use super::{Buf, Cuda, Dt, Precision};
 use crate::format::shard::Dtype;
+use crate::nn::architecture::init_values;
 use crate::nn::cpu::Cpu;
-use crate::nn::model::init_values;
 use crate::nn::{out_size, Aug, Backend, ConvShape, Model, ModelConfig, PoolShape, RawBatch};
 
 /// The backend on GPU 0, or None (saying so) where there is none and PREP_REQUIRE_CUDA is unset.
