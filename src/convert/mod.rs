@@ -10,11 +10,13 @@ pub mod merge;
 mod decode;
 mod folders;
 mod output;
+mod part;
 mod plan;
 mod run;
 mod stored;
 mod target;
 mod units;
+mod write;
 
 use run::convert_into;
 

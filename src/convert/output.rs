@@ -1,6 +1,7 @@
 //! The output folder: a rerun with nothing to do (`request_key`), refusing a folder that holds
 //! something else, and publishing a finished conversion.
 
+use super::units::{Layout, Plan, Written};
 use super::*;
 
 /// "a, b, c" or "a, b, ... (10 in all)".
@@ -184,4 +185,94 @@ pub(super) fn publish<'a>(
     }
     let m = manifest::FILE_NAME;
     crate::store::output::rename_durably(&staging.join(m), &out.join(m))
+}
+
+/// Write the rejects list and the manifest (or turn the staged shards into column-major files),
+/// all into staging, then publish. Every file is written before the old dataset (with --force)
+/// is removed: a write that fails (a full disk) leaves it as it was. Publishing is then renames
+/// only, the manifest last.
+pub(super) fn publish_dataset(
+    o: &ConvertOptions,
+    plan: &Plan,
+    job: &Layout,
+    staging: &Path,
+    (infos, rejects): &Written,
+    part: Option<Part>,
+    provenance: Provenance,
+) -> Result<()> {
+    if !rejects.is_empty() {
+        let mut text = String::new();
+        for r in rejects {
+            text.push_str(&serde_json::to_string(r).expect("serialises"));
+            text.push('\n');
+        }
+        write_atomic(&staging.join(REJECTS), text.as_bytes())?;
+    }
+    let mut m = Manifest::new(
+        job.spec.clone(),
+        plan.classes.clone(),
+        job.codec,
+        job.bs,
+        infos.clone(),
+        provenance,
+    );
+    match o.format {
+        OutputFormat::Shards => {
+            m.part = part;
+            m.write(staging)?;
+            let files = m.splits.values().flat_map(|s| &s.shards).map(|s| &s.file);
+            publish(staging, &o.out, o.force, files)
+        }
+        OutputFormat::Colmajor => {
+            write_atomic(&staging.join(manifest::FILE_NAME), &m.to_bytes())?;
+            let cm = shards_to_colmajor(staging, job.k, m.provenance)?;
+            let files = cm.splits.values().flat_map(|s| [&s.images, &s.labels]);
+            publish(staging, &o.out, o.force, files)
+        }
+    }
+}
+
+/// The shards in staging become the column-major files (now the sample counts are known), and
+/// their manifest in place of the shards' one, which is no longer read.
+fn shards_to_colmajor(staging: &Path, k: u32, provenance: Provenance) -> Result<ColmajorManifest> {
+    let ds = Dataset::open(staging)?;
+    let spec = &ds.manifest.sample;
+    let mut cm_splits = BTreeMap::new();
+    let mut stats = BTreeMap::new();
+    for (split, info) in &ds.manifest.splits {
+        let mut cw = ColmajorWriter::create(staging, split, info.samples, spec, k)?;
+        for sh in &info.shards {
+            let r = ds.open_shard(sh)?;
+            for b in 0..r.num_blocks() {
+                crate::util::interrupt::check()?;
+                let block = r.read_block(b)?;
+                let st = crate::format::shard::Stats::of_block(&block, spec, k);
+                cw.push(&block, &st)?;
+            }
+        }
+        stats.insert(split.clone(), cw.finish()?);
+        cm_splits.insert(
+            split.clone(),
+            ColmajorSplit {
+                samples: info.samples,
+                images: crate::format::colmajor::images_name(split),
+                labels: crate::format::colmajor::labels_name(split),
+                class_counts: info.class_counts.clone(),
+            },
+        );
+    }
+    let (mean, std) = stats[stats_split(stats.keys())].mean_std(spec);
+    let cm = ColmajorManifest {
+        format: crate::format::colmajor::FORMAT.into(),
+        version: spec.dtype.format_version() as u32,
+        sample: spec.clone(),
+        classes: ds.manifest.classes.clone(),
+        mean,
+        std,
+        splits: cm_splits,
+        provenance,
+        checksum: String::new(),
+    };
+    cm.write(staging)?;
+    Ok(cm)
 }

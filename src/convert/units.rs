@@ -1,5 +1,6 @@
 //! What a conversion works through: units (a file, a series, a range of an array or of a stored
-//! dataset's samples) and the plan that holds them by split.
+//! dataset's samples), the plan that holds them by split, the layout decided from it, and what
+//! the writing came to.
 
 use super::*;
 
@@ -270,3 +271,21 @@ impl From<Reject> for Failed {
         Failed::Reject(r)
     }
 }
+
+/// What the conversion writes, decided from the options and the whole plan: every part of a
+/// fanned-out job decides the same.
+pub(super) struct Layout {
+    pub(super) target: Target,
+    pub(super) spec: SampleSpec,
+    /// Column-major files without a manifest read as u8 until a value says otherwise.
+    pub(super) auto_u8: bool,
+    pub(super) decode: DecodeOptions,
+    pub(super) k: u32,
+    /// Samples per block, blocks per shard.
+    pub(super) bs: u32,
+    pub(super) sb: u32,
+    pub(super) codec: Codec,
+}
+
+/// What the splits came to: per split the shards written, and every input left out.
+pub(super) type Written = (BTreeMap<String, SplitInfo>, Vec<RejectEntry>);

@@ -1,0 +1,165 @@
+//! Decoding every split's units on every core, in order, and writing them as blocks of shards into
+//! the staging folder; rejects are collected (or stop the run with `--on-error fail`).
+
+use super::decode::decode_unit;
+use super::units::{reject_to_error, Failed, Layout, Plan, Written};
+use super::*;
+
+/// Decode and write every split of `plan` into `staging`. `is_part`: an empty result is still a
+/// part (the merge decides whether the job made anything). A value of column-major files read
+/// as u8 that is not a u8 pixel / 255 ends this with the reason in `not_u8`.
+pub(super) fn write_splits(
+    o: &ConvertOptions,
+    plan: &Plan,
+    job: &Layout,
+    staging: &Path,
+    is_part: bool,
+    not_u8: &mut Option<String>,
+) -> Result<Written> {
+    let total: usize = plan.splits.values().map(Vec::len).sum();
+    let pb = crate::util::progress::bar(total as u64, "convert", "inputs", o.quiet);
+    let mut rejects = plan.rejects.clone();
+    if o.on_error == OnError::Fail {
+        if let Some(r) = rejects.first() {
+            let reason = Reject::new(r.reason.clone());
+            return Err(reject_to_error(&plan.root, &r.path, reason));
+        }
+    }
+    let mut infos = BTreeMap::new();
+    for (split, units) in &plan.splits {
+        let mut w = SplitWriter::new(staging, split, &job.spec, job.codec, job.k, job.sb);
+        let mut blocks = Blocks::new(job);
+        ordered_map(
+            units.len(),
+            blocks.threads,
+            2 * blocks.threads,
+            |i| Ok::<_, Error>(decode_unit(&units[i], &job.target, &job.decode)),
+            |i, r| {
+                pb.inc(1);
+                match r {
+                    Err(Failed::NotU8(why)) => {
+                        let e = Error::Invalid(why.clone());
+                        *not_u8 = Some(why);
+                        Err(e)
+                    }
+                    Err(Failed::Reject(reason)) => {
+                        if o.on_error == OnError::Fail {
+                            return Err(reject_to_error(&plan.root, units[i].name(), reason));
+                        }
+                        rejects.push(RejectEntry {
+                            path: units[i].name().to_string(),
+                            reason: reason.0,
+                        });
+                        Ok(())
+                    }
+                    Ok((px, labels, left_out)) => {
+                        for r in left_out {
+                            if o.on_error == OnError::Fail {
+                                let reason = Reject::new(r.reason);
+                                return Err(reject_to_error(&o.input, &r.path, reason));
+                            }
+                            rejects.push(r);
+                        }
+                        blocks.add(&px, &labels, &mut w)
+                    }
+                }
+            },
+        )?;
+        blocks.finish(&mut w)?;
+        let shards = w.finish()?;
+        if !shards.is_empty() {
+            infos.insert(
+                split.clone(),
+                SplitInfo::from_shards(&job.spec, job.k, shards),
+            );
+        }
+    }
+    pb.finish_and_clear();
+    if infos.is_empty() && is_part {
+        for split in plan.splits.keys() {
+            infos.insert(
+                split.clone(),
+                SplitInfo::from_shards(&job.spec, job.k, vec![]),
+            );
+        }
+    }
+    if infos.is_empty() {
+        let example = rejects
+            .first()
+            .map(|r| format!(", e.g. {}: {}", tree::shown(&r.path), r.reason))
+            .unwrap_or_default();
+        return Err(Error::Source(format!(
+            "{}: no input could be decoded ({} rejected{example})",
+            tree::shown_path(&o.input),
+            rejects.len()
+        )));
+    }
+    Ok((infos, rejects))
+}
+
+/// Decoded samples cut into blocks of `block_samples`, compressed a core's worth at a time.
+struct Blocks<'a> {
+    job: &'a Layout,
+    threads: usize,
+    pending: Vec<Block>,
+    px: Vec<u8>,
+    labels: Vec<u32>,
+}
+
+impl<'a> Blocks<'a> {
+    fn new(job: &'a Layout) -> Self {
+        Blocks {
+            job,
+            threads: rayon::current_num_threads(),
+            pending: Vec::new(),
+            px: Vec::new(),
+            labels: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, px: &[u8], labels: &[u32], w: &mut SplitWriter) -> Result<()> {
+        self.px.extend_from_slice(px);
+        self.labels.extend_from_slice(labels);
+        let bs = self.job.bs as usize;
+        while self.labels.len() >= bs {
+            let b = make_block(&mut self.px, &mut self.labels, bs, self.job.spec.bytes());
+            self.pending.push(b);
+            if self.pending.len() >= self.threads {
+                self.flush(w)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, w: &mut SplitWriter) -> Result<()> {
+        let (spec, k, codec) = (&self.job.spec, self.job.k, self.job.codec);
+        let enc = self
+            .pending
+            .par_iter()
+            .map(|b| b.encode(spec, k, codec))
+            .collect::<Result<Vec<_>>>()?;
+        self.pending.clear();
+        enc.iter().try_for_each(|e| w.push(e))
+    }
+
+    /// The last, short block, and everything still pending.
+    fn finish(mut self, w: &mut SplitWriter) -> Result<()> {
+        if !self.labels.is_empty() {
+            let n = self.labels.len();
+            let b = make_block(&mut self.px, &mut self.labels, n, self.job.spec.bytes());
+            self.pending.push(b);
+        }
+        self.flush(w)
+    }
+}
+
+fn make_block(px: &mut Vec<u8>, labels: &mut Vec<u32>, n: usize, sb: usize) -> Block {
+    let mut b = Block::zeroed(n, sb);
+    b.pixels_mut().copy_from_slice(&px[..n * sb]);
+    for (i, &l) in labels[..n].iter().enumerate() {
+        b.set_label(i, l);
+    }
+    px.drain(..n * sb);
+    labels.drain(..n);
+    b
+}
