@@ -124,74 +124,234 @@ pub(super) fn run(
     )))
 }
 
-/// The training loop, the same for every backend.
+/// The training loop, the same for every backend: build (or restore) the model, then epochs of
+/// steps, each ended by testing, its metrics and a checkpoint, then the summary and plots.
 pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<Trained> {
-    let t_start = Instant::now();
-    let mut startup_s = f64::NAN;
-    // Locals drop in reverse order: the model and the feed's buffers before the backend.
-    let mut be = be;
-    let mut feed = feed;
-    let RunCtx {
-        opts: o,
-        dir,
-        recipe: r,
-        resume,
-        train_src: _,
-        test_src,
-        per_epoch,
-        workers,
-        device_desc,
-        share,
-    } = ctx;
-    let writer = share.index == 0;
-    // Rank 0 alone evaluates (its figures are the ones written); the others go on to the next
-    // step, where NCCL holds them until rank 0 joins.
-    let test_src = test_src.filter(|_| writer);
-    let total_steps = per_epoch * r.epochs;
-    let (mut model, mut cur) = match resume {
-        Some((state, cur)) => {
-            let mut m = Model::new(&mut be, r.model.clone(), &state);
-            m.set_momentum(&mut be, &state);
-            (m, cur)
+    let mut l = Loop::start(be, feed, ctx)?;
+    while l.cur.epoch < l.r.epochs {
+        let t_epoch = Instant::now();
+        let Some(lr) = l.train_epoch()? else {
+            // Stopped after `--stop-after` steps: the checkpoint is written.
+            return Ok(l.trained(None));
+        };
+        l.end_epoch(lr, t_epoch)?;
+    }
+    l.finish()
+}
+
+/// A run in progress. Fields drop in order: the model and the feed's buffers before the backend.
+struct Loop<'a, B: Backend> {
+    model: Model<B>,
+    feed: Box<dyn Feed<B>>,
+    be: B,
+    cur: Cursor,
+    o: &'a TrainOptions,
+    r: &'a Recipe,
+    dir: &'a Path,
+    /// Rank 0's alone (its figures are the ones written); the others go on to the next step,
+    /// where NCCL holds them until rank 0 joins.
+    test_src: Option<Arc<Source>>,
+    per_epoch: usize,
+    workers: usize,
+    device_desc: String,
+    share: Share,
+    /// This process writes the run folder (rank 0; the one process of a plain run).
+    writer: bool,
+    /// metrics.jsonl, which keeps exactly the finished epochs.
+    metrics_path: PathBuf,
+    history: Vec<EpochMetrics>,
+    ckpt: PathBuf,
+    /// Steps and samples of this process (a resumed run counts from its resumption).
+    steps_here: usize,
+    seen_here: u64,
+    peak_gpu: u64,
+    /// The last epoch's test loss, accuracy and confusion matrix.
+    last_eval: Option<Eval>,
+    cpu_clock: Option<CpuClock>,
+    t_start: Instant,
+    startup_s: f64,
+}
+
+type Eval = (f64, f64, Vec<Vec<u64>>);
+
+impl<'a, B: Backend> Loop<'a, B> {
+    fn start(mut be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx<'a>) -> Result<Self> {
+        let t_start = Instant::now();
+        let RunCtx {
+            opts: o,
+            dir,
+            recipe: r,
+            resume,
+            train_src: _,
+            test_src,
+            per_epoch,
+            workers,
+            device_desc,
+            share,
+        } = ctx;
+        let writer = share.index == 0;
+        let (model, cur) = match resume {
+            Some((state, cur)) => {
+                let mut m = Model::new(&mut be, r.model.clone(), &state);
+                m.set_momentum(&mut be, &state);
+                (m, cur)
+            }
+            None => (
+                Model::new(&mut be, r.model.clone(), &init_values(&r.model, r.seed)),
+                Cursor::default(),
+            ),
+        };
+        timing::mark("model built");
+        let metrics_path = dir.join("metrics.jsonl");
+        let history = read_history(&metrics_path, cur.epoch)?;
+        if writer {
+            rewrite_metrics(&metrics_path, &history)?;
         }
-        None => (
-            Model::new(&mut be, r.model.clone(), &init_values(&r.model, r.seed)),
-            Cursor::default(),
-        ),
-    };
-    timing::mark("model built");
-    // metrics.jsonl keeps exactly the finished epochs (a killed run may have written no more).
-    let metrics_path = dir.join("metrics.jsonl");
-    let mut history: Vec<EpochMetrics> = match crate::store::local::read_capped(
-        &metrics_path,
-        crate::store::local::JSON_CAP,
-        "a metrics log",
-    ) {
-        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-        // A run killed before its first epoch has none.
-        Err(_) if !metrics_path.exists() => String::new(),
-        Err(e) => return Err(e),
+        // On the CPU a run can take many minutes: after a few seconds of steps, say how long it
+        // will take and how to make it shorter (printed once).
+        let cpu_clock = (device_desc == "cpu" && !o.quiet && writer).then(CpuClock::default);
+        Ok(Loop {
+            model,
+            feed,
+            be,
+            cur,
+            o,
+            r,
+            dir,
+            test_src: test_src.filter(|_| writer),
+            per_epoch,
+            workers,
+            device_desc,
+            share,
+            writer,
+            metrics_path,
+            peak_gpu: history.iter().map(|m| m.gpu_mem_bytes).max().unwrap_or(0),
+            history,
+            ckpt: dir.join(checkpoint::FILE),
+            steps_here: 0,
+            seen_here: 0,
+            last_eval: None,
+            cpu_clock,
+            t_start,
+            startup_s: f64::NAN,
+        })
     }
-    .lines()
-    .filter_map(|l| serde_json::from_str(l).ok())
-    .take(cur.epoch)
-    .collect();
-    if writer {
-        rewrite_metrics(&metrics_path, &history)?;
+
+    /// The steps of the epoch in progress, from its next batch. Returns the last step's learning
+    /// rate, or `None` when `--stop-after` ended the run here.
+    fn train_epoch(&mut self) -> Result<Option<f32>> {
+        let (r, per_epoch) = (self.r, self.per_epoch);
+        let total_steps = per_epoch * r.epochs;
+        let pb = crate::util::progress::bar(
+            ((per_epoch - self.cur.batch) * r.batch) as u64,
+            &format!("epoch {}", self.cur.epoch + 1),
+            "samples",
+            self.o.quiet,
+        );
+        self.feed
+            .start(&mut self.be, self.cur.epoch, self.cur.batch)?;
+        let mut lr = one_cycle(self.cur.step, total_steps, r.lr);
+        let mut t_seg = Instant::now();
+        // Host time waiting for batches and issuing the steps (PREP_PROFILE=1).
+        let (mut t_feed, mut t_issue) = (0.0f64, 0.0f64);
+        let mut t0 = Instant::now();
+        if self.steps_here == 0 {
+            self.startup_s = timing::since_start();
+            timing::mark("first step begins");
+        }
+        loop {
+            // An interruption (here, or seen by the input's threads) stops the run like
+            // `stop_after`: a checkpoint of the steps done so far, then the error.
+            let next = match crate::util::interrupt::check()
+                .and_then(|()| self.feed.next(&mut self.be, &mut self.model))
+            {
+                Err(e) if e.is_interrupted() => {
+                    if self.steps_here > 0 {
+                        self.flush(t_seg)?;
+                        self.save()?;
+                    }
+                    return Err(e);
+                }
+                r => r?,
+            };
+            let Some((index, n)) = next else { break };
+            let t1 = Instant::now();
+            t_feed += (t1 - t0).as_secs_f64();
+            lr = one_cycle(self.cur.step, total_steps, r.lr);
+            self.step(n, lr);
+            t0 = Instant::now();
+            t_issue += (t0 - t1).as_secs_f64();
+            if self.steps_here == 0 && timing::enabled() {
+                // Waits for the GPU (only with PREP_TIMING), so the mark says when it finished.
+                self.be.gpu_mem_bytes();
+                timing::mark("first step done");
+            }
+            self.cur.step += 1;
+            self.cur.batch = index + 1;
+            self.cur.seen += n as u64;
+            pb.inc(n as u64);
+            self.steps_here += 1;
+            self.seen_here += n as u64;
+            if let Some(line) = self.cpu_estimate() {
+                pb.suspend(|| eprintln!("{line}"));
+            }
+            let stop = self.o.stop_after == Some(self.steps_here);
+            let every = r.checkpoint_every;
+            if stop || (every > 0 && self.cur.step % every == 0 && self.cur.batch < per_epoch) {
+                self.flush(t_seg)?;
+                self.save()?;
+                t_seg = Instant::now();
+            }
+            if stop {
+                return Ok(None);
+            }
+        }
+        self.flush(t_seg)?;
+        if self.share.count > 1 && self.cur.batch < per_epoch {
+            // The others would wait for this rank's next step for ever.
+            return Err(Error::Source(format!(
+                "rank {}: its share of epoch {} ran out after {} of its {per_epoch} batches (damaged blocks were skipped); with several GPUs every rank must take the same steps: repair the data (prep verify names the blocks)",
+                self.share.index,
+                self.cur.epoch + 1,
+                self.cur.batch
+            )));
+        }
+        if std::env::var("PREP_PROFILE").as_deref() == Ok("1") {
+            eprintln!(
+                "host time this epoch: {t_feed:.3} s getting batches, {t_issue:.3} s issuing steps, {:.3} s training in all",
+                self.cur.train_seconds
+            );
+        }
+        pb.finish_and_clear();
+        Ok(Some(lr))
     }
-    let ckpt = dir.join(checkpoint::FILE);
-    let mut steps_here = 0;
-    let mut peak_gpu = history.iter().map(|m| m.gpu_mem_bytes).max().unwrap_or(0);
-    let mut last_eval: Option<(f64, f64, Vec<Vec<u64>>)> = None;
-    // On the CPU a run can take many minutes: after a few seconds of steps, say how long it will
-    // take and how to make it shorter (printed once).
-    let mut cpu_clock: Option<(Instant, u64)> =
-        (device_desc == "cpu" && !o.quiet && writer).then(|| (Instant::now(), 0));
-    let mut seen_here = 0u64;
-    // Loss figures stay on the device between these points, so that no step waits for one.
-    let flush = |be: &mut B, cur: &mut Cursor, t_seg: Instant| -> Result<()> {
-        let (loss, correct) = be.take_loss_stats();
-        be.status().map_err(Error::Device)?;
+
+    /// One training step of `n` samples. The first step of a process runs directly (it sizes the
+    /// buffers and picks the convolution algorithms); the backend may record the next one as a
+    /// graph and replay it for every later step of this batch size.
+    fn step(&mut self, n: usize, lr: f32) {
+        let (r, be, model) = (self.r, &mut self.be, &mut self.model);
+        let full = n == r.batch;
+        if full && self.steps_here > 0 && be.replay(lr) {
+            return;
+        }
+        let recording = full && self.steps_here > 0 && be.begin_capture();
+        let (sm, mo, wd) = (r.label_smoothing, r.momentum, r.weight_decay);
+        model.train_step(be, n, sm, lr, mo, wd);
+        if recording {
+            if be.end_capture() {
+                be.replay(lr);
+            } else {
+                model.train_step(be, n, sm, lr, mo, wd);
+            }
+        }
+    }
+
+    /// Loss figures stay on the device between these points, so that no step waits for one.
+    fn flush(&mut self, t_seg: Instant) -> Result<()> {
+        let (loss, correct) = self.be.take_loss_stats();
+        self.be.status().map_err(Error::Device)?;
+        let cur = &mut self.cur;
         cur.train_seconds += t_seg.elapsed().as_secs_f64();
         cur.loss_sum += loss;
         cur.correct += correct;
@@ -204,154 +364,72 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             )));
         }
         Ok(())
-    };
-    while cur.epoch < r.epochs {
-        let epoch = cur.epoch;
-        let t_epoch = Instant::now();
-        let pb = crate::util::progress::bar(
-            ((per_epoch - cur.batch) * r.batch) as u64,
-            &format!("epoch {}", epoch + 1),
-            "samples",
-            o.quiet,
-        );
-        feed.start(&mut be, epoch, cur.batch)?;
-        let mut lr = one_cycle(cur.step, total_steps, r.lr);
-        let mut t_seg = Instant::now();
-        // Host time waiting for batches and issuing the steps (PREP_PROFILE=1).
-        let (mut t_feed, mut t_issue) = (0.0f64, 0.0f64);
-        let mut t0 = Instant::now();
-        if steps_here == 0 {
-            startup_s = timing::since_start();
-            timing::mark("first step begins");
-        }
-        loop {
-            // An interruption (here, or seen by the input's threads) stops the run like
-            // `stop_after`: a checkpoint of the steps done so far, then the error.
-            let next = match crate::util::interrupt::check()
-                .and_then(|()| feed.next(&mut be, &mut model))
-            {
-                Err(e) if e.is_interrupted() => {
-                    if steps_here > 0 {
-                        flush(&mut be, &mut cur, t_seg)?;
-                        save_state(writer, &ckpt, &model, &mut be, &cur)?;
-                    }
-                    return Err(e);
-                }
-                r => r?,
-            };
-            let Some((index, n)) = next else { break };
-            let t1 = Instant::now();
-            t_feed += (t1 - t0).as_secs_f64();
-            lr = one_cycle(cur.step, total_steps, r.lr);
-            // The first step of a process runs directly (it sizes the buffers and picks the
-            // convolution algorithms); the backend may record the next one as a graph and replay
-            // it for every later step of this batch size.
-            let full = n == r.batch;
-            if !(full && steps_here > 0 && be.replay(lr)) {
-                let recording = full && steps_here > 0 && be.begin_capture();
-                let (sm, mo, wd) = (r.label_smoothing, r.momentum, r.weight_decay);
-                model.train_step(&mut be, n, sm, lr, mo, wd);
-                if recording {
-                    if be.end_capture() {
-                        be.replay(lr);
-                    } else {
-                        model.train_step(&mut be, n, sm, lr, mo, wd);
-                    }
-                }
-            }
-            t0 = Instant::now();
-            t_issue += (t0 - t1).as_secs_f64();
-            if steps_here == 0 && timing::enabled() {
-                // Waits for the GPU (only with PREP_TIMING), so the mark says when it finished.
-                be.gpu_mem_bytes();
-                timing::mark("first step done");
-            }
-            cur.step += 1;
-            cur.batch = index + 1;
-            cur.seen += n as u64;
-            pb.inc(n as u64);
-            steps_here += 1;
-            seen_here += n as u64;
-            if let Some((since, from)) = cpu_clock {
-                if steps_here == 1 {
-                    // The first step sizes buffers: time from after it.
-                    cpu_clock = Some((Instant::now(), seen_here));
-                } else if since.elapsed().as_secs_f64() >= 3.0 {
-                    let rate = (seen_here - from) as f64 / since.elapsed().as_secs_f64();
-                    let left_this = (per_epoch - cur.batch) * r.batch;
-                    let left = left_this + (r.epochs - epoch - 1) * per_epoch * r.batch;
-                    let test = test_src.as_ref().map_or(0, |t| t.samples);
-                    // Testing runs forward only: about a third of a training step's time.
-                    let secs = |train: usize, epochs: usize| {
-                        (train as f64 + (epochs * test) as f64 / 3.0) / rate.max(1e-9)
-                    };
-                    let total = secs(left, r.epochs - epoch);
-                    if total >= 60.0 {
-                        let one = secs(per_epoch * r.batch, 1);
-                        let fewer = if r.epochs - epoch > 2 {
-                            format!("--epochs 2 (about {}), or ", human_secs(2.0 * one))
-                        } else {
-                            String::new()
-                        };
-                        let line = format!(
-                            "on the CPU at {:.0} samples/s this run needs about {} more ({} epochs); for a quicker one: {fewer}a machine with a GPU",
-                            rate,
-                            human_secs(total),
-                            r.epochs - epoch,
-                        );
-                        pb.suspend(|| eprintln!("{line}"));
-                    }
-                    cpu_clock = None;
-                }
-            }
-            let stop = o.stop_after == Some(steps_here);
-            if stop
-                || (r.checkpoint_every > 0
-                    && cur.step % r.checkpoint_every == 0
-                    && cur.batch < per_epoch)
-            {
-                flush(&mut be, &mut cur, t_seg)?;
-                save_state(writer, &ckpt, &model, &mut be, &cur)?;
-                t_seg = Instant::now();
-            }
-            if stop {
-                return Ok(Trained {
-                    dir: dir.to_path_buf(),
-                    summary: None,
-                });
-            }
-        }
-        flush(&mut be, &mut cur, t_seg)?;
-        if share.count > 1 && cur.batch < per_epoch {
-            // The others would wait for this rank's next step for ever.
-            return Err(Error::Source(format!(
-                "rank {}: its share of epoch {} ran out after {} of its {per_epoch} batches (damaged blocks were skipped); with several GPUs every rank must take the same steps: repair the data (prep verify names the blocks)",
-                share.index,
-                epoch + 1,
-                cur.batch
-            )));
-        }
-        if std::env::var("PREP_PROFILE").as_deref() == Ok("1") {
-            eprintln!(
-                "host time this epoch: {t_feed:.3} s getting batches, {t_issue:.3} s issuing steps, {:.3} s training in all",
-                cur.train_seconds
-            );
-        }
-        let skipped = feed.damaged();
-        pb.finish_and_clear();
-        let gpu_mem = be.gpu_mem_bytes();
-        peak_gpu = peak_gpu.max(gpu_mem);
-        let (test_loss, test_acc, confusion) = match &test_src {
-            Some(t) => match evaluate(&mut be, &mut model, r, t.clone(), workers) {
-                // The epoch's training is done: keep it, and test again on --resume.
-                Err(e) if e.is_interrupted() => {
-                    save_state(writer, &ckpt, &model, &mut be, &cur)?;
-                    return Err(e);
-                }
-                r => r?,
-            },
-            None => (f64::NAN, f64::NAN, vec![]),
+    }
+
+    fn save(&mut self) -> Result<()> {
+        save_state(
+            self.writer,
+            &self.ckpt,
+            &self.model,
+            &mut self.be,
+            &self.cur,
+        )
+    }
+
+    /// After 3 s of CPU steps, the time the run still needs, once, where it is a minute or more.
+    fn cpu_estimate(&mut self) -> Option<String> {
+        let clock = self.cpu_clock.as_mut()?;
+        let Some((since, from)) = clock.from else {
+            // The first step sizes buffers: time from after it.
+            clock.from = Some((Instant::now(), self.seen_here));
+            return None;
         };
+        if since.elapsed().as_secs_f64() < 3.0 {
+            return None;
+        }
+        self.cpu_clock = None;
+        let (r, per_epoch, epoch) = (self.r, self.per_epoch, self.cur.epoch);
+        let rate = (self.seen_here - from) as f64 / since.elapsed().as_secs_f64();
+        let left_this = (per_epoch - self.cur.batch) * r.batch;
+        let left = left_this + (r.epochs - epoch - 1) * per_epoch * r.batch;
+        let test = self.test_src.as_ref().map_or(0, |t| t.samples);
+        // Testing runs forward only: about a third of a training step's time.
+        let secs = |train: usize, epochs: usize| {
+            (train as f64 + (epochs * test) as f64 / 3.0) / rate.max(1e-9)
+        };
+        let total = secs(left, r.epochs - epoch);
+        if total < 60.0 {
+            return None;
+        }
+        let one = secs(per_epoch * r.batch, 1);
+        let fewer = if r.epochs - epoch > 2 {
+            format!("--epochs 2 (about {}), or ", human_secs(2.0 * one))
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "on the CPU at {:.0} samples/s this run needs about {} more ({} epochs); for a quicker one: {fewer}a machine with a GPU",
+            rate,
+            human_secs(total),
+            r.epochs - epoch,
+        ))
+    }
+
+    /// Test, log and keep the finished epoch's metrics, and checkpoint at its end.
+    fn end_epoch(&mut self, lr: f32, t_epoch: Instant) -> Result<()> {
+        let epoch = self.cur.epoch;
+        let skipped = self.feed.damaged();
+        let gpu_mem = self.be.gpu_mem_bytes();
+        self.peak_gpu = self.peak_gpu.max(gpu_mem);
+        let (test_loss, test_acc, confusion) = match self.test() {
+            // The epoch's training is done: keep it, and test again on --resume.
+            Err(e) if e.is_interrupted() => {
+                self.save()?;
+                return Err(e);
+            }
+            r => r?,
+        };
+        let cur = &self.cur;
         let m = EpochMetrics {
             epoch: epoch + 1,
             train_loss: cur.loss_sum / cur.seen.max(1) as f64,
@@ -360,74 +438,132 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
             test_accuracy: test_acc,
             lr,
             // The world's rate: the ranks step together, each on its own batch.
-            samples_per_sec: (cur.seen * share.count as u64) as f64 / cur.train_seconds.max(1e-9),
+            samples_per_sec: (cur.seen * self.share.count as u64) as f64
+                / cur.train_seconds.max(1e-9),
             seconds: t_epoch.elapsed().as_secs_f64(),
             host_rss_bytes: crate::util::mem::rss_bytes(),
             gpu_mem_bytes: gpu_mem,
             damaged_blocks_skipped: skipped,
         };
-        if !o.quiet {
-            let gpu = if gpu_mem > 0 {
-                format!(" | GPU {}", crate::util::mem::human(gpu_mem))
-            } else {
-                String::new()
-            };
-            let test = if m.test_accuracy.is_nan() {
-                "no test split".to_string()
-            } else {
-                format!("test loss {:.4} acc {:.4}", m.test_loss, m.test_accuracy)
-            };
-            eprintln!(
-                "epoch {:>3}/{}: train loss {:.4} acc {:.4} | {test} | {:.0} samples/s | {:.1} s | RSS {}{gpu}",
-                m.epoch, r.epochs, m.train_loss, m.train_accuracy, m.samples_per_sec, m.seconds, crate::util::mem::human(m.host_rss_bytes)
-            );
+        if !self.o.quiet {
+            eprintln!("{}", epoch_line(&m, self.r.epochs));
         }
-        history.push(m);
-        if writer {
-            rewrite_metrics(&metrics_path, &history)?;
+        self.history.push(m);
+        if self.writer {
+            rewrite_metrics(&self.metrics_path, &self.history)?;
         }
-        cur = Cursor {
+        self.cur = Cursor {
             epoch: epoch + 1,
             batch: 0,
-            step: cur.step,
+            step: self.cur.step,
             ..Default::default()
         };
-        save_state(writer, &ckpt, &model, &mut be, &cur)?;
+        self.save()?;
         timing::mark(&format!("epoch {} done", epoch + 1));
-        last_eval = Some((test_loss, test_acc, confusion));
+        self.last_eval = Some((test_loss, test_acc, confusion));
+        Ok(())
     }
-    if !writer {
-        return Ok(Trained {
-            dir: dir.to_path_buf(),
-            summary: None,
-        });
+
+    fn test(&mut self) -> Result<Eval> {
+        match &self.test_src {
+            Some(t) => evaluate(
+                &mut self.be,
+                &mut self.model,
+                self.r,
+                t.clone(),
+                self.workers,
+            ),
+            None => Ok((f64::NAN, f64::NAN, vec![])),
+        }
     }
-    let (test_loss, test_accuracy, confusion) = match last_eval {
-        Some(e) => e,
-        None => match &test_src {
-            Some(t) => evaluate(&mut be, &mut model, r, t.clone(), workers)?,
-            None => (f64::NAN, f64::NAN, vec![]),
-        },
+
+    fn trained(&self, summary: Option<Summary>) -> Trained {
+        Trained {
+            dir: self.dir.to_path_buf(),
+            summary,
+        }
+    }
+
+    /// summary.json, the curves and the confusion matrix (the writing rank only).
+    fn finish(mut self) -> Result<Trained> {
+        if !self.writer {
+            return Ok(self.trained(None));
+        }
+        let (test_loss, test_accuracy, confusion) = match self.last_eval.take() {
+            Some(e) => e,
+            // A resumed run that had finished its epochs.
+            None => self.test()?,
+        };
+        let (r, history) = (self.r, &self.history);
+        let train_secs: f64 = history.iter().map(|m| m.seconds).sum();
+        let sps =
+            history.iter().map(|m| m.samples_per_sec).sum::<f64>() / history.len().max(1) as f64;
+        let summary = Summary {
+            test_accuracy,
+            test_loss,
+            epochs: r.epochs,
+            samples_per_sec: sps,
+            seconds: train_secs.max(self.t_start.elapsed().as_secs_f64()),
+            peak_rss_bytes: crate::util::mem::peak_rss_bytes(),
+            peak_gpu_mem_bytes: self.peak_gpu,
+            device: self.device_desc.clone(),
+            layout: r.layout,
+            confusion,
+            classes: r.classes.clone(),
+            startup_s: self.startup_s,
+        };
+        write_results(self.dir, &summary, history)?;
+        Ok(self.trained(Some(summary)))
+    }
+}
+
+/// Rate of CPU steps from after the first one (`cpu_estimate`).
+#[derive(Default)]
+struct CpuClock {
+    from: Option<(Instant, u64)>,
+}
+
+/// The finished epochs of a run folder's metrics log (a killed run may have written more).
+fn read_history(path: &Path, epochs: usize) -> Result<Vec<EpochMetrics>> {
+    let local =
+        crate::store::local::read_capped(path, crate::store::local::JSON_CAP, "a metrics log");
+    let text = match local {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        // A run killed before its first epoch has none.
+        Err(_) if !path.exists() => String::new(),
+        Err(e) => return Err(e),
     };
-    let train_secs: f64 = history.iter().map(|m| m.seconds).sum();
-    let sps = history.iter().map(|m| m.samples_per_sec).sum::<f64>() / history.len().max(1) as f64;
-    let summary = Summary {
-        test_accuracy,
-        test_loss,
-        epochs: r.epochs,
-        samples_per_sec: sps,
-        seconds: train_secs.max(t_start.elapsed().as_secs_f64()),
-        peak_rss_bytes: crate::util::mem::peak_rss_bytes(),
-        peak_gpu_mem_bytes: peak_gpu,
-        device: device_desc,
-        layout: r.layout,
-        confusion: confusion.clone(),
-        classes: r.classes.clone(),
-        startup_s,
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .take(epochs)
+        .collect())
+}
+
+/// The epoch's line on stderr.
+fn epoch_line(m: &EpochMetrics, epochs: usize) -> String {
+    let human = crate::util::mem::human;
+    let gpu = if m.gpu_mem_bytes > 0 {
+        format!(" | GPU {}", human(m.gpu_mem_bytes))
+    } else {
+        String::new()
     };
+    let test = if m.test_accuracy.is_nan() {
+        "no test split".to_string()
+    } else {
+        format!("test loss {:.4} acc {:.4}", m.test_loss, m.test_accuracy)
+    };
+    format!(
+        "epoch {:>3}/{}: train loss {:.4} acc {:.4} | {test} | {:.0} samples/s | {:.1} s | RSS {}{gpu}",
+        m.epoch, epochs, m.train_loss, m.train_accuracy, m.samples_per_sec, m.seconds, human(m.host_rss_bytes)
+    )
+}
+
+/// summary.json, curves.png and, with a test split, confusion.png and confusion.csv.
+fn write_results(dir: &Path, summary: &Summary, history: &[EpochMetrics]) -> Result<()> {
     write_atomic(
         &dir.join("summary.json"),
-        serde_json::to_string_pretty(&summary).unwrap().as_bytes(),
+        serde_json::to_string_pretty(summary).unwrap().as_bytes(),
     )?;
     let points: Vec<plot::EpochPoint> = history
         .iter()
@@ -441,26 +577,18 @@ pub fn run_on<B: Backend>(be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx) -> Result<
         .collect();
     timing::mark("summary written");
     plot::curves_png(&points, &dir.join("curves.png"))?;
+    let (confusion, classes) = (&summary.confusion, &summary.classes);
     if !confusion.is_empty() {
-        plot::confusion_png(&confusion, &r.classes, &dir.join("confusion.png"))?;
-        let mut csv = format!("true\\predicted,{}\n", r.classes.join(","));
+        plot::confusion_png(confusion, classes, &dir.join("confusion.png"))?;
+        let mut csv = format!("true\\predicted,{}\n", classes.join(","));
         for (k, row) in confusion.iter().enumerate() {
-            csv.push_str(&format!(
-                "{},{}\n",
-                r.classes[k],
-                row.iter()
-                    .map(|v| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ));
+            let row: Vec<String> = row.iter().map(|v| v.to_string()).collect();
+            csv.push_str(&format!("{},{}\n", classes[k], row.join(",")));
         }
         write_atomic(&dir.join("confusion.csv"), csv.as_bytes())?;
     }
     timing::mark("plots written");
-    Ok(Trained {
-        dir: dir.to_path_buf(),
-        summary: Some(summary),
-    })
+    Ok(())
 }
 
 /// A checkpoint, written by the writing rank only (rank 0; the one process of a plain run).
