@@ -2,13 +2,17 @@
 
 use super::manifest::{Manifest, ShardInfo};
 use super::ShardReader;
+use crate::store::{local, Store};
 use crate::util::error::{Error, Region, Result};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub struct Dataset {
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// Where the manifest and shards are read from.
+    store: Arc<dyn Store>,
 }
 
 /// One damaged place found by `verify`.
@@ -37,7 +41,8 @@ impl VerifyReport {
 impl Dataset {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        let manifest = match Manifest::read(&dir) {
+        let store: Arc<dyn Store> = Arc::new(local::Dir::new(&dir));
+        let manifest = match Manifest::read_from(&*store) {
             Ok(m) => m,
             // A manifest removed or not yet written by a writer at work: say so.
             Err(e) => {
@@ -45,7 +50,11 @@ impl Dataset {
                 return Err(e);
             }
         };
-        Ok(Dataset { dir, manifest })
+        Ok(Dataset {
+            dir,
+            manifest,
+            store,
+        })
     }
 
     pub fn shard_path(&self, info: &ShardInfo) -> PathBuf {
@@ -64,8 +73,8 @@ impl Dataset {
     }
 
     fn open_shard_checked(&self, info: &ShardInfo) -> Result<ShardReader> {
-        let path = self.shard_path(info);
-        let r = ShardReader::open(&path)?;
+        let path = self.store.location(&info.file);
+        let r = ShardReader::from_object(path.clone(), self.store.open(&info.file)?)?;
         let m = &self.manifest;
         let bad = |what: String| Error::corrupt(&path, Region::File, what);
         if r.header.spec != m.sample {

@@ -140,8 +140,13 @@ impl Manifest {
 
     /// Read and check `dir/manifest.json`: size cap, checksum, then consistency.
     pub fn read(dir: &Path) -> Result<Self> {
-        let path = dir.join(FILE_NAME);
-        Self::from_bytes(&path, &read_capped(&path)?)
+        Self::read_from(&crate::store::local::Dir::new(dir))
+    }
+
+    /// The manifest of the dataset in `store`.
+    pub fn read_from(store: &dyn crate::store::Store) -> Result<Self> {
+        let bytes = store.read(FILE_NAME, MAX_MANIFEST_BYTES, "a manifest")?;
+        Self::from_bytes(&store.location(FILE_NAME), &bytes)
     }
 
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {

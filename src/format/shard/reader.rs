@@ -3,10 +3,9 @@
 use super::format::BlockEntry;
 use super::format::{Footer, Header, Trailer, HEADER_LEN, TRAILER_LEN};
 use super::{Block, SampleSpec, Stats};
-use crate::util::error::{Error, IoContext, Region, Result};
+use crate::store::Object;
+use crate::util::error::{Error, Region, Result};
 use rayon::prelude::*;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -14,7 +13,7 @@ use xxhash_rust::xxh3::xxh3_64;
 #[derive(Debug)]
 pub struct ShardReader {
     path: PathBuf,
-    file: File,
+    file: Box<dyn Object>,
     pub header: Header,
     pub trailer: Trailer,
     pub footer: Footer,
@@ -22,10 +21,16 @@ pub struct ShardReader {
 }
 
 impl ShardReader {
+    /// Open a local shard file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let file = crate::store::local::open(&path)?;
-        let file_len = file.metadata().at(&path)?.len();
+        let path = path.as_ref();
+        let file = crate::store::local::LocalFile::open(path)?;
+        Self::from_object(path.to_path_buf(), Box::new(file))
+    }
+
+    /// Check and index a shard stored as `file`; `path` names it in errors.
+    pub fn from_object(path: PathBuf, file: Box<dyn Object>) -> Result<Self> {
+        let file_len = file.len();
         let min = (HEADER_LEN + TRAILER_LEN) as u64;
         if file_len < min {
             return Err(Error::corrupt(
@@ -35,16 +40,14 @@ impl ShardReader {
             ));
         }
         let mut hb = [0u8; HEADER_LEN];
-        file.read_exact_at(&mut hb, 0).at(&path)?;
+        file.read_exact_at(&mut hb, 0)?;
         let header = Header::decode(&path, &hb)?;
         let mut tb = [0u8; TRAILER_LEN];
-        file.read_exact_at(&mut tb, file_len - TRAILER_LEN as u64)
-            .at(&path)?;
+        file.read_exact_at(&mut tb, file_len - TRAILER_LEN as u64)?;
         let trailer = Trailer::decode(&path, &tb, file_len, &header)?;
         // The trailer check bounded footer_len by the header's caps (at most ~41 MiB).
         let mut fb = vec![0u8; trailer.footer_len as usize];
-        file.read_exact_at(&mut fb, trailer.footer_offset)
-            .at(&path)?;
+        file.read_exact_at(&mut fb, trailer.footer_offset)?;
         let computed = xxh3_64(&fb);
         if computed != trailer.footer_xxh3 {
             return Err(Error::corrupt(
@@ -88,7 +91,7 @@ impl ShardReader {
         let e = &self.footer.blocks[i];
         // The footer parser checked that the block lies inside the file.
         let mut buf = vec![0u8; e.stored_len as usize];
-        self.file.read_exact_at(&mut buf, e.offset).at(&self.path)?;
+        self.file.read_exact_at(&mut buf, e.offset)?;
         Ok(buf)
     }
 
@@ -110,9 +113,7 @@ impl ShardReader {
             let mut stored = st.borrow_mut();
             // The footer parser checked that the block lies inside the file.
             stored.resize(e.stored_len as usize, 0);
-            self.file
-                .read_exact_at(&mut stored, e.offset)
-                .at(&self.path)?;
+            self.file.read_exact_at(&mut stored, e.offset)?;
             Block::decode(
                 &self.path,
                 i as u32,
