@@ -3,6 +3,7 @@
 //! reads off a dataset. May import `store` and `util` only.
 
 pub mod colmajor;
+pub mod fields;
 pub mod folder;
 pub mod inspect;
 pub mod lock;

@@ -262,7 +262,7 @@ mod tests {
 
     #[test]
     fn a_folder_as_a_store_reads_its_objects_at_any_offset_and_names_them_in_errors() {
-        use crate::store::{Object, Store};
+        use crate::store::Store;
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("a.bin"), b"0123456789").unwrap();
         let st = Dir::new(d.path());

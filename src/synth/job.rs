@@ -577,6 +577,7 @@ fn reusable(
         blocks: h.num_blocks,
         bytes: r.file_len,
         footer_xxh3: format!("{:016x}", r.trailer.footer_xxh3),
+        fields: Vec::new(),
         stats: r.stats().clone(),
     })
 }

@@ -1,8 +1,10 @@
 //! Blocks: a few thousand samples with their labels, compressed and checksummed as one unit.
-//! A decoded block is one buffer: the pixels of every sample, then one u32 label per sample.
+//! A decoded block is one buffer: the pixels of every sample, then one u32 label per sample,
+//! then (format version 3) each field's values for every sample.
 
 use super::format::{BlockEntry, LABEL_BYTES};
 use super::{Dtype, SampleSpec};
+use crate::format::fields::{FieldStats, Fields};
 use crate::util::error::{Error, Region, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -31,15 +33,34 @@ pub struct Block {
     data: Vec<u8>,
     num_samples: usize,
     sample_bytes: usize,
+    /// Bytes of every field of one sample (0 without fields).
+    field_bytes: usize,
+}
+
+/// What decoding a block needs from its shard (and, for the fields' rules, its manifest).
+pub struct BlockLayout<'a> {
+    pub spec: &'a SampleSpec,
+    pub codec: u8,
+    pub num_classes: u32,
+    /// The header's bytes of fields per sample.
+    pub field_bytes: usize,
+    /// The manifest's declarations; empty where only the shard is known (sizes are still
+    /// checked, the values' rules not).
+    pub fields: &'a Fields,
 }
 
 impl Block {
     /// A zeroed block for `n` samples, to be filled through `sample_mut` and `set_label`.
     pub fn zeroed(n: usize, sample_bytes: usize) -> Self {
+        Self::with_fields(n, sample_bytes, 0)
+    }
+    /// A zeroed block for `n` samples with `field_bytes` of fields each (`fields_mut`).
+    pub fn with_fields(n: usize, sample_bytes: usize, field_bytes: usize) -> Self {
         Block {
-            data: vec![0; n * (sample_bytes + LABEL_BYTES)],
+            data: vec![0; n * (sample_bytes + LABEL_BYTES + field_bytes)],
             num_samples: n,
             sample_bytes,
+            field_bytes,
         }
     }
     /// A block for `n` samples in the allocation of `buf` (its contents are not kept), to be
@@ -51,6 +72,7 @@ impl Block {
             data: buf,
             num_samples: n,
             sample_bytes,
+            field_bytes: 0,
         }
     }
     pub fn len(&self) -> usize {
@@ -87,9 +109,31 @@ impl Block {
     pub fn labels(&self) -> impl ExactSizeIterator<Item = u32> + '_ {
         (0..self.num_samples).map(|i| self.label(i))
     }
-    /// The decoded bytes as stored: pixels, then labels.
+    /// The decoded bytes as stored: pixels, then labels, then fields.
     pub fn raw(&self) -> &[u8] {
         &self.data
+    }
+    pub fn field_bytes(&self) -> usize {
+        self.field_bytes
+    }
+    /// Every field of every sample: field after field, each for all samples in order.
+    pub fn fields(&self) -> &[u8] {
+        &self.data[self.num_samples * (self.sample_bytes + LABEL_BYTES)..]
+    }
+    pub fn fields_mut(&mut self) -> &mut [u8] {
+        let o = self.num_samples * (self.sample_bytes + LABEL_BYTES);
+        &mut self.data[o..]
+    }
+    /// Field `f` (of `fields`, the dataset's declarations) of sample `i`.
+    pub fn field(&self, fields: &Fields, f: usize, i: usize) -> &[u8] {
+        let b = fields.0[f].bytes();
+        let r = fields.range(f, self.num_samples);
+        &self.fields()[r.start + i * b..r.start + (i + 1) * b]
+    }
+    pub fn field_mut(&mut self, fields: &Fields, f: usize, i: usize) -> &mut [u8] {
+        let b = fields.0[f].bytes();
+        let r = fields.range(f, self.num_samples);
+        &mut self.fields_mut()[r.start + i * b..r.start + (i + 1) * b]
     }
 
     /// Compress, checksum and gather statistics. `num_classes` bounds the labels.
@@ -99,6 +143,27 @@ impl Block {
         num_classes: u32,
         codec: Codec,
     ) -> Result<EncodedBlock> {
+        self.encode_fields(spec, num_classes, codec, &Fields::default())
+    }
+
+    /// `encode` for a block whose samples carry `fields` (each value checked by its rules).
+    pub fn encode_fields(
+        &self,
+        spec: &SampleSpec,
+        num_classes: u32,
+        codec: Codec,
+        fields: &Fields,
+    ) -> Result<EncodedBlock> {
+        assert_eq!(
+            self.field_bytes,
+            fields.bytes(),
+            "a block built for other fields"
+        );
+        if let Some((name, i, p, why)) = fields.first_bad(self.fields(), self.num_samples) {
+            return Err(Error::Invalid(format!(
+                "sample {i} of a block: field {name}, value {p}: {why}"
+            )));
+        }
         if let Some(i) = self.labels().position(|l| l >= num_classes) {
             return Err(Error::Invalid(format!(
                 "sample {i} of a block has label {} but there are {num_classes} classes",
@@ -122,6 +187,7 @@ impl Block {
             bytes,
             num_samples: self.num_samples as u32,
             stats: Stats::of_block(self, spec, num_classes),
+            field_stats: fields.summarise(self.fields(), self.num_samples),
         })
     }
 
@@ -132,17 +198,15 @@ impl Block {
 
     /// Check and decode one stored block into `buf` (its allocation is reused, its contents
     /// replaced). Every rule a reader enforces on block bytes is here.
-    #[allow(clippy::too_many_arguments)]
     pub fn decode(
         path: &Path,
         index: u32,
         entry: &BlockEntry,
         stored: &[u8],
-        spec: &SampleSpec,
-        codec: u8,
-        num_classes: u32,
+        layout: &BlockLayout,
         mut buf: Vec<u8>,
     ) -> Result<Block> {
+        let (spec, codec, num_classes) = (layout.spec, layout.codec, layout.num_classes);
         let bad = |what: String| Error::corrupt(path, Region::Block(index), what);
         let computed = xxh3_64(stored);
         if computed != entry.stored_xxh3 {
@@ -154,7 +218,7 @@ impl Block {
         let n = entry.num_samples as usize;
         let sample_bytes = spec.bytes();
         // The footer parser bounded this product by MAX_BLOCK_RAW.
-        let raw_len = n * (sample_bytes + LABEL_BYTES);
+        let raw_len = n * (sample_bytes + LABEL_BYTES + layout.field_bytes);
         // One byte of zstd data never decodes to more than 32768 bytes (an RLE block of 4 bytes
         // holds at most 128 KiB), so a larger claim is a lie told to make us allocate.
         if codec == super::format::CODEC_ZSTD
@@ -204,6 +268,7 @@ impl Block {
             data,
             num_samples: n,
             sample_bytes,
+            field_bytes: layout.field_bytes,
         };
         if let Some(i) = block.labels().position(|l| l >= num_classes) {
             return Err(bad(format!(
@@ -219,6 +284,9 @@ impl Block {
                 i % e,
                 spec.dtype
             )));
+        }
+        if let Some((name, i, p, why)) = layout.fields.first_bad(block.fields(), n) {
+            return Err(bad(format!("sample {i}, field {name}, value {p}: {why}")));
         }
         Ok(block)
     }
@@ -267,6 +335,8 @@ pub struct EncodedBlock {
     pub stored_xxh3: u64,
     pub raw_xxh3: u64,
     pub stats: Stats,
+    /// One per declared field, in declaration order.
+    pub field_stats: Vec<FieldStats>,
 }
 
 /// Sums from which class balance and per-channel mean/std follow.

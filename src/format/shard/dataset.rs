@@ -93,6 +93,13 @@ impl Dataset {
                 m.num_classes()
             )));
         }
+        let (fb, nf) = (m.fields.bytes() as u64, m.fields.0.len());
+        if r.header.field_bytes as u64 != fb || r.header.num_fields as usize != nf {
+            return Err(bad(format!(
+                "holds {} fields of {} bytes a sample, the manifest declares {nf} of {fb}",
+                r.header.num_fields, r.header.field_bytes
+            )));
+        }
         let footer_sum = format!("{:016x}", r.trailer.footer_xxh3);
         if r.file_len != info.bytes
             || r.header.num_samples != info.samples
@@ -105,7 +112,7 @@ impl Dataset {
                 r.file_len, r.header.num_samples, r.header.num_blocks, info.bytes, info.samples, info.blocks, info.footer_xxh3
             )));
         }
-        Ok(r)
+        Ok(r.with_fields(m.fields.clone()))
     }
 
     /// Every shard of every split, in manifest order.

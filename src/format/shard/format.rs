@@ -10,9 +10,10 @@ use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: &[u8; 8] = b"PREPSHRD";
 pub const END_MAGIC: &[u8; 8] = b"PREPEND\0";
-/// Version 1 holds u8/u16 samples; version 2 adds f16/f32 (and may hold any dtype). Writers use
-/// the dtype's `format_version`, so u8/u16 files are version 1 exactly as before.
-pub const VERSION: u16 = 2;
+/// Version 1 holds u8/u16 samples; version 2 adds f16/f32 (and may hold any dtype); version 3
+/// adds sample fields (`crate::format::fields`). Writers use the lowest version that holds the
+/// data, so files without fields are byte for byte what they were before version 3.
+pub const VERSION: u16 = 3;
 pub const HEADER_LEN: usize = 64;
 pub const TRAILER_LEN: usize = 32;
 pub const ENTRY_LEN: usize = 40;
@@ -36,13 +37,25 @@ pub struct Header {
     pub num_samples: u64,
     pub num_blocks: u32,
     pub num_classes: u32,
+    /// Version 3: bytes of every field of one sample (`Fields::bytes`), and how many fields.
+    pub field_bytes: u32,
+    pub num_fields: u16,
 }
 
 impl Header {
+    /// The version this header is written with: the lowest that holds its data.
+    pub fn version(&self) -> u16 {
+        if self.num_fields > 0 {
+            3
+        } else {
+            self.spec.dtype.format_version()
+        }
+    }
+
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..8].copy_from_slice(MAGIC);
-        b[8..10].copy_from_slice(&self.spec.dtype.format_version().to_le_bytes());
+        b[8..10].copy_from_slice(&self.version().to_le_bytes());
         b[10] = self.spec.dtype.code();
         b[11] = self.codec;
         b[12] = self.spec.shape.0.len() as u8;
@@ -52,6 +65,8 @@ impl Header {
         b[32..40].copy_from_slice(&self.num_samples.to_le_bytes());
         b[40..44].copy_from_slice(&self.num_blocks.to_le_bytes());
         b[44..48].copy_from_slice(&self.num_classes.to_le_bytes());
+        b[48..52].copy_from_slice(&self.field_bytes.to_le_bytes());
+        b[52..54].copy_from_slice(&self.num_fields.to_le_bytes());
         let h = xxh3_64(&b[..56]);
         b[56..64].copy_from_slice(&h.to_le_bytes());
         b
@@ -100,8 +115,23 @@ impl Header {
                 "sample has {ndim} dimensions, expected 2 to {MAX_DIMS}"
             )));
         }
-        if b[13..16].iter().any(|&x| x != 0) || b[48..56].iter().any(|&x| x != 0) {
+        // Version 3 uses bytes 48..54 for its fields; before, they are reserved like 54..56.
+        let reserved_from = if version >= 3 { 54 } else { 48 };
+        if b[13..16].iter().any(|&x| x != 0) || b[reserved_from..56].iter().any(|&x| x != 0) {
             return Err(bad("reserved bytes are not zero".into()));
+        }
+        let field_bytes = u32_at(b, 48);
+        let num_fields = u16::from_le_bytes([b[52], b[53]]);
+        if version >= 3
+            && (num_fields == 0
+                || num_fields as usize > crate::format::fields::MAX_FIELDS
+                || field_bytes == 0
+                || field_bytes as u64 > MAX_SAMPLE_BYTES)
+        {
+            return Err(bad(format!(
+                "{num_fields} fields of {field_bytes} bytes a sample: version 3 holds 1 to {} fields of at most {MAX_SAMPLE_BYTES} bytes",
+                crate::format::fields::MAX_FIELDS
+            )));
         }
         let dims: Vec<u32> = (0..MAX_DIMS).map(|i| u32_at(b, 16 + 4 * i)).collect();
         if dims[ndim..].iter().any(|&d| d != 0) {
@@ -145,7 +175,14 @@ impl Header {
             num_samples,
             num_blocks,
             num_classes,
+            field_bytes,
+            num_fields,
         })
+    }
+
+    /// Decoded bytes per sample: pixels, label, fields.
+    pub fn sample_raw_bytes(&self) -> u64 {
+        (self.spec.bytes() + LABEL_BYTES) as u64 + self.field_bytes as u64
     }
 
     /// Exact length of the footer this header implies.
@@ -266,7 +303,7 @@ impl Footer {
         let mut blocks = Vec::with_capacity(nb);
         let mut expect_offset = HEADER_LEN as u64;
         let mut samples = 0u64;
-        let per_sample_raw = (header.spec.bytes() + LABEL_BYTES) as u64;
+        let per_sample_raw = header.sample_raw_bytes();
         for i in 0..nb {
             let o = i * ENTRY_LEN;
             let e = BlockEntry {
@@ -406,6 +443,8 @@ mod tests {
             num_samples: 3,
             num_blocks: 1,
             num_classes: 2,
+            field_bytes: 0,
+            num_fields: 0,
         }
     }
 
@@ -543,7 +582,14 @@ mod tests {
         let mut e = footer.blocks[0];
         e.stored_xxh3 = xxh3_64(&raw);
         e.raw_xxh3 = e.stored_xxh3;
-        let err = Block::decode(path, 0, &e, &raw, &h.spec, CODEC_NONE, 2, Vec::new())
+        let layout = crate::format::shard::block::BlockLayout {
+            spec: &h.spec,
+            codec: CODEC_NONE,
+            num_classes: 2,
+            field_bytes: 0,
+            fields: &Default::default(),
+        };
+        let err = Block::decode(path, 0, &e, &raw, &layout, Vec::new())
             .unwrap_err()
             .to_string();
         assert_eq!(

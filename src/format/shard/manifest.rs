@@ -3,6 +3,7 @@
 
 use super::format::MAX_CLASSES;
 use super::{Codec, SampleSpec, Stats};
+use crate::format::fields::{FieldStats, Fields};
 use crate::util::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -10,9 +11,9 @@ use std::path::{Component, Path};
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const FORMAT: &str = "prep-shards";
-/// Version 1 describes u8/u16 datasets, version 2 adds f16/f32; a writer uses the dtype's
-/// `format_version`, so u8/u16 manifests are unchanged.
-pub const VERSION: u32 = 2;
+/// Version 1 describes u8/u16 datasets, version 2 adds f16/f32, version 3 sample fields; a
+/// writer uses the lowest version that describes its data, so older manifests are unchanged.
+pub const VERSION: u32 = 3;
 pub const FILE_NAME: &str = "manifest.json";
 /// A reader refuses larger manifests before reading them.
 pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
@@ -25,6 +26,9 @@ pub struct Manifest {
     pub version: u32,
     pub sample: SampleSpec,
     pub classes: Vec<String>,
+    /// What each sample carries beside its image and class (version 3), in block order.
+    #[serde(default, skip_serializing_if = "Fields::is_empty")]
+    pub fields: Fields,
     pub codec: Codec,
     pub block_samples: u32,
     /// Per-channel mean and std of value / `dtype.divisor()` (pixel / max for u8/u16, the value
@@ -45,6 +49,10 @@ pub struct Manifest {
 pub struct SplitInfo {
     pub samples: u64,
     pub class_counts: Vec<u64>,
+    /// Each field's summary over the split (its shards' added in order); empty without fields
+    /// or samples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<FieldStats>,
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
     pub shards: Vec<ShardInfo>,
@@ -59,6 +67,9 @@ pub struct ShardInfo {
     pub bytes: u64,
     /// The footer checksum stored in the shard's trailer, which covers every block checksum.
     pub footer_xxh3: String,
+    /// Each field's summary over the shard (version 3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<FieldStats>,
     #[serde(skip)]
     pub stats: Stats,
 }
@@ -88,9 +99,18 @@ impl SplitInfo {
             stats.add(&s.stats);
         }
         let (mean, std) = stats.mean_std(spec);
+        let mut fields: Vec<FieldStats> = Vec::new();
+        for s in &shards {
+            if fields.is_empty() {
+                fields = s.fields.clone();
+            } else {
+                fields.iter_mut().zip(&s.fields).for_each(|(a, b)| a.add(b));
+            }
+        }
         SplitInfo {
             samples: stats.samples(),
             class_counts: stats.class_counts,
+            fields,
             mean,
             std,
             shards,
@@ -117,6 +137,7 @@ impl Manifest {
             version: sample.dtype.format_version() as u32,
             sample,
             classes,
+            fields: Fields::default(),
             codec,
             block_samples,
             mean,
@@ -126,6 +147,17 @@ impl Manifest {
             part: None,
             checksum: ZERO_SUM.into(),
         }
+    }
+
+    /// This manifest with samples carrying `fields` (version 3 where there are any).
+    pub fn with_fields(mut self, fields: Fields) -> Self {
+        self.version = if fields.is_empty() {
+            self.sample.dtype.format_version() as u32
+        } else {
+            3
+        };
+        self.fields = fields;
+        self
     }
 
     /// The bytes of the file, checksum included.
@@ -187,6 +219,14 @@ impl Manifest {
                 self.sample.dtype, self.version
             ));
         }
+        if self.fields.is_empty() != (self.version < 3) {
+            return Err(format!(
+                "version {} with {} fields: fields come with version 3 and version 3 with fields",
+                self.version,
+                self.fields.0.len()
+            ));
+        }
+        self.fields.validate(&self.sample.shape.0)?;
         let c = self.sample.shape.channels();
         if self.mean.len() != c || self.std.len() != c {
             return Err("mean/std do not have one value per channel".into());
@@ -216,7 +256,11 @@ impl Manifest {
                     s.samples
                 ));
             }
+            self.check_field_stats(&s.fields, s.samples)
+                .map_err(|e| format!("split {name}: {e}"))?;
             for sh in &s.shards {
+                self.check_field_stats(&sh.fields, sh.samples)
+                    .map_err(|e| format!("split {name}, shard {}: {e}", sh.file))?;
                 let p = Path::new(&sh.file);
                 if sh.file.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_)))
                 {
@@ -225,6 +269,34 @@ impl Manifest {
                         sh.file
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Summaries of the fields over `samples` samples: one per field that fits it (none where
+    /// there are no fields, or for a split without samples).
+    fn check_field_stats(
+        &self,
+        st: &[FieldStats],
+        samples: u64,
+    ) -> std::result::Result<(), String> {
+        if st.is_empty() && (self.fields.is_empty() || samples == 0) {
+            return Ok(());
+        }
+        if st.len() != self.fields.0.len() {
+            return Err(format!(
+                "{} field summaries for {} fields",
+                st.len(),
+                self.fields.0.len()
+            ));
+        }
+        for (f, s) in self.fields.iter().zip(st) {
+            if !s.fits(f, samples) {
+                return Err(format!(
+                    "the summary of field {} does not fit its {samples} samples",
+                    f.name
+                ));
             }
         }
         Ok(())

@@ -1,8 +1,10 @@
 //! Reading shards: random access to any block, parallel decoding, every block checked on every read.
 
+use super::block::BlockLayout;
 use super::format::BlockEntry;
 use super::format::{Footer, Header, Trailer, HEADER_LEN, TRAILER_LEN};
 use super::{Block, SampleSpec, Stats};
+use crate::format::fields::Fields;
 use crate::store::Object;
 use crate::util::error::{Error, Region, Result};
 use rayon::prelude::*;
@@ -18,6 +20,9 @@ pub struct ShardReader {
     pub trailer: Trailer,
     pub footer: Footer,
     pub file_len: u64,
+    /// The manifest's field declarations (`with_fields`): their values' rules are checked on
+    /// every read. Empty for a shard opened alone.
+    fields: Fields,
 }
 
 impl ShardReader {
@@ -67,7 +72,17 @@ impl ShardReader {
             trailer,
             footer,
             file_len,
+            fields: Fields::default(),
         })
+    }
+
+    /// Check every block's fields by `fields` (the manifest's; their size is the header's).
+    pub fn with_fields(mut self, fields: Fields) -> Self {
+        self.fields = fields;
+        self
+    }
+    pub fn fields(&self) -> &Fields {
+        &self.fields
     }
 
     pub fn path(&self) -> &Path {
@@ -114,16 +129,14 @@ impl ShardReader {
             // The footer parser checked that the block lies inside the file.
             stored.resize(e.stored_len as usize, 0);
             self.file.read_exact_at(&mut stored, e.offset)?;
-            Block::decode(
-                &self.path,
-                i as u32,
-                e,
-                &stored,
-                &self.header.spec,
-                self.header.codec,
-                self.header.num_classes,
-                buf,
-            )
+            let layout = BlockLayout {
+                spec: &self.header.spec,
+                codec: self.header.codec,
+                num_classes: self.header.num_classes,
+                field_bytes: self.header.field_bytes as usize,
+                fields: &self.fields,
+            };
+            Block::decode(&self.path, i as u32, e, &stored, &layout, buf)
         })
     }
 

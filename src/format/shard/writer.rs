@@ -4,6 +4,7 @@
 use super::format::{BlockEntry, Footer, Header, Trailer, HEADER_LEN};
 use super::manifest::ShardInfo;
 use super::{shard_file_name, Codec, EncodedBlock, SampleSpec, Stats};
+use crate::format::fields::{FieldStats, Fields};
 use crate::store::output::{OutFile, Temp};
 use crate::util::error::{Error, IoContext, Result};
 use std::fs::{self, File};
@@ -23,6 +24,9 @@ pub struct ShardWriter {
     num_classes: u32,
     blocks: Vec<BlockEntry>,
     stats: Stats,
+    /// Declared fields (version 3) and their summaries so far.
+    fields: Fields,
+    field_stats: Vec<FieldStats>,
     offset: u64,
     samples: u64,
 }
@@ -55,9 +59,18 @@ impl ShardWriter {
             num_classes,
             blocks: Vec::new(),
             stats: Stats::empty(num_classes, spec),
+            fields: Fields::default(),
+            field_stats: Vec::new(),
             offset: HEADER_LEN as u64,
             samples: 0,
         })
+    }
+
+    /// Samples of this shard carry `fields` (set before the first block).
+    pub fn with_fields(mut self, fields: &Fields) -> Self {
+        self.field_stats = fields.iter().map(FieldStats::empty).collect();
+        self.fields = fields.clone();
+        self
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -68,7 +81,8 @@ impl ShardWriter {
         if self.blocks.len() as u32 >= super::format::MAX_BLOCKS {
             return Err(Error::Invalid("a shard holds at most 2^20 blocks".into()));
         }
-        let raw = b.num_samples as u64 * (self.spec.bytes() + super::format::LABEL_BYTES) as u64;
+        let per_sample = self.spec.bytes() + super::format::LABEL_BYTES + self.fields.bytes();
+        let raw = b.num_samples as u64 * per_sample as u64;
         if raw > super::format::MAX_BLOCK_RAW {
             return Err(Error::Invalid(format!(
                 "a block of {} samples decodes to {raw} bytes, over the {} cap: use fewer samples per block",
@@ -87,6 +101,14 @@ impl ShardWriter {
         self.offset += b.bytes.len() as u64;
         self.samples += b.num_samples as u64;
         self.stats.add(&b.stats);
+        assert_eq!(
+            b.field_stats.len(),
+            self.fields.0.len(),
+            "a block of other fields"
+        );
+        for (a, s) in self.field_stats.iter_mut().zip(&b.field_stats) {
+            a.add(s);
+        }
         Ok(())
     }
 
@@ -112,6 +134,8 @@ impl ShardWriter {
             num_samples: self.samples,
             num_blocks,
             num_classes: self.num_classes,
+            field_bytes: self.fields.bytes() as u32,
+            num_fields: self.fields.0.len() as u16,
         };
         let path = self.path;
         self.out.write_all(&footer).at(&path)?;
@@ -133,6 +157,7 @@ impl ShardWriter {
             blocks: header.num_blocks,
             bytes,
             footer_xxh3: format!("{:016x}", trailer.footer_xxh3),
+            fields: self.field_stats,
             stats: self.stats,
         })
     }
@@ -156,6 +181,7 @@ pub struct SplitWriter {
     codec: Codec,
     num_classes: u32,
     shard_blocks: u32,
+    fields: Fields,
     next_shard: usize,
     current: Option<ShardWriter>,
     done: Vec<ShardInfo>,
@@ -177,23 +203,25 @@ impl SplitWriter {
             codec,
             num_classes,
             shard_blocks: shard_blocks.max(1),
+            fields: Fields::default(),
             next_shard: 0,
             current: None,
             done: Vec::new(),
         }
     }
 
+    /// Samples of this split carry `fields`.
+    pub fn with_fields(mut self, fields: &Fields) -> Self {
+        self.fields = fields.clone();
+        self
+    }
+
     pub fn push(&mut self, b: &EncodedBlock) -> Result<()> {
         if self.current.is_none() {
             let rel = shard_file_name(&self.split, self.next_shard);
             self.next_shard += 1;
-            self.current = Some(ShardWriter::create(
-                &self.dir,
-                &rel,
-                &self.spec,
-                self.codec,
-                self.num_classes,
-            )?);
+            let w = ShardWriter::create(&self.dir, &rel, &self.spec, self.codec, self.num_classes)?;
+            self.current = Some(w.with_fields(&self.fields));
         }
         let w = self.current.as_mut().unwrap();
         w.push(b)?;
