@@ -6,6 +6,7 @@ mod colmajor_input;
 mod convert;
 mod corruption;
 mod fashion;
+mod fields;
 mod fixtures;
 mod float;
 mod hostile;
