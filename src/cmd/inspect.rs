@@ -99,6 +99,9 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         print!("{:>14}", human(sp.bytes_on_disk));
     }
     outln!("\n");
+    for (i, field) in s.fields.iter().enumerate() {
+        print_field(&s, i, field)?;
+    }
     if let Some(cmd) = s.provenance["command"].as_array() {
         let words: Vec<&str> = cmd.iter().filter_map(|w| w.as_str()).collect();
         outln!(
@@ -108,4 +111,62 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One field's table: a mask's share of pixels per value, a labels field's samples per label,
+/// a values field's range, mean and standard deviation per name; a column per split.
+fn print_field(
+    s: &prep::format::inspect::Summary,
+    i: usize,
+    f: &prep::format::fields::Field,
+) -> anyhow::Result<()> {
+    use prep::format::fields::FieldKind;
+    let dims: Vec<String> = f.shape.iter().map(|d| d.to_string()).collect();
+    let what = match f.kind {
+        FieldKind::Mask => "share of pixels",
+        FieldKind::Labels => "samples with the label",
+        FieldKind::Values => "min .. max, mean +- std",
+    };
+    outln!(
+        "field {} ({} {} {}): {what}",
+        f.name,
+        f.kind.name(),
+        f.dtype,
+        dims.join("x")
+    );
+    let width = if f.kind == FieldKind::Values { 30 } else { 14 };
+    print!("{:<16}", "");
+    for sp in &s.splits {
+        print!("{:>width$}", sp.name);
+    }
+    outln!();
+    for (k, name) in f.names.iter().enumerate() {
+        print!("{:<16}", name);
+        for sp in &s.splits {
+            let Some(st) = sp.fields.get(i) else {
+                print!("{:>width$}", "-");
+                continue;
+            };
+            let cell = match f.kind {
+                FieldKind::Mask => {
+                    let all: u64 = st.counts.iter().sum();
+                    format!("{:.2}%", 100.0 * st.counts[k] as f64 / all.max(1) as f64)
+                }
+                FieldKind::Labels => thousands(st.counts[k]),
+                FieldKind::Values => {
+                    let n = sp.samples.max(1) as f64;
+                    let mean = st.sum[k] / n;
+                    let std = (st.sumsq[k] / n - mean * mean).max(0.0).sqrt();
+                    format!(
+                        "{:.4} .. {:.4}, {mean:.4} +- {std:.4}",
+                        st.min[k], st.max[k]
+                    )
+                }
+            };
+            print!("{cell:>width$}");
+        }
+        outln!();
+    }
+    outln!();
+    Ok(())
 }

@@ -15,6 +15,9 @@ pub struct Summary {
     pub shape: Vec<u32>,
     pub dtype: String,
     pub classes: Vec<String>,
+    /// What each sample carries beside its image and class (format version 3).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<crate::format::fields::Field>,
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
     pub codec: Option<crate::format::shard::Codec>,
@@ -37,6 +40,9 @@ pub struct SplitSummary {
     pub name: String,
     pub samples: u64,
     pub class_counts: Vec<u64>,
+    /// Each field's summary over the split, in declaration order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<crate::format::fields::FieldStats>,
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
     pub shards: usize,
@@ -76,6 +82,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
                 name: name.clone(),
                 samples: s.samples,
                 class_counts: s.class_counts.clone(),
+                fields: vec![],
                 mean: vec![],
                 std: vec![],
                 shards: 0,
@@ -93,6 +100,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
             shape: m.sample.shape.0.clone(),
             dtype: m.sample.dtype.to_string(),
             classes: m.classes.clone(),
+            fields: vec![],
             mean: m.mean.clone(),
             std: m.std.clone(),
             codec: None,
@@ -123,6 +131,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
             name: name.clone(),
             samples: s.samples,
             class_counts: s.class_counts.clone(),
+            fields: s.fields.clone(),
             mean: s.mean.clone(),
             std: s.std.clone(),
             shards: s.shards.len(),
@@ -133,7 +142,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
         splits.iter().map(|s| s.bytes_on_disk).sum::<u64>() + file_len(&dir.join("manifest.json"));
     let decoded: u64 = splits
         .iter()
-        .map(|s| s.samples * (m.sample.bytes() as u64 + 4))
+        .map(|s| s.samples * (m.sample.bytes() as u64 + 4 + m.fields.bytes() as u64))
         .sum();
     Ok(Summary {
         dir: dir.display().to_string(),
@@ -141,6 +150,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
         shape: m.sample.shape.0.clone(),
         dtype: m.sample.dtype.to_string(),
         classes: m.classes.clone(),
+        fields: m.fields.0.clone(),
         mean: m.mean.clone(),
         std: m.std.clone(),
         codec: Some(m.codec),

@@ -118,6 +118,19 @@ fn fields_come_back_as_written_and_their_summaries_add_up() {
         let p = d.path().to_str().unwrap();
         let v = run(&["verify", p], 0);
         assert!(stdout(&v).contains("OK"), "{}", stdout(&v));
+        let i = stdout(&run(&["inspect", p], 0));
+        for want in [
+            "field seg (mask u8 6x5): share of pixels",
+            "field tags (labels u8 4): samples with the label",
+            "field size (values f32 2): min .. max, mean +- std",
+            "-3.0000 .. 46.5000",
+        ] {
+            assert!(i.contains(want), "{want}:\n{i}");
+        }
+        let j: serde_json::Value =
+            serde_json::from_slice(&run(&["inspect", p, "--json"], 0).stdout).unwrap();
+        assert_eq!(j["fields"][0]["name"], "seg");
+        assert_eq!(j["splits"][0]["fields"][1]["counts"][0], label_counts[0]);
     }
 }
 
