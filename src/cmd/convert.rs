@@ -2,7 +2,7 @@ use super::outln;
 use super::{thousands, UsageError};
 use crate::cli::{ConvertArgs, FitArg, KindArg, OnErrorArg};
 use anyhow::Context;
-use prep::convert::{convert, ConvertOptions, Kind, OnError};
+use prep::convert::{convert, ConvertOptions, ConvertReport, Kind, OnError};
 use prep::format::shard::Dtype;
 use prep::source::transform::Fit;
 use prep::source::DecodeOptions;
@@ -18,8 +18,35 @@ fn pair<T: std::str::FromStr>(s: &str, sep: char, what: &str) -> Result<(T, T), 
     ))
 }
 
+/// `prep convert`: the flags checked, the conversion run, and what it made printed.
 pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
-    let size = match &a.size {
+    let size = parse_size(&a)?;
+    let window = parse_window(&a)?;
+    let dtype = a.dtype.map(Dtype::from);
+    refuse_bad_flags(&a, window, dtype)?;
+    let class_names = match &a.class_names {
+        None => None,
+        Some(s) => Some(class_names(s)?),
+    };
+    let opts = convert_options(&a, quiet, size, window, dtype, class_names);
+    let r = convert(&opts).with_context(|| {
+        format!(
+            "prep convert {} into {}",
+            prep::source::tree::shown_path(&a.input),
+            prep::source::tree::shown_path(&a.out)
+        )
+    })?;
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&r)?);
+    } else if !quiet {
+        print_report(&a, &r)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--size`: HxW, or one side for a square, within a sample's cap.
+fn parse_size(a: &ConvertArgs) -> anyhow::Result<Option<(u32, u32)>> {
+    Ok(match &a.size {
         Some(s) => {
             let lower = s.trim().to_ascii_lowercase();
             let bad = || {
@@ -50,8 +77,12 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             Some((h, w))
         }
         None => None,
-    };
-    let window = match &a.window {
+    })
+}
+
+/// `--window LOW:HIGH`, finite with LOW < HIGH.
+fn parse_window(a: &ConvertArgs) -> anyhow::Result<Option<(f64, f64)>> {
+    Ok(match &a.window {
         Some(s) => {
             let (lo, hi) = pair::<f64>(s, ':', "--window (expected LOW:HIGH, e.g. -1000:400)")?;
             if !(lo.is_finite() && hi.is_finite() && lo < hi) {
@@ -63,8 +94,15 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             Some((lo, hi))
         }
         None => None,
-    };
-    let dtype = a.dtype.map(Dtype::from);
+    })
+}
+
+/// Flags that cannot work, refused as usage errors before any work.
+fn refuse_bad_flags(
+    a: &ConvertArgs,
+    window: Option<(f64, f64)>,
+    dtype: Option<Dtype>,
+) -> anyhow::Result<()> {
     if window.is_some() && dtype.is_some_and(Dtype::is_float) {
         return Err(UsageError(
             "--window does not apply to --dtype f16/f32, which keep the values unwindowed".into(),
@@ -80,11 +118,19 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         // Refused before any work, as a usage error.
         prep::source::tree::LabelRegex::new(re).map_err(UsageError)?;
     }
-    let class_names = match &a.class_names {
-        None => None,
-        Some(s) => Some(class_names(s)?),
-    };
-    let opts = ConvertOptions {
+    Ok(())
+}
+
+/// The library's options from the command line's.
+fn convert_options(
+    a: &ConvertArgs,
+    quiet: bool,
+    size: Option<(u32, u32)>,
+    window: Option<(f64, f64)>,
+    dtype: Option<Dtype>,
+    class_names: Option<Vec<String>>,
+) -> ConvertOptions {
+    ConvertOptions {
         class_names,
         input: a.input.clone(),
         out: a.out.clone(),
@@ -132,88 +178,90 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         force: a.force,
         part: a.part,
         quiet,
-    };
-    let r = convert(&opts).with_context(|| {
-        format!(
-            "prep convert {} into {}",
-            prep::source::tree::shown_path(&a.input),
-            prep::source::tree::shown_path(&a.out)
-        )
-    })?;
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&r)?);
-    } else if !quiet {
-        let shape: Vec<String> = r.shape.iter().map(|d| d.to_string()).collect();
-        // A tree's own split folders are named with their counts: "splits from folders:
-        // train 1,200, val/ -> test 300".
-        let splits = if r.split_folders.is_empty() {
-            let each: Vec<String> = r
-                .splits
-                .iter()
-                .map(|(s, n)| format!("{} {s}", thousands(*n)))
-                .collect();
-            format!("{} samples", each.join(" + "))
-        } else {
-            let each: Vec<String> = r
-                .split_folders
-                .iter()
-                .map(|(folder, s)| {
-                    let n = thousands(r.splits.get(s).copied().unwrap_or(0));
-                    if folder == s {
-                        format!("{s} {n}")
-                    } else {
-                        format!("{}/ -> {s} {n}", prep::source::tree::shown(folder))
-                    }
-                })
-                .collect();
-            format!(
-                "{} samples (splits from folders: {})",
-                thousands(r.splits.values().sum()),
-                each.join(", ")
-            )
-        };
-        if r.already_complete {
-            outln!(
-                "{} already holds this conversion of {} ({splits}, {} on disk); nothing to do (--force converts again)",
-                prep::source::tree::shown_path(&a.out),
-                a.input.display(),
-                human(r.bytes_on_disk)
-            );
-            return Ok(ExitCode::SUCCESS);
-        }
+    }
+}
+
+/// What the conversion made (or found already made), and the first of its rejects.
+fn print_report(a: &ConvertArgs, r: &ConvertReport) -> anyhow::Result<()> {
+    let shape: Vec<String> = r.shape.iter().map(|d| d.to_string()).collect();
+    let splits = splits_line(r);
+    if r.already_complete {
         outln!(
-            "converted {} ({:?}) to {}: {splits} of {} {}, {} classes, in {:.2} s ({} samples/s), {} on disk, peak RSS {}",
+            "{} already holds this conversion of {} ({splits}, {} on disk); nothing to do (--force converts again)",
+            prep::source::tree::shown_path(&a.out),
             a.input.display(),
-            r.kind,
-            a.out.display(),
-            shape.join("x"),
-            r.dtype,
-            r.classes,
-            r.seconds,
-            thousands(r.samples_per_sec as u64),
-            human(r.bytes_on_disk),
-            human(r.peak_rss_bytes)
+            human(r.bytes_on_disk)
         );
-        if !r.rejects.is_empty() {
-            // An array's unusable samples are rejected one by one, not the whole array.
+        return Ok(());
+    }
+    outln!(
+        "converted {} ({:?}) to {}: {splits} of {} {}, {} classes, in {:.2} s ({} samples/s), {} on disk, peak RSS {}",
+        a.input.display(),
+        r.kind,
+        a.out.display(),
+        shape.join("x"),
+        r.dtype,
+        r.classes,
+        r.seconds,
+        thousands(r.samples_per_sec as u64),
+        human(r.bytes_on_disk),
+        human(r.peak_rss_bytes)
+    );
+    print_rejects(a, r);
+    Ok(())
+}
+
+/// The samples of each split; a tree's own split folders are named with their counts: "splits
+/// from folders: train 1,200, val/ -> test 300".
+fn splits_line(r: &ConvertReport) -> String {
+    if r.split_folders.is_empty() {
+        let each: Vec<String> = r
+            .splits
+            .iter()
+            .map(|(s, n)| format!("{} {s}", thousands(*n)))
+            .collect();
+        format!("{} samples", each.join(" + "))
+    } else {
+        let each: Vec<String> = r
+            .split_folders
+            .iter()
+            .map(|(folder, s)| {
+                let n = thousands(r.splits.get(s).copied().unwrap_or(0));
+                if folder == s {
+                    format!("{s} {n}")
+                } else {
+                    format!("{}/ -> {s} {n}", prep::source::tree::shown(folder))
+                }
+            })
+            .collect();
+        format!(
+            "{} samples (splits from folders: {})",
+            thousands(r.splits.values().sum()),
+            each.join(", ")
+        )
+    }
+}
+
+/// The count of rejects and the first ten, on stderr.
+fn print_rejects(a: &ConvertArgs, r: &ConvertReport) {
+    if !r.rejects.is_empty() {
+        // An array's unusable samples are rejected one by one, not the whole array.
+        eprintln!(
+            "skipped {} inputs or array samples, listed with reasons in {}:",
+            r.rejects.len(),
+            a.out.join("rejects.jsonl").display()
+        );
+        for x in r.rejects.iter().take(10) {
             eprintln!(
-                "skipped {} inputs or array samples, listed with reasons in {}:",
-                r.rejects.len(),
-                a.out.join("rejects.jsonl").display()
+                "  {}: {}",
+                prep::source::tree::shown(&x.path),
+                prep::source::tree::shown(&x.reason)
             );
-            for x in r.rejects.iter().take(10) {
-                eprintln!(
-                    "  {}: {}",
-                    prep::source::tree::shown(&x.path),
-                    prep::source::tree::shown(&x.reason)
-                );
-            }
-            if r.rejects.len() > 10 {
-                eprintln!("  ... and {} more", r.rejects.len() - 10);
-            }
+        }
+        if r.rejects.len() > 10 {
+            eprintln!("  ... and {} more", r.rejects.len() - 10);
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `--class-names`: 'a,b,c', or @FILE with one name a line (blank lines and a trailing newline

@@ -25,9 +25,58 @@ pub(super) fn labelling(o: &ConvertOptions) -> Result<Labelling> {
     })
 }
 
+/// A tree of files: which are usable, their classes and splits, and its units.
 pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     let tree = tree::walk(&o.input)?;
     let labelling = labelling(o)?;
+    let mut rejects = Vec::new();
+    let mut notes = Vec::new();
+    let usable = usable_files(&tree, &labelling, kind, &mut rejects);
+    reject_special_entries(&tree, &labelling, &mut rejects, &mut notes);
+    let (chosen, folders) = label_files(o, &tree, &labelling, usable, &mut rejects, &mut notes)?;
+    note_splits(o, &labelling, &chosen, &folders, &mut notes)?;
+    let classes = sorted_classes(o, &chosen, &rejects)?;
+    let kind = found_kind(kind, &chosen);
+    let inputs = chosen.len() + rejects.len();
+    let tu = tree_units(o, chosen, &classes, &folders);
+    rejects.extend(tu.rejects);
+    notes.extend(tu.notes);
+    Ok(Plan {
+        kind,
+        classes,
+        splits: tu.splits,
+        native: None,
+        rejects,
+        inputs,
+        root: tree.root.clone(),
+        notes,
+        split_key: Some(TreeSplit {
+            key: tu.split_key,
+            keys: tu.split_keys,
+            folders: match folders {
+                tree::SplitFolders::Splits(m) => m,
+                _ => BTreeMap::new(),
+            },
+        }),
+        stored: None,
+    })
+}
+
+/// A file of the input that is not part of the dataset, with the reason.
+fn reject(rejects: &mut Vec<RejectEntry>, path: &str, reason: String) {
+    rejects.push(RejectEntry {
+        path: path.to_string(),
+        reason,
+    })
+}
+
+/// The files this run decodes; the others are rejected with their kind.
+fn usable_files<'t>(
+    tree: &'t tree::Tree,
+    labelling: &Labelling,
+    kind: Kind,
+    rejects: &mut Vec<RejectEntry>,
+) -> Vec<&'t tree::TreeFile> {
     let accepts = |k: FileKind| match kind {
         Kind::Images => matches!(k, FileKind::Image | FileKind::Tiff),
         Kind::Tiff => k == FileKind::Tiff,
@@ -36,42 +85,45 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         Kind::Nifti => k == FileKind::Nifti,
         _ => true,
     };
-    let mut rejects = Vec::new();
-    let mut reject = |path: &str, reason: String| {
-        rejects.push(RejectEntry {
-            path: path.to_string(),
-            reason,
-        })
-    };
-    let mut notes = Vec::new();
-
     // Files of a kind this run decodes; with a CSV, only the files it lists are part of the
     // dataset (anything else in the folder is left alone, not reported).
     let mut usable = Vec::new();
     for f in &tree.files {
-        if let Labelling::Csv(m) = &labelling {
+        if let Labelling::Csv(m) = labelling {
             if !m.rows.contains_key(&f.rel) {
                 continue;
             }
         }
         match f.kind {
             None => reject(
+                rejects,
                 &f.rel,
                 "not an image, video or scan file (unknown extension)".into(),
             ),
             Some(k) if !accepts(k) => reject(
+                rejects,
                 &f.rel,
                 format!("is a {} file, not {kind:?}", k.name()).to_lowercase(),
             ),
             Some(_) => usable.push(f),
         }
     }
+    usable
+}
 
+/// Dangling links and FIFOs or devices are rejected; links to folders get a note.
+fn reject_special_entries(
+    tree: &tree::Tree,
+    labelling: &Labelling,
+    rejects: &mut Vec<RejectEntry>,
+    notes: &mut Vec<String>,
+) {
     // Links that point to nothing are bad inputs (with a CSV, only where it lists them: as
     // missing, below); links to folders are not followed, which a note says.
     if !matches!(labelling, Labelling::Csv(_)) {
         for rel in &tree.dangling {
             reject(
+                rejects,
                 rel,
                 "a symbolic link to nothing (a missing target, or a loop)".into(),
             );
@@ -79,7 +131,7 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     }
     // Never opened: a FIFO would block the read, a device never end it.
     for (rel, what) in &tree.special {
-        reject(rel, format!("is {what}, not a regular file"));
+        reject(rejects, rel, format!("is {what}, not a regular file"));
     }
     if let Some(first) = tree.folder_links.first() {
         let n = tree.folder_links.len();
@@ -89,113 +141,189 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             tree::shown(first)
         ));
     }
+}
 
-    // Each usable file with its class, and the splits its top folders may give.
-    let mut chosen: Vec<(&tree::TreeFile, String)> = Vec::new();
-    let mut folders = tree::SplitFolders::None;
-    match &labelling {
-        Labelling::Csv(m) => {
-            chosen.extend(
-                usable
-                    .into_iter()
-                    .map(|f| (f, m.rows[&f.rel].label.clone())),
-            );
-            // Rows that name no file of the tree: missing, or not walked (hidden, behind a
-            // link to a folder, not a regular file), or outside it.
-            let csv = o
-                .labels
-                .as_deref()
-                .map(tree::shown_path)
-                .unwrap_or_default();
-            let walked: std::collections::BTreeSet<&str> =
-                tree.files.iter().map(|f| f.rel.as_str()).collect();
-            for (rel, row) in &m.rows {
-                if !walked.contains(rel.as_str()) {
-                    let why = if tree.root.join(rel).exists() {
-                        "not read (hidden, inside a linked folder, or not a regular file)"
-                    } else {
-                        "missing"
-                    };
-                    reject(rel, format!("listed in {csv} line {} but {why}", row.line));
-                }
-            }
-            for (raw, why) in &m.outside {
-                reject(raw, why.clone());
-            }
-        }
-        Labelling::Regex(re) => {
-            for f in usable {
-                match re.class_of(&f.rel) {
-                    Ok(c) => chosen.push((f, c)),
-                    Err(why) => reject(&f.rel, why),
-                }
-            }
-        }
-        Labelling::Layout => {
-            let (loose, nested): (Vec<_>, Vec<_>) =
-                usable.into_iter().partition(|f| f.top_folder().is_none());
-            if let (Some(a), Some(b)) = (loose.first(), nested.first()) {
-                let folders: std::collections::BTreeSet<_> =
-                    nested.iter().filter_map(|f| f.top_folder()).collect();
-                return Err(Error::Invalid(format!(
-                    "{}: {} directly in the folder (e.g. {}) and {} in {} (e.g. {}/), so the classes are unclear; move the loose files into class sub-folders, convert one sub-folder on its own, or label every file with --labels FILE.csv or --label-from REGEX",
-                    tree::shown_path(&o.input),
-                    count(loose.len(), "file"),
-                    tree::shown(&a.rel),
-                    nested.len(),
-                    count(folders.len(), "sub-folder"),
-                    tree::shown(b.top_folder().unwrap_or_default())
-                )));
-            }
-            if !loose.is_empty() {
-                // A flat folder (or one file): everything is one class, named after it.
-                let class = tree.own_name(&o.input);
-                notes.push(if tree.single {
-                    format!("one class {}: a single file", json_str(&class))
-                } else {
-                    format!(
-                        "one class {}: {} directly in {} (class sub-folders, --labels or --label-from give more classes)",
-                        json_str(&class),
-                        count(loose.len(), "file"),
-                        tree::shown_path(&o.input)
-                    )
-                });
-                chosen.extend(loose.into_iter().map(|f| (f, class.clone())));
-            } else {
-                folders = split_folders(o, nested.iter().filter_map(|f| f.top_folder()), false)?;
-                if folders == tree::SplitFolders::None {
-                    chosen.extend(nested.into_iter().filter_map(|f| {
-                        let c = f.top_folder()?.to_string();
-                        Some((f, c))
-                    }));
-                } else {
-                    // split/class/file: the class is the folder below the split's.
-                    for f in nested {
-                        let below = f.rel.split_once('/').and_then(|(_, r)| r.split_once('/'));
-                        match below {
-                            Some((class, _)) => chosen.push((f, class.to_string())),
-                            None => {
-                                let top = f.top_folder().unwrap_or_default();
-                                return Err(Error::Invalid(format!(
-                                    "{}: {} stands directly in the split folder {}/, whose files need class sub-folders ({}/CLASS/...); move it into one, or label every file with --labels FILE.csv or --label-from REGEX",
-                                    tree::shown_path(&o.input),
-                                    tree::shown(&f.rel),
-                                    tree::shown(top),
-                                    tree::shown(top)
-                                )));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
+/// Each usable file with its class, and the splits its top folders may give.
+fn label_files<'t>(
+    o: &ConvertOptions,
+    tree: &tree::Tree,
+    labelling: &Labelling,
+    usable: Vec<&'t tree::TreeFile>,
+    rejects: &mut Vec<RejectEntry>,
+    notes: &mut Vec<String>,
+) -> Result<(Vec<(&'t tree::TreeFile, String)>, tree::SplitFolders)> {
+    let (chosen, mut folders) = match labelling {
+        Labelling::Csv(m) => (
+            csv_classes(o, tree, m, usable, rejects),
+            tree::SplitFolders::None,
+        ),
+        Labelling::Regex(re) => (regex_classes(re, usable, rejects), tree::SplitFolders::None),
+        Labelling::Layout => layout_classes(o, tree, usable, notes)?,
+    };
     // Labels from a CSV or a regex: split folders at the top still keep their splits.
     if !matches!(labelling, Labelling::Layout) {
         let loose = chosen.iter().any(|(f, _)| f.top_folder().is_none());
         folders = split_folders(o, chosen.iter().filter_map(|(f, _)| f.top_folder()), loose)?;
     }
-    match &folders {
+    Ok((chosen, folders))
+}
+
+/// Classes from the labels CSV; rows that name no file of the tree are rejected.
+fn csv_classes<'t>(
+    o: &ConvertOptions,
+    tree: &tree::Tree,
+    m: &tree::LabelsCsv,
+    usable: Vec<&'t tree::TreeFile>,
+    rejects: &mut Vec<RejectEntry>,
+) -> Vec<(&'t tree::TreeFile, String)> {
+    let mut chosen = Vec::new();
+    chosen.extend(
+        usable
+            .into_iter()
+            .map(|f| (f, m.rows[&f.rel].label.clone())),
+    );
+    // Rows that name no file of the tree: missing, or not walked (hidden, behind a
+    // link to a folder, not a regular file), or outside it.
+    let csv = o
+        .labels
+        .as_deref()
+        .map(tree::shown_path)
+        .unwrap_or_default();
+    let walked: std::collections::BTreeSet<&str> =
+        tree.files.iter().map(|f| f.rel.as_str()).collect();
+    for (rel, row) in &m.rows {
+        if !walked.contains(rel.as_str()) {
+            let why = if tree.root.join(rel).exists() {
+                "not read (hidden, inside a linked folder, or not a regular file)"
+            } else {
+                "missing"
+            };
+            reject(
+                rejects,
+                rel,
+                format!("listed in {csv} line {} but {why}", row.line),
+            );
+        }
+    }
+    for (raw, why) in &m.outside {
+        reject(rejects, raw, why.clone());
+    }
+    chosen
+}
+
+/// Classes from `--label-from`; a path it does not match is rejected.
+fn regex_classes<'t>(
+    re: &tree::LabelRegex,
+    usable: Vec<&'t tree::TreeFile>,
+    rejects: &mut Vec<RejectEntry>,
+) -> Vec<(&'t tree::TreeFile, String)> {
+    let mut chosen = Vec::new();
+    for f in usable {
+        match re.class_of(&f.rel) {
+            Ok(c) => chosen.push((f, c)),
+            Err(why) => reject(rejects, &f.rel, why),
+        }
+    }
+    chosen
+}
+
+/// Classes from the layout: one class for a flat folder, else class sub-folders, below split
+/// folders where the top folders are splits.
+fn layout_classes<'t>(
+    o: &ConvertOptions,
+    tree: &tree::Tree,
+    usable: Vec<&'t tree::TreeFile>,
+    notes: &mut Vec<String>,
+) -> Result<(Vec<(&'t tree::TreeFile, String)>, tree::SplitFolders)> {
+    let mut chosen: Vec<(&tree::TreeFile, String)> = Vec::new();
+    let mut folders = tree::SplitFolders::None;
+    let (loose, nested): (Vec<_>, Vec<_>) =
+        usable.into_iter().partition(|f| f.top_folder().is_none());
+    refuse_loose_and_nested(o, &loose, &nested)?;
+    if !loose.is_empty() {
+        // A flat folder (or one file): everything is one class, named after it.
+        let class = tree.own_name(&o.input);
+        notes.push(if tree.single {
+            format!("one class {}: a single file", json_str(&class))
+        } else {
+            format!(
+                "one class {}: {} directly in {} (class sub-folders, --labels or --label-from give more classes)",
+                json_str(&class),
+                count(loose.len(), "file"),
+                tree::shown_path(&o.input)
+            )
+        });
+        chosen.extend(loose.into_iter().map(|f| (f, class.clone())));
+    } else {
+        folders = split_folders(o, nested.iter().filter_map(|f| f.top_folder()), false)?;
+        if folders == tree::SplitFolders::None {
+            chosen.extend(nested.into_iter().filter_map(|f| {
+                let c = f.top_folder()?.to_string();
+                Some((f, c))
+            }));
+        } else {
+            chosen = classes_below_splits(o, nested)?;
+        }
+    }
+    Ok((chosen, folders))
+}
+
+/// Files directly in the folder and files in sub-folders leave the classes unclear.
+fn refuse_loose_and_nested(
+    o: &ConvertOptions,
+    loose: &[&tree::TreeFile],
+    nested: &[&tree::TreeFile],
+) -> Result<()> {
+    if let (Some(a), Some(b)) = (loose.first(), nested.first()) {
+        let folders: std::collections::BTreeSet<_> =
+            nested.iter().filter_map(|f| f.top_folder()).collect();
+        return Err(Error::Invalid(format!(
+            "{}: {} directly in the folder (e.g. {}) and {} in {} (e.g. {}/), so the classes are unclear; move the loose files into class sub-folders, convert one sub-folder on its own, or label every file with --labels FILE.csv or --label-from REGEX",
+            tree::shown_path(&o.input),
+            count(loose.len(), "file"),
+            tree::shown(&a.rel),
+            nested.len(),
+            count(folders.len(), "sub-folder"),
+            tree::shown(b.top_folder().unwrap_or_default())
+        )));
+    }
+    Ok(())
+}
+
+/// split/class/file: the class is the folder below the split's.
+fn classes_below_splits<'t>(
+    o: &ConvertOptions,
+    nested: Vec<&'t tree::TreeFile>,
+) -> Result<Vec<(&'t tree::TreeFile, String)>> {
+    let mut chosen = Vec::new();
+    for f in nested {
+        let below = f.rel.split_once('/').and_then(|(_, r)| r.split_once('/'));
+        match below {
+            Some((class, _)) => chosen.push((f, class.to_string())),
+            None => {
+                let top = f.top_folder().unwrap_or_default();
+                return Err(Error::Invalid(format!(
+                    "{}: {} stands directly in the split folder {}/, whose files need class sub-folders ({}/CLASS/...); move it into one, or label every file with --labels FILE.csv or --label-from REGEX",
+                    tree::shown_path(&o.input),
+                    tree::shown(&f.rel),
+                    tree::shown(top),
+                    tree::shown(top)
+                )));
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+/// A note on how the split folders split the tree (refusing --test-fraction where they do).
+fn note_splits(
+    o: &ConvertOptions,
+    labelling: &Labelling,
+    chosen: &[(&tree::TreeFile, String)],
+    folders: &tree::SplitFolders,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    match folders {
         tree::SplitFolders::Splits(m) => {
             if o.test_fraction_given {
                 return Err(Error::Invalid(format!(
@@ -244,7 +372,15 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             }
         }
     }
+    Ok(())
+}
 
+/// The classes, sorted; none at all means no usable input.
+fn sorted_classes(
+    o: &ConvertOptions,
+    chosen: &[(&tree::TreeFile, String)],
+    rejects: &[RejectEntry],
+) -> Result<Vec<String>> {
     let classes: Vec<String> = {
         let mut c: Vec<String> = chosen.iter().map(|(_, c)| c.clone()).collect();
         c.sort();
@@ -262,8 +398,12 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             rejects.len(),
         )));
     }
-    // The kind it turned out to be, for the report: one kind of file, or a folder of images.
-    let kind = match kind {
+    Ok(classes)
+}
+
+/// The kind it turned out to be, for the report: one kind of file, or a folder of images.
+fn found_kind(kind: Kind, chosen: &[(&tree::TreeFile, String)]) -> Kind {
+    match kind {
         Kind::Auto => {
             let mut kinds = chosen.iter().filter_map(|(f, _)| f.kind);
             match kinds.next() {
@@ -278,30 +418,7 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             }
         }
         k => k,
-    };
-    let inputs = chosen.len() + rejects.len();
-    let tu = tree_units(o, chosen, &classes, &folders);
-    rejects.extend(tu.rejects);
-    notes.extend(tu.notes);
-    Ok(Plan {
-        kind,
-        classes,
-        splits: tu.splits,
-        native: None,
-        rejects,
-        inputs,
-        root: tree.root.clone(),
-        notes,
-        split_key: Some(TreeSplit {
-            key: tu.split_key,
-            keys: tu.split_keys,
-            folders: match folders {
-                tree::SplitFolders::Splits(m) => m,
-                _ => BTreeMap::new(),
-            },
-        }),
-        stored: None,
-    })
+    }
 }
 
 /// `tree::split_folders`, its error naming the input.
@@ -348,33 +465,98 @@ pub(super) fn tree_units(
     classes: &[String],
     folders: &tree::SplitFolders,
 ) -> TreeUnits {
-    let label = |c: &str| {
-        classes
+    let s = Sorter {
+        o,
+        classes,
+        folders,
+        by_folder: matches!(folders, tree::SplitFolders::Splits(_)),
+    };
+    let headers = read_dicom_headers(o, &chosen);
+    let mut made = Made::default();
+    let (inputs, at) = file_units(&s, &chosen, &headers, &mut made);
+    let g = series::group(inputs, o.decode.axis);
+    let (n_series, n_files) = series_units(&s, g.groups, &at, &mut made);
+    made.units.sort_by_key(|u| u.0);
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    for (_, split, unit) in made.units {
+        splits.entry(split).or_default().push(unit);
+    }
+    let split_key = match made.dicom_keys.len() {
+        0 if s.by_folder => "folders".to_string(),
+        0 => "path".to_string(),
+        1 => made.dicom_keys.first().expect("one").to_string(),
+        _ => "mixed".to_string(),
+    };
+    let notes = dicom_notes(n_series, n_files, &made.dicom_keys, &g.uneven);
+    TreeUnits {
+        splits,
+        split_key,
+        split_keys: made.split_keys,
+        rejects: g
+            .rejects
+            .into_iter()
+            .map(|(path, reason)| RejectEntry { path, reason })
+            .collect(),
+        notes,
+    }
+}
+
+/// What decides a unit's label and split.
+struct Sorter<'a> {
+    o: &'a ConvertOptions,
+    classes: &'a [String],
+    folders: &'a tree::SplitFolders,
+    /// The tree's own split folders split it.
+    by_folder: bool,
+}
+
+impl Sorter<'_> {
+    /// The index of class `c` among the sorted classes.
+    fn label(&self, c: &str) -> u32 {
+        self.classes
             .binary_search_by(|x| x.as_str().cmp(c))
             .expect("class listed") as u32
-    };
-    // A unit's split: its split folder's (`rel` is its first file), else a hash of `key`.
-    let split_of = |rel: &str, key: &str| -> String {
-        if let tree::SplitFolders::Splits(m) = folders {
+    }
+
+    /// A unit's split: its split folder's (`rel` is its first file), else a hash of `key`.
+    fn split_of(&self, rel: &str, key: &str) -> String {
+        if let tree::SplitFolders::Splits(m) = self.folders {
             if let Some(s) = rel.split_once('/').and_then(|(top, _)| m.get(top)) {
                 return s.clone();
             }
         }
-        if tree::is_test(key, o.test_fraction) {
+        if tree::is_test(key, self.o.test_fraction) {
             "test".into()
         } else {
             "train".into()
         }
-    };
-    let by_folder = matches!(folders, tree::SplitFolders::Splits(_));
-    let file_unit = |f: &tree::TreeFile, c: &str| Unit::File {
-        rel: f.rel.clone(),
-        path: f.path.clone(),
-        kind: f.kind,
-        label: Some(label(c)),
-    };
+    }
 
-    // Every DICOM header, read in parallel up to the pixel data.
+    /// A unit of one file of class `c`.
+    fn file_unit(&self, f: &tree::TreeFile, c: &str) -> Unit {
+        Unit::File {
+            rel: f.rel.clone(),
+            path: f.path.clone(),
+            kind: f.kind,
+            label: Some(self.label(c)),
+        }
+    }
+}
+
+/// The units made so far, and the keys that split them.
+#[derive(Default)]
+struct Made {
+    /// (position of the first file among the inputs, split, unit)
+    units: Vec<(usize, String, Unit)>,
+    split_keys: BTreeMap<String, usize>,
+    dicom_keys: std::collections::BTreeSet<&'static str>,
+}
+
+/// Every DICOM header, read in parallel up to the pixel data.
+fn read_dicom_headers<'c>(
+    o: &ConvertOptions,
+    chosen: &'c [(&tree::TreeFile, String)],
+) -> BTreeMap<&'c str, dicom::SeriesHeader> {
     let dicom: Vec<&tree::TreeFile> = chosen
         .iter()
         .filter(|(f, _)| f.kind == Some(FileKind::Dicom))
@@ -395,11 +577,17 @@ pub(super) fn tree_units(
         })
         .collect();
     pb.finish_and_clear();
+    headers
+}
 
-    // (position of the first file among the inputs, split, unit)
-    let mut units: Vec<(usize, String, Unit)> = Vec::new();
-    let mut split_keys: BTreeMap<String, usize> = BTreeMap::new();
-    let mut dicom_keys = std::collections::BTreeSet::new();
+/// A unit for each file without a DICOM header; the others are returned as series inputs, with
+/// the position of every file among the inputs.
+fn file_units<'c>(
+    s: &Sorter,
+    chosen: &'c [(&tree::TreeFile, String)],
+    headers: &BTreeMap<&str, dicom::SeriesHeader>,
+    made: &mut Made,
+) -> (Vec<series::Input>, BTreeMap<&'c str, usize>) {
     let mut at: BTreeMap<&str, usize> = BTreeMap::new();
     let mut inputs = Vec::new();
     for (i, (f, c)) in chosen.iter().enumerate() {
@@ -412,31 +600,42 @@ pub(super) fn tree_units(
                 header: h.clone(),
             }),
             None => {
-                let key = if by_folder { "folders" } else { "path" };
+                let key = if s.by_folder { "folders" } else { "path" };
                 if f.kind == Some(FileKind::Dicom) {
-                    dicom_keys.insert(key);
+                    made.dicom_keys.insert(key);
                 }
-                *split_keys.entry(key.into()).or_default() += 1;
-                units.push((i, split_of(&f.rel, &f.rel), file_unit(f, c)));
+                *made.split_keys.entry(key.into()).or_default() += 1;
+                made.units
+                    .push((i, s.split_of(&f.rel, &f.rel), s.file_unit(f, c)));
             }
         }
     }
-    let g = series::group(inputs, o.decode.axis);
+    (inputs, at)
+}
+
+/// A unit for each group of DICOM files (a series, or a file on its own); returns the series
+/// and the files in them.
+fn series_units(
+    s: &Sorter,
+    groups: Vec<series::Group>,
+    at: &BTreeMap<&str, usize>,
+    made: &mut Made,
+) -> (usize, usize) {
     let (mut n_series, mut n_files) = (0, 0);
-    for group in g.groups {
-        let key = if by_folder {
+    for group in groups {
+        let key = if s.by_folder {
             "folders"
         } else {
             group.key.name()
         };
-        dicom_keys.insert(key);
-        *split_keys.entry(key.into()).or_default() += 1;
+        made.dicom_keys.insert(key);
+        *made.split_keys.entry(key.into()).or_default() += 1;
         let unit = match group.what {
             series::What::File { rel, path } => Unit::File {
                 rel,
                 path,
                 kind: Some(FileKind::Dicom),
-                label: Some(label(&group.class)),
+                label: Some(s.label(&group.class)),
             },
             series::What::Series(plan) => {
                 n_series += 1;
@@ -448,29 +647,28 @@ pub(super) fn tree_units(
                         plan.uid,
                         plan.files()
                     ),
-                    probe: plan.probe(o.decode.axis),
+                    probe: plan.probe(s.o.decode.axis),
                     plan: Arc::new(plan),
-                    label: label(&group.class),
+                    label: s.label(&group.class),
                 }
             }
         };
-        units.push((
+        made.units.push((
             at[group.first.as_str()],
-            split_of(&group.first, &group.key_value),
+            s.split_of(&group.first, &group.key_value),
             unit,
         ));
     }
-    units.sort_by_key(|u| u.0);
-    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
-    for (_, split, unit) in units {
-        splits.entry(split).or_default().push(unit);
-    }
-    let split_key = match dicom_keys.len() {
-        0 if by_folder => "folders".to_string(),
-        0 => "path".to_string(),
-        1 => dicom_keys.first().expect("one").to_string(),
-        _ => "mixed".to_string(),
-    };
+    (n_series, n_files)
+}
+
+/// How the DICOM files were grouped and split, and the series converted slice by slice.
+fn dicom_notes(
+    n_series: usize,
+    n_files: usize,
+    dicom_keys: &std::collections::BTreeSet<&'static str>,
+    uneven: &[String],
+) -> Vec<String> {
     let mut notes = Vec::new();
     if n_series > 0 {
         let by: Vec<String> = dicom_keys.iter().map(|k| k.to_string()).collect();
@@ -481,18 +679,8 @@ pub(super) fn tree_units(
             by.join(", else ")
         ));
     }
-    for u in &g.uneven {
+    for u in uneven {
         notes.push(format!("{u}; converted slice by slice"));
     }
-    TreeUnits {
-        splits,
-        split_key,
-        split_keys,
-        rejects: g
-            .rejects
-            .into_iter()
-            .map(|(path, reason)| RejectEntry { path, reason })
-            .collect(),
-        notes,
-    }
+    notes
 }

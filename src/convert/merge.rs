@@ -290,6 +290,7 @@ fn merged_rejects(parts: &[Loaded]) -> Result<Vec<String>> {
     Ok(lines)
 }
 
+/// Merge the parts in `dirs` into `out`: checked, planned, placed, and undone on failure.
 pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
     let t0 = Instant::now();
     let parts = dirs.iter().map(|d| load(d)).collect::<Result<Vec<_>>>()?;
@@ -297,6 +298,47 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
         return Err(Error::Invalid("no parts to merge".into()));
     }
     let parts = check_together(parts)?;
+    refuse_out_among_parts(&parts, out)?;
+    // One writer per folder: from here on OUT is ours (created if new; removed again, if it was
+    // new, when the merge fails).
+    let lock = crate::format::lock::lock_dir(out)?;
+    let created = lock.created();
+    refuse_busy_out(out)?;
+    let shards = check_complete(&parts)?;
+    let rejects = merged_rejects(&parts)?;
+    let (plan, infos) = plan_shards(&parts, &shards)?;
+    let m = merged_manifest(&parts[0].ds.manifest, infos, &rejects);
+
+    let staging = out.join(STAGING);
+    let mut placed: Vec<PathBuf> = Vec::new();
+    let result = place_shards(out, &staging, &plan, &rejects, &m, quiet, &mut placed);
+    let _ = std::fs::remove_dir_all(&staging);
+    let (linked, copied) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            undo_merge(out, created, &placed, &m);
+            return Err(e);
+        }
+    };
+    Ok(MergeReport {
+        out: out.to_path_buf(),
+        parts: parts.len() as u32,
+        splits: m
+            .splits
+            .iter()
+            .map(|(s, i)| (s.clone(), i.samples))
+            .collect(),
+        shards: plan.len(),
+        linked,
+        copied,
+        rejects: rejects.len(),
+        bytes: plan.iter().map(|(_, i)| i.bytes).sum(),
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// A part folder is not merged into itself.
+fn refuse_out_among_parts(parts: &[Loaded], out: &Path) -> Result<()> {
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
@@ -307,25 +349,30 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
             p.name()
         )));
     }
-    // One writer per folder: from here on OUT is ours (created if new; removed again, if it was
-    // new, when the merge fails).
-    let lock = crate::format::lock::lock_dir(out)?;
-    let created = lock.created();
-    {
-        let busy = std::fs::read_dir(out)
-            .at(out)?
-            .flatten()
-            .any(|e| e.file_name() != STAGING && e.file_name() != crate::format::lock::LOCK_FILE);
-        if busy {
-            return Err(Error::Invalid(format!(
-                "{} is not empty; merge into a new or empty folder",
-                out.display()
-            )));
-        }
-    }
-    let shards = check_complete(&parts)?;
-    let rejects = merged_rejects(&parts)?;
+    Ok(())
+}
 
+/// OUT must be new or empty (but for our lock and a staging folder left behind).
+fn refuse_busy_out(out: &Path) -> Result<()> {
+    let busy = std::fs::read_dir(out)
+        .at(out)?
+        .flatten()
+        .any(|e| e.file_name() != STAGING && e.file_name() != crate::format::lock::LOCK_FILE);
+    if busy {
+        return Err(Error::Invalid(format!(
+            "{} is not empty; merge into a new or empty folder",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The shards to place (from, as named in OUT) and the splits they make; no samples at all is
+/// an error.
+fn plan_shards(
+    parts: &[Loaded],
+    shards: &[BTreeMap<String, Vec<ShardInfo>>],
+) -> Result<(Vec<(PathBuf, ShardInfo)>, BTreeMap<String, SplitInfo>)> {
     // The dataset a single run writes: each split's shards in part order, named from 0.
     let r = &parts[0].ds.manifest;
     let (spec, k) = (r.sample.clone(), r.num_classes());
@@ -334,7 +381,7 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
     let names: BTreeSet<&String> = shards.iter().flat_map(|s| s.keys()).collect();
     for split in names {
         let mut list = Vec::new();
-        for (p, by_split) in parts.iter().zip(&shards) {
+        for (p, by_split) in parts.iter().zip(shards) {
             for sh in by_split.get(split).into_iter().flatten() {
                 let info = ShardInfo {
                     file: shard_file_name(split, list.len()),
@@ -356,6 +403,15 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
             parts.len()
         )));
     }
+    Ok((plan, infos))
+}
+
+/// The manifest of the merged dataset, from the first part's (`r`).
+fn merged_manifest(
+    r: &Manifest,
+    infos: BTreeMap<String, SplitInfo>,
+    rejects: &[String],
+) -> Manifest {
     // The source the parts share, as a single run records it: without the part, and for a
     // conversion with the rejects of the whole job.
     let mut source = r.provenance.source.clone();
@@ -367,91 +423,82 @@ pub fn merge(out: &Path, dirs: &[PathBuf], quiet: bool) -> Result<MergeReport> {
             o.insert("rejects".into(), rejects.len().into());
         }
     }
-    let m = Manifest::new(
-        spec,
+    Manifest::new(
+        r.sample.clone(),
         r.classes.clone(),
         r.codec,
         r.block_samples,
         infos,
         Provenance::here(source),
-    );
+    )
+}
 
-    let staging = out.join(STAGING);
-    let mut placed: Vec<PathBuf> = Vec::new();
-    let result = (|| -> Result<(usize, usize)> {
-        if staging.exists() {
-            std::fs::remove_dir_all(&staging).at(&staging)?;
+/// Link (or copy) every shard into staging, then move them into OUT with the rejects and the
+/// manifest last; `placed` lists what reached OUT. Returns the shards linked and copied.
+fn place_shards(
+    out: &Path,
+    staging: &Path,
+    plan: &[(PathBuf, ShardInfo)],
+    rejects: &[String],
+    m: &Manifest,
+    quiet: bool,
+    placed: &mut Vec<PathBuf>,
+) -> Result<(usize, usize)> {
+    if staging.exists() {
+        std::fs::remove_dir_all(staging).at(staging)?;
+    }
+    let pb = crate::util::progress::bar(plan.len() as u64, "merge", "shards", quiet);
+    let mut linked = 0;
+    for (from, info) in plan {
+        crate::util::interrupt::check()?;
+        let to = staging.join(&info.file);
+        let dir = to.parent().expect("a shard is in a split folder");
+        std::fs::create_dir_all(dir).at(dir)?;
+        if link_or_copy(from, &to)? {
+            linked += 1;
         }
-        let pb = crate::util::progress::bar(plan.len() as u64, "merge", "shards", quiet);
-        let mut linked = 0;
-        for (from, info) in &plan {
-            crate::util::interrupt::check()?;
-            let to = staging.join(&info.file);
-            let dir = to.parent().expect("a shard is in a split folder");
-            std::fs::create_dir_all(dir).at(dir)?;
-            if link_or_copy(from, &to)? {
-                linked += 1;
-            }
-            let len = std::fs::metadata(&to).at(&to)?.len();
-            if len != info.bytes {
-                return Err(Error::Source(format!(
-                    "{}: {len} bytes once placed in {}, {} expected: was it changed during the merge?",
-                    from.display(),
-                    out.display(),
-                    info.bytes
-                )));
-            }
-            pb.inc(1);
+        let len = std::fs::metadata(&to).at(&to)?.len();
+        if len != info.bytes {
+            return Err(Error::Source(format!(
+                "{}: {len} bytes once placed in {}, {} expected: was it changed during the merge?",
+                from.display(),
+                out.display(),
+                info.bytes
+            )));
         }
-        pb.finish_and_clear();
-        // Everything is staged: move it into place, the manifest last.
-        for (_, info) in &plan {
-            let to = out.join(&info.file);
-            let dir = to.parent().expect("a shard is in a split folder");
-            std::fs::create_dir_all(dir).at(dir)?;
-            crate::store::output::rename_durably(&staging.join(&info.file), &to)?;
-            placed.push(to);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    // Everything is staged: move it into place, the manifest last.
+    for (_, info) in plan {
+        let to = out.join(&info.file);
+        let dir = to.parent().expect("a shard is in a split folder");
+        std::fs::create_dir_all(dir).at(dir)?;
+        crate::store::output::rename_durably(&staging.join(&info.file), &to)?;
+        placed.push(to);
+    }
+    if !rejects.is_empty() {
+        let mut text = rejects.join("\n");
+        text.push('\n');
+        write_atomic(&out.join(REJECTS), text.as_bytes())?;
+        placed.push(out.join(REJECTS));
+    }
+    m.write(out)?;
+    Ok((linked, plan.len() - linked))
+}
+
+/// After a failed merge, nothing new is left in OUT: the folder if this merge created it, else
+/// what it placed there.
+fn undo_merge(out: &Path, created: bool, placed: &[PathBuf], m: &Manifest) {
+    if created {
+        // Still locked: the lock file goes with the folder.
+        let _ = std::fs::remove_dir_all(out);
+    } else {
+        for f in placed {
+            let _ = std::fs::remove_file(f);
         }
-        if !rejects.is_empty() {
-            let mut text = rejects.join("\n");
-            text.push('\n');
-            write_atomic(&out.join(REJECTS), text.as_bytes())?;
-            placed.push(out.join(REJECTS));
+        for split in m.splits.keys() {
+            let _ = std::fs::remove_dir(out.join(split));
         }
-        m.write(out)?;
-        Ok((linked, plan.len() - linked))
-    })();
-    let _ = std::fs::remove_dir_all(&staging);
-    let (linked, copied) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            if created {
-                // Still locked: the lock file goes with the folder.
-                let _ = std::fs::remove_dir_all(out);
-            } else {
-                for f in &placed {
-                    let _ = std::fs::remove_file(f);
-                }
-                for split in m.splits.keys() {
-                    let _ = std::fs::remove_dir(out.join(split));
-                }
-            }
-            return Err(e);
-        }
-    };
-    Ok(MergeReport {
-        out: out.to_path_buf(),
-        parts: parts.len() as u32,
-        splits: m
-            .splits
-            .iter()
-            .map(|(s, i)| (s.clone(), i.samples))
-            .collect(),
-        shards: plan.len(),
-        linked,
-        copied,
-        rejects: rejects.len(),
-        bytes: plan.iter().map(|(_, i)| i.bytes).sum(),
-        seconds: t0.elapsed().as_secs_f64(),
-    })
+    }
 }

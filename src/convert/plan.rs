@@ -43,6 +43,8 @@ pub(super) fn has_top_npy(dir: &Path) -> bool {
     })
 }
 
+/// What the input holds: its kind (detected unless given), checked against the options, and
+/// planned by the planner of that kind.
 pub(super) fn plan(o: &ConvertOptions) -> Result<Plan> {
     let input = &o.input;
     if !input.exists() {
@@ -56,14 +58,30 @@ pub(super) fn plan(o: &ConvertOptions) -> Result<Plan> {
     } else {
         o.kind
     };
-    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
-    let fail = |name: &str, r: Reject| {
-        Error::Source(format!("{}: {r}", tree::shown_path(&input.join(name))))
-    };
+    refuse_shape(o, kind)?;
+    refuse_labels(o, kind)?;
+    match kind {
+        Kind::Idx => plan_idx(o),
+        Kind::Cifar => plan_cifar(o),
+        Kind::Npy => plan_npy(o),
+        Kind::Auto | Kind::Images | Kind::Tiff | Kind::Video | Kind::Dicom | Kind::Nifti => {
+            plan_tree(o, kind)
+        }
+        Kind::Colmajor | Kind::Shards => plan_stored(o, kind),
+    }
+}
+
+/// A file of the input that cannot be read, as an error naming it.
+fn fail(input: &Path, name: &str, r: Reject) -> Error {
+    Error::Source(format!("{}: {r}", tree::shown_path(&input.join(name))))
+}
+
+/// `--shape` is only for column-major files without a manifest.
+fn refuse_shape(o: &ConvertOptions, kind: Kind) -> Result<()> {
     if o.shape.is_some() && kind != Kind::Colmajor {
         return Err(Error::Invalid(format!(
             "{}: --shape gives the sample shape of column-major files without a manifest; this input is {}",
-            tree::shown_path(input),
+            tree::shown_path(&o.input),
             match kind {
                 Kind::Auto => "a folder of files".to_string(),
                 Kind::Shards => "a prep shard dataset, whose manifest says its shape".to_string(),
@@ -71,6 +89,11 @@ pub(super) fn plan(o: &ConvertOptions) -> Result<Plan> {
             }
         )));
     }
+    Ok(())
+}
+
+/// `--labels` and `--label-from` label a folder's files, not a dataset with labels of its own.
+fn refuse_labels(o: &ConvertOptions, kind: Kind) -> Result<()> {
     if matches!(
         kind,
         Kind::Idx | Kind::Cifar | Kind::Npy | Kind::Colmajor | Kind::Shards
@@ -82,205 +105,218 @@ pub(super) fn plan(o: &ConvertOptions) -> Result<Plan> {
             if given {
                 return Err(Error::Invalid(format!(
                     "{}: {flag} labels the files of a folder, but this is a {kind:?} dataset with labels of its own",
-                    tree::shown_path(input)
+                    tree::shown_path(&o.input)
                 )));
             }
         }
     }
-    match kind {
-        Kind::Idx => {
-            let mut classes = 0;
-            let mut native = None;
-            for split in ["train", "test"] {
-                let Some((ip, lp)) = idx::find(input, split) else {
-                    continue;
-                };
-                let name = |p: &Path| {
-                    p.file_name()
-                        .unwrap_or_default()
-                        .to_string_lossy()
-                        .into_owned()
-                };
-                let im = idx::read(&ip).map_err(|r| fail(&name(&ip), r))?;
-                let lb = idx::read(&lp).map_err(|r| fail(&name(&lp), r))?;
-                if im.dims.len() != 3 || lb.dims.len() != 1 || lb.dims[0] != im.dims[0] {
-                    return Err(fail(
-                        &name(&ip),
-                        Reject::new(format!(
-                            "images {:?} and labels {:?} do not match",
-                            im.dims, lb.dims
-                        )),
-                    ));
-                }
-                let labels: Vec<u32> = lb.data.iter().map(|&l| l as u32).collect();
-                classes = classes.max(labels.iter().max().map_or(0, |&m| m as usize + 1));
-                let a = Arc::new(Array {
-                    name: name(&ip),
-                    n: im.dims[0],
-                    channels: 1,
-                    height: im.dims[1],
-                    width: im.dims[2],
-                    planar: true,
-                    dtype: Dtype::U8,
-                    data: ArrayData::Bytes(im.data),
-                    labels,
-                });
-                native = Some((1, (a.height as u32, a.width as u32), Dtype::U8));
-                splits.insert(split.into(), array_units(&name(&ip), a));
-            }
-            let classes = idx::class_names(input, classes.max(1))
-                .unwrap_or_else(|| (0..classes.max(1)).map(|k| k.to_string()).collect());
-            Ok(Plan {
-                kind,
-                classes,
-                splits,
-                native,
-                rejects: vec![],
-                inputs: 4,
-                root: input.clone(),
-                notes: vec![],
-                split_key: None,
-                stored: None,
-            })
+    Ok(())
+}
+
+/// IDX files (MNIST's layout): the train and test images with their labels.
+fn plan_idx(o: &ConvertOptions) -> Result<Plan> {
+    let input = &o.input;
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    let mut classes = 0;
+    let mut native = None;
+    for split in ["train", "test"] {
+        let Some((ip, lp)) = idx::find(input, split) else {
+            continue;
+        };
+        let name = |p: &Path| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        };
+        let im = idx::read(&ip).map_err(|r| fail(input, &name(&ip), r))?;
+        let lb = idx::read(&lp).map_err(|r| fail(input, &name(&lp), r))?;
+        if im.dims.len() != 3 || lb.dims.len() != 1 || lb.dims[0] != im.dims[0] {
+            return Err(fail(
+                input,
+                &name(&ip),
+                Reject::new(format!(
+                    "images {:?} and labels {:?} do not match",
+                    im.dims, lb.dims
+                )),
+            ));
         }
-        Kind::Cifar => {
-            let (v, train, test) = cifar::find(input).ok_or_else(|| {
-                Error::Invalid(format!(
-                    "{}: no CIFAR batches (data_batch_N.bin or train.bin)",
-                    tree::shown_path(input)
-                ))
-            })?;
-            let mut max_label = 0;
-            let inputs = train.len() + test.len();
-            for (split, files) in [("train", train), ("test", test)] {
-                let mut units = Vec::new();
-                for f in files {
-                    let name = f
-                        .file_name()
-                        .unwrap_or_default()
-                        .to_string_lossy()
-                        .into_owned();
-                    let raw = cifar::read(&f, v).map_err(|r| fail(&name, r))?;
-                    let n = raw.len() / v.record();
-                    let mut data = Vec::with_capacity(n * cifar::PIXELS);
-                    let mut labels = Vec::with_capacity(n);
-                    for rec in raw.chunks_exact(v.record()) {
-                        labels.push(rec[v.label_offset()] as u32);
-                        data.extend_from_slice(&rec[v.record() - cifar::PIXELS..]);
-                    }
-                    max_label = max_label.max(*labels.iter().max().unwrap_or(&0));
-                    let a = Arc::new(Array {
-                        name: name.clone(),
-                        n,
-                        channels: 3,
-                        height: 32,
-                        width: 32,
-                        planar: true,
-                        dtype: Dtype::U8,
-                        data: ArrayData::Bytes(data),
-                        labels,
-                    });
-                    units.extend(array_units(&name, a));
-                }
-                if !units.is_empty() {
-                    splits.insert(split.into(), units);
-                }
+        let labels: Vec<u32> = lb.data.iter().map(|&l| l as u32).collect();
+        classes = classes.max(labels.iter().max().map_or(0, |&m| m as usize + 1));
+        let a = Arc::new(Array {
+            name: name(&ip),
+            n: im.dims[0],
+            channels: 1,
+            height: im.dims[1],
+            width: im.dims[2],
+            planar: true,
+            dtype: Dtype::U8,
+            data: ArrayData::Bytes(im.data),
+            labels,
+        });
+        native = Some((1, (a.height as u32, a.width as u32), Dtype::U8));
+        splits.insert(split.into(), array_units(&name(&ip), a));
+    }
+    let classes = idx::class_names(input, classes.max(1))
+        .unwrap_or_else(|| (0..classes.max(1)).map(|k| k.to_string()).collect());
+    Ok(Plan {
+        kind: Kind::Idx,
+        classes,
+        splits,
+        native,
+        rejects: vec![],
+        inputs: 4,
+        root: input.clone(),
+        notes: vec![],
+        split_key: None,
+        stored: None,
+    })
+}
+
+/// CIFAR-10 or CIFAR-100 batches, by split.
+fn plan_cifar(o: &ConvertOptions) -> Result<Plan> {
+    let input = &o.input;
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    let (v, train, test) = cifar::find(input).ok_or_else(|| {
+        Error::Invalid(format!(
+            "{}: no CIFAR batches (data_batch_N.bin or train.bin)",
+            tree::shown_path(input)
+        ))
+    })?;
+    let mut max_label = 0;
+    let inputs = train.len() + test.len();
+    for (split, files) in [("train", train), ("test", test)] {
+        let mut units = Vec::new();
+        for f in files {
+            let name = f
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            let raw = cifar::read(&f, v).map_err(|r| fail(input, &name, r))?;
+            let n = raw.len() / v.record();
+            let mut data = Vec::with_capacity(n * cifar::PIXELS);
+            let mut labels = Vec::with_capacity(n);
+            for rec in raw.chunks_exact(v.record()) {
+                labels.push(rec[v.label_offset()] as u32);
+                data.extend_from_slice(&rec[v.record() - cifar::PIXELS..]);
             }
-            let k = (max_label as usize + 1).max(if v == cifar::Variant::Cifar10 {
-                10
-            } else {
-                100
+            max_label = max_label.max(*labels.iter().max().unwrap_or(&0));
+            let a = Arc::new(Array {
+                name: name.clone(),
+                n,
+                channels: 3,
+                height: 32,
+                width: 32,
+                planar: true,
+                dtype: Dtype::U8,
+                data: ArrayData::Bytes(data),
+                labels,
             });
-            let classes = cifar::class_names(input, v)
-                .filter(|n| n.len() >= k)
-                .unwrap_or_else(|| (0..k).map(|i| i.to_string()).collect());
-            Ok(Plan {
-                kind,
-                classes,
-                splits,
-                native: Some((3, (32, 32), Dtype::U8)),
-                rejects: vec![],
-                inputs,
-                root: input.clone(),
-                notes: vec![],
-                split_key: None,
-                stored: None,
-            })
+            units.extend(array_units(&name, a));
         }
-        Kind::Npy => {
-            let pairs = if input.is_dir() {
-                npy::find(input)
-                    .map_err(|e| Error::Invalid(format!("{}: {e}", tree::shown_path(input))))?
-            } else {
-                vec![]
-            };
-            if pairs.is_empty() {
-                return Err(Error::Invalid(format!(
-                    "{}: no pair of .npy files by the names prep looks for: {}",
-                    tree::shown_path(input),
-                    npy::NAMES_HELP
-                )));
-            }
-            let mut max_label = 0;
-            let mut native = None;
-            for (split, ip, lp) in &pairs {
-                let name = |p: &Path| {
-                    p.file_name()
-                        .unwrap_or_default()
-                        .to_string_lossy()
-                        .into_owned()
-                };
-                let float = o.dtype.is_some_and(Dtype::is_float);
-                let im = npy::read_images(ip, float).map_err(|r| fail(&name(ip), r))?;
-                let labels = npy::read_labels(lp, im.n).map_err(|r| fail(&name(lp), r))?;
-                max_label = max_label.max(labels.iter().copied().max().unwrap_or(0));
-                native = Some((
-                    (im.channels.min(3)) as u8,
-                    (im.height as u32, im.width as u32),
-                    im.dtype,
-                ));
-                let a = Arc::new(Array {
-                    name: name(ip),
-                    n: im.n,
-                    channels: im.channels,
-                    height: im.height,
-                    width: im.width,
-                    planar: im.planar,
-                    dtype: im.dtype,
-                    data: ArrayData::Npy(im),
-                    labels,
-                });
-                if split.is_empty() {
-                    // One unsplit pair: split by sample index hash, in chunks kept whole.
-                    for u in array_units(&name(ip), a) {
-                        let s = if tree::is_test(u.name(), o.test_fraction) {
-                            "test"
-                        } else {
-                            "train"
-                        };
-                        splits.entry(s.into()).or_default().push(u);
-                    }
-                } else {
-                    splits.insert(split.clone(), array_units(&name(ip), a));
-                }
-            }
-            let classes = (0..=max_label).map(|k| k.to_string()).collect();
-            Ok(Plan {
-                kind,
-                classes,
-                splits,
-                native,
-                rejects: vec![],
-                inputs: pairs.len() * 2,
-                root: input.clone(),
-                notes: vec![],
-                split_key: None,
-                stored: None,
-            })
+        if !units.is_empty() {
+            splits.insert(split.into(), units);
         }
-        Kind::Auto | Kind::Images | Kind::Tiff | Kind::Video | Kind::Dicom | Kind::Nifti => {
-            plan_tree(o, kind)
-        }
-        Kind::Colmajor | Kind::Shards => plan_stored(o, kind),
     }
+    let k = (max_label as usize + 1).max(if v == cifar::Variant::Cifar10 {
+        10
+    } else {
+        100
+    });
+    let classes = cifar::class_names(input, v)
+        .filter(|n| n.len() >= k)
+        .unwrap_or_else(|| (0..k).map(|i| i.to_string()).collect());
+    Ok(Plan {
+        kind: Kind::Cifar,
+        classes,
+        splits,
+        native: Some((3, (32, 32), Dtype::U8)),
+        rejects: vec![],
+        inputs,
+        root: input.clone(),
+        notes: vec![],
+        split_key: None,
+        stored: None,
+    })
+}
+
+/// Pairs of .npy files (images and labels), by split.
+fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
+    let input = &o.input;
+    let pairs = npy_pairs(input)?;
+    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
+    let mut max_label = 0;
+    let mut native = None;
+    for (split, ip, lp) in &pairs {
+        let name = |p: &Path| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        };
+        let float = o.dtype.is_some_and(Dtype::is_float);
+        let im = npy::read_images(ip, float).map_err(|r| fail(input, &name(ip), r))?;
+        let labels = npy::read_labels(lp, im.n).map_err(|r| fail(input, &name(lp), r))?;
+        max_label = max_label.max(labels.iter().copied().max().unwrap_or(0));
+        native = Some((
+            (im.channels.min(3)) as u8,
+            (im.height as u32, im.width as u32),
+            im.dtype,
+        ));
+        let a = Arc::new(Array {
+            name: name(ip),
+            n: im.n,
+            channels: im.channels,
+            height: im.height,
+            width: im.width,
+            planar: im.planar,
+            dtype: im.dtype,
+            data: ArrayData::Npy(im),
+            labels,
+        });
+        if split.is_empty() {
+            // One unsplit pair: split by sample index hash, in chunks kept whole.
+            for u in array_units(&name(ip), a) {
+                let s = if tree::is_test(u.name(), o.test_fraction) {
+                    "test"
+                } else {
+                    "train"
+                };
+                splits.entry(s.into()).or_default().push(u);
+            }
+        } else {
+            splits.insert(split.clone(), array_units(&name(ip), a));
+        }
+    }
+    let classes = (0..=max_label).map(|k| k.to_string()).collect();
+    Ok(Plan {
+        kind: Kind::Npy,
+        classes,
+        splits,
+        native,
+        rejects: vec![],
+        inputs: pairs.len() * 2,
+        root: input.clone(),
+        notes: vec![],
+        split_key: None,
+        stored: None,
+    })
+}
+
+/// The (split, images, labels) .npy files of a folder; none is an error listing the names.
+fn npy_pairs(input: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>> {
+    let pairs = if input.is_dir() {
+        npy::find(input).map_err(|e| Error::Invalid(format!("{}: {e}", tree::shown_path(input))))?
+    } else {
+        vec![]
+    };
+    if pairs.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: no pair of .npy files by the names prep looks for: {}",
+            tree::shown_path(input),
+            npy::NAMES_HELP
+        )));
+    }
+    Ok(pairs)
 }

@@ -11,130 +11,21 @@ use super::*;
 /// here in one pass over the labels files.
 pub(super) fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     let input = &o.input;
-    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    };
-    if same(input, &o.out) {
-        return Err(Error::Invalid(format!(
-            "{}: --out must be another directory than the dataset converted",
-            tree::shown_path(&o.out)
-        )));
-    }
-    let check_shape = |have: &Shape| match &o.shape {
-        Some(s) if s != have => Err(Error::Invalid(format!(
-            "{}: --shape {s}, but the manifest says {have}",
-            tree::shown_path(input)
-        ))),
-        _ => Ok(()),
-    };
+    refuse_out_is_input(o)?;
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
     let mut rejects = Vec::new();
     let mut inputs = 0;
     let mut notes = Vec::new();
     let (classes, shape, dtype) = if kind == Kind::Shards {
-        let ds = Dataset::open(input)?;
-        let m = &ds.manifest;
-        check_shape(&m.sample.shape)?;
-        for (split, info) in &m.splits {
-            let mut units = Vec::new();
-            for sh in &info.shards {
-                inputs += 1;
-                let r = match ds.open_shard(sh) {
-                    Ok(r) => r,
-                    Err(e) if o.on_error == OnError::Skip => {
-                        rejects.push(RejectEntry {
-                            path: sh.file.clone(),
-                            reason: e.to_string(),
-                        });
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                let src = Arc::new(Stored::Shard(r));
-                let Stored::Shard(r) = &*src else {
-                    unreachable!()
-                };
-                units.extend((0..r.num_blocks()).map(|b| Unit::Stored {
-                    name: format!("{} block {b}", sh.file),
-                    src: src.clone(),
-                    start: b,
-                    len: r.entry(b).num_samples as usize,
-                }));
-            }
-            splits.insert(split.clone(), units);
-        }
-        (
-            m.classes.clone(),
-            m.sample.shape.clone(),
-            Some(m.sample.dtype),
-        )
+        shard_units(o, &mut splits, &mut rejects, &mut inputs)?
     } else {
         let manifest_path = input.join(manifest::FILE_NAME);
         let (found, shape, dtype, classes) = if manifest_path.is_file() {
-            let m = ColmajorManifest::read(input)?;
-            check_shape(&m.sample.shape)?;
-            let mut found = Vec::new();
-            for split in m.splits.keys() {
-                let r = ColmajorSplitReader::open(input, &m, split)?;
-                r.check_labels(Some(m.classes.len()))?;
-                found.push((split.clone(), r));
-            }
-            (found, m.sample.shape, Some(m.sample.dtype), m.classes)
+            read_colmajor_manifest(o)?
         } else {
-            let pairs = crate::format::colmajor::find_splits(input)?;
-            if pairs.is_empty() {
-                return Err(Error::Invalid(format!(
-                    "{}: no images_<split>.bin with labels_<split>.bin: not column-major files",
-                    tree::shown_path(input)
-                )));
-            }
-            let shape = o.shape.clone().ok_or_else(|| {
-                Error::Invalid(format!(
-                    "{}: column-major files without manifest.json do not say their sample shape: give it with --shape CxHxW",
-                    tree::shown_path(input)
-                ))
-            })?;
-            let mut found = Vec::new();
-            let mut k = 1;
-            for (split, ip, lp) in pairs {
-                let r = ColmajorSplitReader::open_files(&ip, &lp, &shape)?;
-                k = k.max(r.check_labels(None)?.len());
-                found.push((split, r));
-            }
-            notes.push(format!(
-                "no manifest.json: {shape} samples from --shape, {k} classes (0 to {}) from the labels",
-                k - 1
-            ));
-            let classes = (0..k).map(|c| c.to_string()).collect();
-            (found, shape, None, classes)
+            read_colmajor_files(o, &mut notes)?
         };
-        let values = match (dtype, o.dtype) {
-            (Some(d), _) => Values::Manifest(d),
-            (None, None) => Values::Auto,
-            (None, Some(_)) => Values::Float,
-        };
-        for (split, r) in found {
-            inputs += 2;
-            let (n, chunk) = (
-                r.samples,
-                crate::format::colmajor::chunk_samples(r.features),
-            );
-            let file = crate::format::colmajor::images_name(&split);
-            let src = Arc::new(Stored::Columns(r, values));
-            splits.insert(
-                split,
-                (0..n)
-                    .step_by(chunk)
-                    .map(|start| Unit::Stored {
-                        name: format!("{file}[{start}..]"),
-                        src: src.clone(),
-                        start,
-                        len: chunk.min(n - start),
-                    })
-                    .collect(),
-            );
-        }
+        column_units(o, found, dtype, &mut splits, &mut inputs);
         (classes, shape, dtype)
     };
     Ok(Plan {
@@ -149,6 +40,168 @@ pub(super) fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         split_key: None,
         stored: Some((shape, dtype)),
     })
+}
+
+/// The splits of column-major files, each read by its reader.
+type ColumnSplits = Vec<(String, ColmajorSplitReader)>;
+
+/// The output is not the dataset read.
+fn refuse_out_is_input(o: &ConvertOptions) -> Result<()> {
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same(&o.input, &o.out) {
+        return Err(Error::Invalid(format!(
+            "{}: --out must be another directory than the dataset converted",
+            tree::shown_path(&o.out)
+        )));
+    }
+    Ok(())
+}
+
+/// `--shape`, where given, must be the shape the manifest says.
+fn check_shape(o: &ConvertOptions, have: &Shape) -> Result<()> {
+    match &o.shape {
+        Some(s) if s != have => Err(Error::Invalid(format!(
+            "{}: --shape {s}, but the manifest says {have}",
+            tree::shown_path(&o.input)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A unit per block of each shard of a prep shard dataset (a shard that cannot be opened is
+/// rejected with --on-error skip); returns its classes, shape and dtype.
+fn shard_units(
+    o: &ConvertOptions,
+    splits: &mut BTreeMap<String, Vec<Unit>>,
+    rejects: &mut Vec<RejectEntry>,
+    inputs: &mut usize,
+) -> Result<(Vec<String>, Shape, Option<Dtype>)> {
+    let ds = Dataset::open(&o.input)?;
+    let m = &ds.manifest;
+    check_shape(o, &m.sample.shape)?;
+    for (split, info) in &m.splits {
+        let mut units = Vec::new();
+        for sh in &info.shards {
+            *inputs += 1;
+            let r = match ds.open_shard(sh) {
+                Ok(r) => r,
+                Err(e) if o.on_error == OnError::Skip => {
+                    rejects.push(RejectEntry {
+                        path: sh.file.clone(),
+                        reason: e.to_string(),
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let src = Arc::new(Stored::Shard(r));
+            let Stored::Shard(r) = &*src else {
+                unreachable!()
+            };
+            units.extend((0..r.num_blocks()).map(|b| Unit::Stored {
+                name: format!("{} block {b}", sh.file),
+                src: src.clone(),
+                start: b,
+                len: r.entry(b).num_samples as usize,
+            }));
+        }
+        splits.insert(split.clone(), units);
+    }
+    Ok((
+        m.classes.clone(),
+        m.sample.shape.clone(),
+        Some(m.sample.dtype),
+    ))
+}
+
+/// Column-major files with prep's manifest: their splits (labels checked against its classes),
+/// shape, dtype and classes.
+fn read_colmajor_manifest(
+    o: &ConvertOptions,
+) -> Result<(ColumnSplits, Shape, Option<Dtype>, Vec<String>)> {
+    let input = &o.input;
+    let m = ColmajorManifest::read(input)?;
+    check_shape(o, &m.sample.shape)?;
+    let mut found = Vec::new();
+    for split in m.splits.keys() {
+        let r = ColmajorSplitReader::open(input, &m, split)?;
+        r.check_labels(Some(m.classes.len()))?;
+        found.push((split.clone(), r));
+    }
+    Ok((found, m.sample.shape, Some(m.sample.dtype), m.classes))
+}
+
+/// Column-major files without a manifest: the shape from --shape, the classes from the labels.
+fn read_colmajor_files(
+    o: &ConvertOptions,
+    notes: &mut Vec<String>,
+) -> Result<(ColumnSplits, Shape, Option<Dtype>, Vec<String>)> {
+    let input = &o.input;
+    let pairs = crate::format::colmajor::find_splits(input)?;
+    if pairs.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: no images_<split>.bin with labels_<split>.bin: not column-major files",
+            tree::shown_path(input)
+        )));
+    }
+    let shape = o.shape.clone().ok_or_else(|| {
+        Error::Invalid(format!(
+            "{}: column-major files without manifest.json do not say their sample shape: give it with --shape CxHxW",
+            tree::shown_path(input)
+        ))
+    })?;
+    let mut found = Vec::new();
+    let mut k = 1;
+    for (split, ip, lp) in pairs {
+        let r = ColmajorSplitReader::open_files(&ip, &lp, &shape)?;
+        k = k.max(r.check_labels(None)?.len());
+        found.push((split, r));
+    }
+    notes.push(format!(
+        "no manifest.json: {shape} samples from --shape, {k} classes (0 to {}) from the labels",
+        k - 1
+    ));
+    let classes = (0..k).map(|c| c.to_string()).collect();
+    Ok((found, shape, None, classes))
+}
+
+/// A unit per chunk of samples of each column-major split.
+fn column_units(
+    o: &ConvertOptions,
+    found: ColumnSplits,
+    dtype: Option<Dtype>,
+    splits: &mut BTreeMap<String, Vec<Unit>>,
+    inputs: &mut usize,
+) {
+    let values = match (dtype, o.dtype) {
+        (Some(d), _) => Values::Manifest(d),
+        (None, None) => Values::Auto,
+        (None, Some(_)) => Values::Float,
+    };
+    for (split, r) in found {
+        *inputs += 2;
+        let (n, chunk) = (
+            r.samples,
+            crate::format::colmajor::chunk_samples(r.features),
+        );
+        let file = crate::format::colmajor::images_name(&split);
+        let src = Arc::new(Stored::Columns(r, values));
+        splits.insert(
+            split,
+            (0..n)
+                .step_by(chunk)
+                .map(|start| Unit::Stored {
+                    name: format!("{file}[{start}..]"),
+                    src: src.clone(),
+                    start,
+                    len: chunk.min(n - start),
+                })
+                .collect(),
+        );
+    }
 }
 
 /// The target of a conversion of stored samples: their shape (the last two dimensions resized
