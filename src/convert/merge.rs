@@ -146,12 +146,13 @@ fn check_together(mut parts: Vec<Loaded>) -> Result<Vec<Loaded>> {
         let (a, b) = (&p.ds.manifest, &r.ds.manifest);
         if a.sample != b.sample
             || a.classes != b.classes
+            || a.fields != b.fields
             || a.codec != b.codec
             || a.block_samples != b.block_samples
             || p.part.of != r.part.of
         {
             return Err(Error::Invalid(format!(
-                "{}: its samples, classes, codec or blocks differ from those of {}, a part of the same job",
+                "{}: its samples, classes, fields, codec or blocks differ from those of {}, a part of the same job",
                 p.name(),
                 r.name()
             )));
@@ -431,6 +432,7 @@ fn merged_manifest(
         infos,
         Provenance::here(source),
     )
+    .with_fields(r.fields.clone())
 }
 
 /// Link (or copy) every shard into staging, then move them into OUT with the rejects and the

@@ -42,6 +42,30 @@ pub(super) fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     })
 }
 
+/// A dataset whose samples carry fields is not converted again: the conversion carries images
+/// and classes only, and would drop the fields without a word; the column-major layout has no
+/// place for them at all.
+fn refuse_fields(o: &ConvertOptions, fields: &crate::format::fields::Fields) -> Result<()> {
+    if fields.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = fields
+        .iter()
+        .map(|f| format!("{} ({})", f.name, f.kind.name()))
+        .collect();
+    let why = if o.format == OutputFormat::Colmajor {
+        "the column-major layout has images and class labels only (formats/colmajor.md)"
+    } else {
+        "converting a dataset again keeps only its images and classes"
+    };
+    Err(Error::Invalid(format!(
+        "{}: its samples carry fields ({}); {why}, so prep refuses rather than drop them. \
+         Read it as it is (prep train, prep inspect, the Python reader)",
+        tree::shown_path(&o.input),
+        names.join(", ")
+    )))
+}
+
 /// The splits of column-major files, each read by its reader.
 type ColumnSplits = Vec<(String, ColmajorSplitReader)>;
 
@@ -82,6 +106,7 @@ fn shard_units(
     let ds = Dataset::open(&o.input)?;
     let m = &ds.manifest;
     check_shape(o, &m.sample.shape)?;
+    refuse_fields(o, &m.fields)?;
     for (split, info) in &m.splits {
         let mut units = Vec::new();
         for sh in &info.shards {

@@ -221,3 +221,37 @@ fn a_manifest_whose_fields_break_the_rules_is_refused_naming_them() {
         );
     }
 }
+
+#[test]
+fn converting_a_dataset_with_fields_again_is_refused_rather_than_dropping_them() {
+    let d = tempfile::tempdir().unwrap();
+    let ds = d.path().join("ds");
+    write_dataset(&ds, 40, Codec::Zstd { level: 1 });
+    for (format, why) in [
+        ("shards", "keeps only its images and classes"),
+        (
+            "colmajor",
+            "column-major layout has images and class labels only",
+        ),
+    ] {
+        let out = d.path().join(format);
+        let o = crate::util::prep()
+            .args([
+                "convert",
+                ds.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .args(["--format", format])
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_ne!(o.status.code(), Some(0));
+        assert!(
+            e.contains("carry fields (seg (mask), tags (labels), size (values))")
+                && e.contains(why),
+            "{e}"
+        );
+        assert!(!out.join("manifest.json").exists());
+    }
+}
