@@ -4,6 +4,7 @@
 //! buffers returned here into NumPy arrays and PyTorch tensors.
 
 use prep::util::error::Region;
+use prep::format::fields::Fields;
 use prep::format::shard::{Block, Dataset, Dtype};
 use prep::train::input::{self, EpochPlan, Loader, OnDamage, Share, Source};
 use pyo3::create_exception;
@@ -226,6 +227,7 @@ impl NativeDataset {
             starts.push(acc);
         }
         Ok(NativeSplit {
+            fields: ds.manifest.fields.clone(),
             name: name.to_string(),
             dims: src.spec.shape.0.iter().map(|&d| d as usize).collect(),
             typestr: typestr(src.spec.dtype),
@@ -244,6 +246,8 @@ impl NativeDataset {
 /// One split, open for random access and streaming.
 #[pyclass(frozen, module = "prep._prep")]
 struct NativeSplit {
+    /// What each sample carries beside its image and class (format version 3).
+    fields: Fields,
     name: String,
     src: Arc<Source>,
     dims: Vec<usize>,
@@ -299,6 +303,16 @@ impl NativeSplit {
         let blk = Arc::new(py.detach(|| self.src.read(b)).map_err(|e| py_err(py, e))?);
         self.insert(b, blk.clone());
         Ok(blk)
+    }
+
+    /// Field `f`'s values of `n` samples (or of one, without a leading axis).
+    fn field_buffer(&self, f: usize, v: Vec<u8>, n: Option<usize>) -> Buffer {
+        let field = &self.fields.0[f];
+        let shape = n
+            .into_iter()
+            .chain(field.shape.iter().map(|&d| d as usize))
+            .collect();
+        Buffer::bytes(v, shape, typestr(field.dtype))
     }
 
     fn sample_shape(&self, n: Option<usize>) -> Vec<usize> {
@@ -371,11 +385,15 @@ impl NativeSplit {
         )
     }
 
-    /// Sample `i` (negative counts from the end): its pixels and label. Only the block holding
-    /// it is read and checked, unless the cache holds it already.
-    fn get(&self, py: Python<'_>, i: i64) -> PyResult<(Buffer, u32)> {
+    /// Sample `i` (negative counts from the end): its pixels, label and fields (in declaration
+    /// order; none before format version 3). Only the block holding it is read and checked,
+    /// unless the cache holds it already.
+    fn get(&self, py: Python<'_>, i: i64) -> PyResult<(Buffer, u32, Vec<Buffer>)> {
         let (b, k) = self.locate(self.index(i)?);
         let blk = self.block(py, b)?;
+        let fields = (0..self.fields.0.len())
+            .map(|f| self.field_buffer(f, blk.field(&self.fields, f, k).to_vec(), None))
+            .collect();
         Ok((
             Buffer::bytes(
                 blk.sample(k).to_vec(),
@@ -383,7 +401,13 @@ impl NativeSplit {
                 self.typestr,
             ),
             blk.label(k),
+            fields,
         ))
+    }
+
+    /// The names, kinds and value names of the fields, in declaration order.
+    fn field_names(&self) -> Vec<String> {
+        self.fields.iter().map(|f| f.name.clone()).collect()
     }
 
     /// The samples at `indices`, in that order, as one batch: each block that holds any of them
@@ -395,7 +419,7 @@ impl NativeSplit {
         py: Python<'_>,
         indices: Vec<i64>,
         threads: Option<usize>,
-    ) -> PyResult<(Buffer, Buffer)> {
+    ) -> PyResult<(Buffer, Buffer, Vec<Buffer>)> {
         let n = indices.len();
         let mut by_block: Vec<(usize, usize, usize)> = Vec::with_capacity(n); // (block, offset, out)
         for (o, &i) in indices.iter().enumerate() {
@@ -414,6 +438,10 @@ impl NativeSplit {
         let sb = self.sample_bytes;
         let mut pixels = vec![0u8; n * sb];
         let mut labels = vec![0i64; n];
+        let fields = &self.fields;
+        let field_bytes: Vec<usize> = fields.iter().map(|f| f.bytes()).collect();
+        let mut field_out: Vec<Vec<u8>> = field_bytes.iter().map(|&b| vec![0u8; n * b]).collect();
+        let field_ptrs: Vec<SendPtr> = field_out.iter_mut().map(|v| SendPtr(v.as_mut_ptr())).collect();
         let threads = threads.unwrap_or_else(default_threads).max(1);
         let next = AtomicUsize::new(0);
         let px = SendPtr(pixels.as_mut_ptr());
@@ -447,6 +475,13 @@ impl NativeSplit {
                                     sb,
                                 );
                                 *(lb.0 as *mut i64).add(o) = blk.label(k) as i64;
+                                for (f, (&fb, fp)) in field_bytes.iter().zip(&field_ptrs).enumerate() {
+                                    std::ptr::copy_nonoverlapping(
+                                        blk.field(fields, f, k).as_ptr(),
+                                        fp.0.add(o * fb),
+                                        fb,
+                                    );
+                                }
                             }
                         }
                     }
@@ -461,9 +496,15 @@ impl NativeSplit {
             })
         });
         r.map_err(|e| py_err(py, e))?;
+        let fields = field_out
+            .into_iter()
+            .enumerate()
+            .map(|(f, v)| self.field_buffer(f, v, Some(n)))
+            .collect();
         Ok((
             Buffer::bytes(pixels, self.sample_shape(Some(n)), self.typestr),
             Buffer::labels(labels),
+            fields,
         ))
     }
 

@@ -99,6 +99,13 @@ class Dataset:
         return list(self.manifest["classes"])
 
     @property
+    def fields(self) -> List[Dict[str, Any]]:
+        """What each sample carries beside its image and class (format version 3): one dict per
+        field with ``name``, ``kind`` (``mask``, ``labels`` or ``values``), ``dtype``, ``shape``
+        and ``names``; empty for datasets of images and classes only."""
+        return [dict(f) for f in self.manifest.get("fields", [])]
+
+    @property
     def num_classes(self) -> int:
         return len(self.manifest["classes"])
 
@@ -189,17 +196,24 @@ class Split:
         self._native = dataset._native.open_split(name, int(cache_bytes))
         self.shape: Tuple[int, ...] = dataset.shape
         self.dtype: np.dtype = dataset.dtype
+        self._field_names: List[str] = self._native.field_names()
 
     def __len__(self) -> int:
         return len(self._native)
 
-    def __getitem__(self, i: int) -> Tuple[np.ndarray, int]:
-        """Sample ``i`` (negative counts from the end) as ``(array C x H x W, label)``. Only the
-        block holding it is read and checked; recently decoded blocks are cached."""
+    def __getitem__(self, i: int) -> Any:
+        """Sample ``i`` (negative counts from the end) as ``(array C x H x W, label)``, or, for
+        a dataset whose samples carry fields, a dict ``{"image": ..., "class": ..., FIELD: ...}``
+        in the manifest's order of fields. Only the block holding it is read and checked;
+        recently decoded blocks are cached."""
         if isinstance(i, slice):
             raise TypeError("slices are not supported: use split.take(indices)")
-        pixels, label = self._native.get(i.__index__())
-        return np.asarray(pixels), label
+        pixels, label, fields = self._native.get(i.__index__())
+        if not self._field_names:
+            return np.asarray(pixels), label
+        out: Dict[str, Any] = {"image": np.asarray(pixels), "class": label}
+        out.update(zip(self._field_names, (np.asarray(f) for f in fields)))
+        return out
 
     def __iter__(self) -> Iterator[Tuple[np.ndarray, int]]:
         """Every sample in file order."""
@@ -218,12 +232,18 @@ class Split:
         hits, misses = self._native.cache_stats()
         return {"hits": hits, "misses": misses}
 
-    def take(self, indices: Sequence[int], threads: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
-        """The samples at ``indices``, in that order: ``(images[N, ...], labels[N])``. Each block
-        holding any of them is read and checked once, on ``threads`` threads."""
+    def take(self, indices: Sequence[int], threads: Optional[int] = None) -> Any:
+        """The samples at ``indices``, in that order: ``(images[N, ...], labels[N])``, or, for a
+        dataset whose samples carry fields, a dict of arrays with ``image``, ``class`` and each
+        field (``[N, ...]``). Each block holding any of them is read and checked once, on
+        ``threads`` threads."""
         idx = np.asarray(indices, dtype=np.int64).ravel().tolist()
-        pixels, labels = self._native.take(idx, threads)
-        return np.asarray(pixels), np.asarray(labels)
+        pixels, labels, fields = self._native.take(idx, threads)
+        if not self._field_names:
+            return np.asarray(pixels), np.asarray(labels)
+        out: Dict[str, Any] = {"image": np.asarray(pixels), "class": np.asarray(labels)}
+        out.update(zip(self._field_names, (np.asarray(f) for f in fields)))
+        return out
 
     def order(self, seed: int = 0, epoch: int = 0, shuffle: bool = True, rank: int = 0,
               world_size: int = 1) -> np.ndarray:
