@@ -13,6 +13,31 @@ use std::process::{Child, Command, ExitCode};
 use std::time::Duration;
 
 pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    let world = world_of(&a)?;
+    check_paths(&a)?;
+    let epochs = epochs_to_train(&a, &world)?;
+    let device = match placement(&a, &world)? {
+        Placement::Device(d) => d,
+        Placement::Launch(gpus) => return launch(&gpus, quiet),
+    };
+    // Only rank 0 shows progress and the summary; every rank reports its own errors.
+    let quiet = quiet || world.as_ref().is_some_and(|w| w.rank != 0);
+    let opts = train_options(&a, epochs, device, quiet, &world);
+    let what = error_context(&a, &world);
+    clear_if_forced(&a, &world)?;
+    let t = train(&opts).context(what)?;
+    prep::train::timing::mark("train returned");
+    if let Some(s) = &t.summary {
+        print_summary(&a, &t, s, quiet)?;
+        if s.device.starts_with("cuda") {
+            exit_without_teardown();
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// This process's place in a data-parallel world, if it is a rank of one.
+fn world_of(a: &TrainArgs) -> anyhow::Result<Option<dist::World>> {
     let env = |k: &str| std::env::var(k).ok();
     // In a Slurm batch script of several tasks (outside srun), the allocation's variables describe
     // no world of this process; `--gpus N` there starts this node's ranks itself.
@@ -30,6 +55,11 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         w => w,
     };
+    Ok(world)
+}
+
+/// Refuse a run folder given as the dataset, or a dataset given to `--resume`.
+fn check_paths(a: &TrainArgs) -> anyhow::Result<()> {
     if let Some(d) = &a.data {
         super::paths::expect_dataset(d, "train takes a dataset; a run folder goes to --resume")?;
     }
@@ -39,6 +69,12 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             "--resume takes the run folder that prep train --out wrote",
         )?;
     }
+    Ok(())
+}
+
+/// The epochs to train: `--epochs`, or a resumed run's own when not given; flags that differ from
+/// the resumed run's are refused.
+fn epochs_to_train(a: &TrainArgs, world: &Option<dist::World>) -> anyhow::Result<usize> {
     // --resume keeps the run's settings: a flag given with another value is refused by name.
     let mut epochs = a.epochs;
     if let Some(dir) = &a.resume {
@@ -50,7 +86,7 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         if let Ok(r) = prep::train::read_recipe(dir) {
             let launched = a.gpus.is_some() || a.rank_of_gpus || world.is_some();
-            let differ = resume_conflicts(&a, &r, launched);
+            let differ = resume_conflicts(a, &r, launched);
             if !differ.is_empty() {
                 return Err(UsageError(format!(
                     "{}; a resumed run keeps its settings ({}), and only --epochs N above its {} extends it",
@@ -66,8 +102,19 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    Ok(epochs)
+}
+
+/// Where this process trains: on one device, or by starting a rank on each of several GPUs.
+enum Placement {
+    Device(String),
+    Launch(Vec<usize>),
+}
+
+/// Settle the device from `--device`, `--gpus` and the world, refusing combinations that clash.
+fn placement(a: &TrainArgs, world: &Option<dist::World>) -> anyhow::Result<Placement> {
     let mut device = a.device.clone();
-    match (&a.gpus, &world) {
+    match (&a.gpus, world) {
         (Some(g), _) if a.device != "auto" => {
             return Err(UsageError(format!(
                 "--gpus {g} picks the GPUs itself: leave out --device {}",
@@ -91,7 +138,7 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         (Some(g), None) => {
             let gpus = g.resolve(gpu_count()).map_err(anyhow::Error::msg)?;
             if gpus.len() > 1 {
-                return launch(&gpus, quiet);
+                return Ok(Placement::Launch(gpus));
             }
             device = format!("cuda:{}", gpus[0]);
         }
@@ -115,11 +162,20 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         (None, None) => {}
     }
-    // Only rank 0 shows progress and the summary; every rank reports its own errors.
-    let quiet = quiet || world.as_ref().is_some_and(|w| w.rank != 0);
+    Ok(Placement::Device(device))
+}
+
+/// The library's options for this command.
+fn train_options(
+    a: &TrainArgs,
+    epochs: usize,
+    device: String,
+    quiet: bool,
+    world: &Option<dist::World>,
+) -> TrainOptions {
     let lr = a.lr.unwrap_or(default_lr(&a.model));
     // --lr, --momentum, --label-smoothing and --weight-decay are range-checked by clap (cli.rs).
-    let opts = TrainOptions {
+    TrainOptions {
         data: a.data.clone().unwrap_or_default(),
         shape: a.shape.clone(),
         out: a.out.clone(),
@@ -142,57 +198,73 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         stop_after: None,
         world: world.clone(),
         sync_bn: a.sync_bn,
-    };
+    }
+}
+
+/// What an error of this run says it was doing ("rank 1 of 2: training on DATA").
+fn error_context(a: &TrainArgs, world: &Option<dist::World>) -> String {
     let what = match (&a.resume, &a.data) {
         (Some(r), _) => format!("resuming {}", shown_path(&r)),
         (None, Some(d)) => format!("training on {}", shown_path(&d)),
         _ => "training".into(),
     };
     // Every rank of a world reports its own errors: say whose.
-    let what = match &world {
+    match world {
         Some(w) => format!("rank {} of {}: {what}", w.rank, w.size),
         None => what,
-    };
+    }
+}
+
+/// With `--force`, clear the `--out` folder first (rank 0 only).
+fn clear_if_forced(a: &TrainArgs, world: &Option<dist::World>) -> anyhow::Result<()> {
     if a.force && world.as_ref().is_none_or(|w| w.rank == 0) {
         if let Some(out) = &a.out {
             prep::train::clear_run(out)
                 .with_context(|| format!("clearing {} (--force)", shown_path(out)))?;
         }
     }
-    let t = train(&opts).context(what)?;
-    prep::train::timing::mark("train returned");
-    if let Some(s) = &t.summary {
-        if a.json {
-            outln!("{}", serde_json::to_string_pretty(s)?);
-        } else if !quiet {
-            let acc = if s.test_accuracy.is_nan() {
-                "no test split".to_string()
-            } else {
-                format!("test accuracy {:.4}", s.test_accuracy)
-            };
-            outln!(
-                "{}: {acc} after {} epochs on {} data, {:.0} samples/s on {}, {:.1} s, peak RSS {}",
-                shown_path(&t.dir),
-                s.epochs,
-                s.layout.name(),
-                s.samples_per_sec,
-                s.device,
-                s.seconds,
-                human(s.peak_rss_bytes)
-            );
-        }
-        if s.device.starts_with("cuda") {
-            // Everything is written and closed. The CUDA libraries' exit handlers and the
-            // context's teardown took 0.17 s of a 2.4 s run on an H100 (issue 24); the driver
-            // frees the GPU at process exit in any case.
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-            let _ = std::io::stderr().flush();
-            prep::train::timing::mark("exit");
-            unsafe { libc::_exit(0) };
-        }
+    Ok(())
+}
+
+/// Print the run's summary: as JSON with `--json`, else one line unless quiet.
+fn print_summary(
+    a: &TrainArgs,
+    t: &prep::train::Trained,
+    s: &prep::train::Summary,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(s)?);
+    } else if !quiet {
+        let acc = if s.test_accuracy.is_nan() {
+            "no test split".to_string()
+        } else {
+            format!("test accuracy {:.4}", s.test_accuracy)
+        };
+        outln!(
+            "{}: {acc} after {} epochs on {} data, {:.0} samples/s on {}, {:.1} s, peak RSS {}",
+            shown_path(&t.dir),
+            s.epochs,
+            s.layout.name(),
+            s.samples_per_sec,
+            s.device,
+            s.seconds,
+            human(s.peak_rss_bytes)
+        );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+/// End the process at once, successfully, skipping the CUDA libraries' teardown.
+fn exit_without_teardown() -> ! {
+    // Everything is written and closed. The CUDA libraries' exit handlers and the
+    // context's teardown took 0.17 s of a 2.4 s run on an H100 (issue 24); the driver
+    // frees the GPU at process exit in any case.
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    prep::train::timing::mark("exit");
+    unsafe { libc::_exit(0) };
 }
 
 /// The flags given with `--resume` whose values differ from the run's recipe, each as "--flag V

@@ -25,20 +25,58 @@ fn dev_err(e: String) -> Error {
 pub fn run(mut ctx: RunCtx) -> Result<Trained> {
     let r = ctx.recipe;
     let o = ctx.opts;
-    let ordinal: usize = r
-        .device
-        .strip_prefix("cuda:")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let prec = match r.precision.as_str() {
-        "f32" => Precision::F32,
-        _ => Precision::Bf16,
-    };
+    let ordinal = device_ordinal(&r.device);
+    let prec = precision_of(r);
     let split_bytes = ctx.train_src.samples as u64 * ctx.train_src.spec.bytes() as u64;
     let name = probe(ordinal).map_err(dev_err)?;
     // The staging ring's kind comes with the backend; `auto` is settled once the free memory is
     // known, between `device` and `stream`, which share the pinned ring.
     let mode = o.memory.clone();
+    let mut be = start_backend(&ctx, ordinal, prec, &mode)?;
+    // The joined world stays open as the ranks' liveness until this function returns.
+    let world = join_world_if_rank(&mut be, o, r)?;
+    let (free, total) = mem_info().map_err(dev_err)?;
+    let sample_bytes = ctx.train_src.spec.bytes();
+    let need = |b: usize| step_bytes(r, prec, sample_bytes, b);
+    check_batch_fits(r, &need, free, ordinal)?;
+    let mode = settle_input_mode(mode, split_bytes, free, need(r.batch))?;
+    plan_convolutions(&mut be, r)?;
+    if !o.quiet {
+        print_input(&mode, split_bytes, free, total, prec);
+    }
+    ctx.device_desc = device_desc(ordinal, &name, prec, &mode);
+    let feed = make_feed(&mut be, &ctx, &mode)?;
+    super::timing::mark("input ready");
+    let out = run_on(be, feed, ctx);
+    if let Some((joined, mut watch)) = world {
+        match &out {
+            Ok(_) => watch.finish(),
+            Err(e) => watch.fail(&e.to_string()),
+        }
+        drop(joined);
+    }
+    out
+}
+
+/// The ordinal of `cuda:N` (0 for plain `cuda`).
+fn device_ordinal(device: &str) -> usize {
+    device
+        .strip_prefix("cuda:")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The recipe's GPU arithmetic.
+fn precision_of(r: &Recipe) -> Precision {
+    match r.precision.as_str() {
+        "f32" => Precision::F32,
+        _ => Precision::Bf16,
+    }
+}
+
+/// The backend on GPU `ordinal`, with its staging ring for input `mode` and the run's algorithms.
+fn start_backend(ctx: &RunCtx, ordinal: usize, prec: Precision, mode: &str) -> Result<Cuda> {
+    let r = ctx.recipe;
     let kind = if mode == "managed" {
         Kind::Managed
     } else {
@@ -54,12 +92,20 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
     if !ctx.dir.as_os_str().is_empty() {
         be.use_run_algorithms(ctx.dir, ctx.share.index == 0);
     }
+    Ok(be)
+}
+
+/// Join the world of ranks this process belongs to, if any, and say so unless quiet.
+fn join_world_if_rank(
+    be: &mut Cuda,
+    o: &super::TrainOptions,
+    r: &Recipe,
+) -> Result<Option<(crate::dist::Joined, crate::dist::Watch)>> {
     // A rank of several joins the others before anything is timed: NCCL's id from rank 0
-    // through the rendezvous, then the communicator. The joined world stays open as the ranks'
-    // liveness until this function returns.
-    let world = match &o.world {
+    // through the rendezvous, then the communicator.
+    Ok(match &o.world {
         Some(w) => {
-            let joined = join_world(&mut be, w, r)?;
+            let joined = join_world(be, w, r)?;
             if !o.quiet {
                 eprintln!(
                     "world: rank {} of {} ({}), NCCL {}",
@@ -72,17 +118,27 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
             Some(joined)
         }
         None => None,
-    };
-    let (free, total) = mem_info().map_err(dev_err)?;
+    })
+}
+
+/// GPU memory a step at batch `b` needs beside the input.
+fn step_bytes(r: &Recipe, prec: Precision, sample_bytes: usize, b: usize) -> u64 {
+    let act_bytes = if prec == Precision::F32 { 4 } else { 2 };
+    crate::train::plan::CONV_WORKSPACE_BYTES
+        + r.model.parameter_bytes()
+        + r.model.activation_bytes(b, act_bytes)
+        + 3 * (b * sample_bytes) as u64
+}
+
+/// Refuse a batch whose step cannot fit the `free` GPU memory, naming one that does.
+fn check_batch_fits(
+    r: &Recipe,
+    need: &dyn Fn(usize) -> u64,
+    free: usize,
+    ordinal: usize,
+) -> Result<()> {
     // What a step needs beside the input (the libraries are loaded by now, so `free` excludes
     // them): refuse before the first step a batch that cannot fit, naming one that does.
-    let act_bytes = if prec == Precision::F32 { 4 } else { 2 };
-    let need = |b: usize| {
-        crate::train::plan::CONV_WORKSPACE_BYTES
-            + r.model.parameter_bytes()
-            + r.model.activation_bytes(b, act_bytes)
-            + 3 * (b * ctx.train_src.spec.bytes()) as u64
-    };
     if need(r.batch) > free as u64 {
         let fits = (1..r.batch).rev().find(|&b| need(b) <= free as u64);
         return Err(Error::Device(format!(
@@ -100,7 +156,13 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
             }
         )));
     }
-    let budget = (free as u64 / 2).min(free as u64 - need(r.batch));
+    Ok(())
+}
+
+/// The input mode: `auto` settled by whether the split fits the memory a step leaves, and
+/// `device` refused where it does not.
+fn settle_input_mode(mode: String, split_bytes: u64, free: usize, step: u64) -> Result<String> {
+    let budget = (free as u64 / 2).min(free as u64 - step);
     let mode = if mode == "auto" {
         if split_bytes <= budget {
             "device".to_string()
@@ -116,16 +178,26 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
             human(split_bytes),
             human(budget),
             human(free as u64),
-            human(need(r.batch))
+            human(step)
         )));
     }
+    Ok(mode)
+}
+
+/// Have cuDNN list its candidate algorithms for every convolution of the model.
+fn plan_convolutions(be: &mut Cuda, r: &Recipe) -> Result<()> {
     // cuDNN lists its candidate algorithms per convolution now (the first real batch times them).
     for (s, input) in r.model.convs(r.batch) {
         be.prepare_conv(&s, input);
     }
     be.status().map_err(dev_err)?;
     super::timing::mark("convolutions planned");
-    let what = match mode.as_str() {
+    Ok(())
+}
+
+/// Say what the input mode is, the GPU memory free and the precision.
+fn print_input(mode: &str, split_bytes: u64, free: usize, total: usize, prec: Precision) {
+    let what = match mode {
         "device" => format!(
             "device (the {} training split held in GPU memory)",
             human(split_bytes)
@@ -133,42 +205,39 @@ pub fn run(mut ctx: RunCtx) -> Result<Trained> {
         "stream" => "stream (blocks decoded on CPU threads, pinned ring of 3 batches, copies on their own stream)".into(),
         _ => "managed (blocks decoded on CPU threads into a ring of 3 batches of managed memory, prefetched)".into(),
     };
-    if !o.quiet {
-        eprintln!(
-            "input: {what}; {} of {} GPU memory free; precision {}",
-            human(free as u64),
-            human(total as u64),
-            match prec {
-                Precision::F32 => "float32",
-                Precision::Bf16 => "bfloat16 with float32 master weights",
-            }
-        );
-    }
-    ctx.device_desc = format!(
+    eprintln!(
+        "input: {what}; {} of {} GPU memory free; precision {}",
+        human(free as u64),
+        human(total as u64),
+        match prec {
+            Precision::F32 => "float32",
+            Precision::Bf16 => "bfloat16 with float32 master weights",
+        }
+    );
+}
+
+/// The device and input pipeline in words, for the log and summary.json.
+fn device_desc(ordinal: usize, name: &str, prec: Precision, mode: &str) -> String {
+    format!(
         "cuda:{ordinal} ({name}), {}, input {mode}",
         match prec {
             Precision::F32 => "f32",
             Precision::Bf16 => "bf16",
         }
-    );
+    )
+}
+
+/// The feed of input `mode`: the split held in GPU memory, or the host pipeline.
+fn make_feed(be: &mut Cuda, ctx: &RunCtx, mode: &str) -> Result<Box<dyn Feed<Cuda>>> {
+    let r = ctx.recipe;
     let share = ctx.share;
-    let feed: Box<dyn Feed<Cuda>> = if mode == "device" {
-        let mut f = DeviceFeed::new(&mut be, ctx.train_src.clone(), r, ctx.workers)?;
+    Ok(if mode == "device" {
+        let mut f = DeviceFeed::new(be, ctx.train_src.clone(), r, ctx.workers)?;
         f.share = share;
         Box::new(f)
     } else {
         Box::new(HostFeed::new(ctx.train_src.clone(), r, ctx.workers).for_rank(share))
-    };
-    super::timing::mark("input ready");
-    let out = run_on(be, feed, ctx);
-    if let Some((joined, mut watch)) = world {
-        match &out {
-            Ok(_) => watch.finish(),
-            Err(e) => watch.fail(&e.to_string()),
-        }
-        drop(joined);
-    }
-    out
+    })
 }
 
 /// Join the data-parallel world `w` on this rank's GPU: rank 0 makes NCCL's unique id, the

@@ -357,26 +357,55 @@ impl Dnn {
         })
     }
 
+    /// `k`'s plan: its descriptors, and the candidate algorithms of each direction.
     unsafe fn make_plan_for(&self, k: ConvKey, stream: CUstream) -> Result<Plan, String> {
-        use dnn::cudnnDataType_t::*;
-        use dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS as OK;
-        let dt = if k.bf16 {
-            CUDNN_DATA_BFLOAT16
-        } else {
-            CUDNN_DATA_FLOAT
-        };
-        // Channels last: tensor cores read NHWC without transposing (NCHW cost twice the time).
-        let nhwc = dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC;
-        let s = k.s;
-        let (oh, ow) = (s.oh(), s.ow());
-        let dims = [
-            k.s.n, k.s.cin, k.s.cout, k.s.h, k.s.w, k.s.k, k.s.stride, k.s.pad, oh, ow,
-        ];
-        if dims.iter().any(|&d| d > i32::MAX as usize) {
-            return Err(format!("a convolution too large for cuDNN: {k:?}"));
-        }
-        let i = |v: usize| v as i32;
-        let mut p = Plan {
+        check_fits_cudnn(&k)?;
+        let mut p = Plan::unset();
+        // From here on `p` owns what is created: an error drops it, and with it the descriptors.
+        p.create_descriptors()?;
+        p.describe(&k)?;
+        p.check_output_size(&k)?;
+        p.set_math_type(&k)?;
+
+        // cuDNN's heuristics rank the algorithms for this shape without running any (cudnnFind
+        // ran every one, with its workspace, on the critical path of a run's start: about half a
+        // second for the small model). The ranking's first usable candidate is the pick unless
+        // this run or this GPU's memo names another (`Cuda::tune`); with PREP_CUDNN_TUNE=1 the
+        // candidates are timed on the first real batch. The workspace fits every candidate.
+        let _ = stream;
+        let h = self.handle;
+        let found = rank_forward(h, &p)?;
+        p.add_candidates(&k, 0, &found);
+        let found = rank_backward_data(h, &p)?;
+        p.add_candidates(&k, 1, &found);
+        let found = rank_backward_filter(h, &p)?;
+        p.add_candidates(&k, 2, &found);
+        p.check_candidates(&k)?;
+        p.pick_first_candidates();
+        Ok(p)
+    }
+}
+
+/// Refuse a convolution with a size cuDNN's 32-bit arguments cannot hold.
+fn check_fits_cudnn(k: &ConvKey) -> Result<(), String> {
+    let s = k.s;
+    let (oh, ow) = (s.oh(), s.ow());
+    let dims = [
+        k.s.n, k.s.cin, k.s.cout, k.s.h, k.s.w, k.s.k, k.s.stride, k.s.pad, oh, ow,
+    ];
+    if dims.iter().any(|&d| d > i32::MAX as usize) {
+        return Err(format!("a convolution too large for cuDNN: {k:?}"));
+    }
+    Ok(())
+}
+
+/// An algorithm cuDNN ranked: (algorithm, workspace bytes, deterministic).
+type Found = (i32, usize, bool);
+
+impl Plan {
+    /// A plan with no descriptors yet and placeholder algorithms.
+    fn unset() -> Plan {
+        Plan {
             x: std::ptr::null_mut(),
             y: std::ptr::null_mut(),
             w: std::ptr::null_mut(),
@@ -387,8 +416,12 @@ impl Dnn {
             workspace: 0,
             candidates: [Vec::new(), Vec::new(), Vec::new()],
             tuned: [false; 3],
-        };
-        // From here on `p` owns what is created: an error drops it, and with it the descriptors.
+        }
+    }
+
+    /// Create the input, output, filter and convolution descriptors, owned by the plan.
+    unsafe fn create_descriptors(&mut self) -> Result<(), String> {
+        let p = self;
         check(
             dnn::cudnnCreateTensorDescriptor(&mut p.x),
             "tensor descriptor",
@@ -404,7 +437,22 @@ impl Dnn {
         check(
             dnn::cudnnCreateConvolutionDescriptor(&mut p.conv),
             "convolution descriptor",
-        )?;
+        )
+    }
+
+    /// Set the descriptors to `k`'s shapes, channels last, and its padding and stride.
+    unsafe fn describe(&self, k: &ConvKey) -> Result<(), String> {
+        use dnn::cudnnDataType_t::*;
+        let p = self;
+        let dt = if k.bf16 {
+            CUDNN_DATA_BFLOAT16
+        } else {
+            CUDNN_DATA_FLOAT
+        };
+        // Channels last: tensor cores read NHWC without transposing (NCHW cost twice the time).
+        let nhwc = dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC;
+        let (oh, ow) = (k.s.oh(), k.s.ow());
+        let i = |v: usize| v as i32;
         check(
             dnn::cudnnSetTensor4dDescriptor(
                 p.x,
@@ -446,7 +494,14 @@ impl Dnn {
                 CUDNN_DATA_FLOAT,
             ),
             "convolution",
-        )?;
+        )
+    }
+
+    /// Refuse a plan whose output size cuDNN computes differently from ours.
+    unsafe fn check_output_size(&self, k: &ConvKey) -> Result<(), String> {
+        let p = self;
+        let (oh, ow) = (k.s.oh(), k.s.ow());
+        let i = |v: usize| v as i32;
         // The output size is ours (`out_size`); cuDNN must agree, or the buffers would be wrong.
         let (mut cn, mut cc, mut ch, mut cw) = (0, 0, 0, 0);
         check(
@@ -461,21 +516,25 @@ impl Dnn {
                 k.s.n, k.s.cout
             ));
         }
+        Ok(())
+    }
+
+    /// Set the convolution's arithmetic: FMA in float32, tensor cores in bfloat16.
+    unsafe fn set_math_type(&self, k: &ConvKey) -> Result<(), String> {
         // float32: plain FMA arithmetic, the reference. bfloat16: tensor cores.
         let math = if k.bf16 {
             dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
         } else {
             dnn::cudnnMathType_t::CUDNN_FMA_MATH
         };
-        check(dnn::cudnnSetConvolutionMathType(p.conv, math), "math type")?;
+        check(
+            dnn::cudnnSetConvolutionMathType(self.conv, math),
+            "math type",
+        )
+    }
 
-        // cuDNN's heuristics rank the algorithms for this shape without running any (cudnnFind
-        // ran every one, with its workspace, on the critical path of a run's start: about half a
-        // second for the small model). The ranking's first usable candidate is the pick unless
-        // this run or this GPU's memo names another (`Cuda::tune`); with PREP_CUDNN_TUNE=1 the
-        // candidates are timed on the first real batch. The workspace fits every candidate.
-        let _ = stream;
-        let det = dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC;
+    /// Add direction `dir`'s candidates among `found` and grow the workspace to fit them.
+    fn add_candidates(&mut self, k: &ConvKey, dir: usize, found: &[Found]) {
         // Deterministic algorithms only where cuDNN has any (atomics-based ones otherwise): the
         // candidate set, and with it the pick, is the same in every process, so runs repeat bit
         // for bit and a resumed run ends where an uninterrupted one does.
@@ -485,147 +544,173 @@ impl Dnn {
         // Those come in a fixed order, not the heuristics': with IMPLICIT_PRECOMP_GEMM first
         // (the heuristics' pick for 64x64x7x7) a ReLU mask flipped on a value next to 0 and the
         // CPU comparison of whole steps was 1e-3 off (IMPLICIT_GEMM: 5e-6).
-        let pick = |p: &mut Plan, dir: usize, found: &[(i32, usize, bool)]| {
-            let mut plain: Vec<_> = found
-                .iter()
-                .copied()
-                .filter(|f| k.bf16 || sums_products(dir, f.0).is_some())
-                .collect();
-            if !k.bf16 {
-                plain.sort_by_key(|f| sums_products(dir, f.0));
-            }
-            let found = if plain.is_empty() {
-                found.to_vec()
-            } else {
-                plain
-            };
-            let any_det = found.iter().any(|f| f.2);
-            for &(algo, mem, _) in found.iter().filter(|f| f.2 || !any_det) {
-                if !p.candidates[dir].contains(&algo) {
-                    p.candidates[dir].push(algo);
-                }
-                p.workspace = p.workspace.max(mem);
-            }
+        let p = self;
+        let mut plain: Vec<_> = found
+            .iter()
+            .copied()
+            .filter(|f| k.bf16 || sums_products(dir, f.0).is_some())
+            .collect();
+        if !k.bf16 {
+            plain.sort_by_key(|f| sums_products(dir, f.0));
+        }
+        let found = if plain.is_empty() {
+            found.to_vec()
+        } else {
+            plain
         };
-        // The workspace a candidate needs: the larger of what the heuristics reported and what
-        // cudnnGet*WorkspaceSize says for the algorithm (cudnnFind's figure alone was once too
-        // small: 3x128x128, batch 256, backward filter failed with BAD_PARAM,
-        // "workSpaceSizeInBytes < requiredWorkspace"). A candidate whose query fails or that
-        // needs more than MAX_WORKSPACE is dropped.
-        let usable = |st: dnn::cudnnStatus_t,
-                      found_mem: usize,
-                      query: &dyn Fn(&mut usize) -> dnn::cudnnStatus_t| {
-            if st != OK {
-                return None;
+        let any_det = found.iter().any(|f| f.2);
+        for &(algo, mem, _) in found.iter().filter(|f| f.2 || !any_det) {
+            if !p.candidates[dir].contains(&algo) {
+                p.candidates[dir].push(algo);
             }
-            let mut need = 0usize;
-            if query(&mut need) != OK {
-                return None;
-            }
-            let mem = found_mem.max(need);
-            (mem <= MAX_WORKSPACE).then_some(mem)
-        };
-        let h = self.handle;
-        let mut count = 0;
-        let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
-        check(
-            dnn::cudnnGetConvolutionForwardAlgorithm_v7(
-                h,
-                p.x,
-                p.w,
-                p.conv,
-                p.y,
-                r.len() as i32,
-                &mut count,
-                r.as_mut_ptr(),
-            ),
-            "ranking forward algorithms",
-        )?;
-        let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
-            .iter()
-            .filter_map(|r| {
-                let q = |m: &mut usize| {
-                    dnn::cudnnGetConvolutionForwardWorkspaceSize(
-                        h, p.x, p.w, p.conv, p.y, r.algo, m,
-                    )
-                };
-                let mem = usable(r.status, r.memory, &q)?;
-                let a = r.algo as i32;
-                Some((a, mem, deterministic(0, a, r.determinism == det)))
-            })
-            .collect();
-        pick(&mut p, 0, &found);
-        let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
-        check(
-            dnn::cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                h,
-                p.w,
-                p.y,
-                p.conv,
-                p.x,
-                r.len() as i32,
-                &mut count,
-                r.as_mut_ptr(),
-            ),
-            "ranking backward-data algorithms",
-        )?;
-        let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
-            .iter()
-            .filter_map(|r| {
-                let q = |m: &mut usize| {
-                    dnn::cudnnGetConvolutionBackwardDataWorkspaceSize(
-                        h, p.w, p.y, p.conv, p.x, r.algo, m,
-                    )
-                };
-                let mem = usable(r.status, r.memory, &q)?;
-                let a = r.algo as i32;
-                Some((a, mem, deterministic(1, a, r.determinism == det)))
-            })
-            .collect();
-        pick(&mut p, 1, &found);
-        let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
-        check(
-            dnn::cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                h,
-                p.x,
-                p.y,
-                p.conv,
-                p.w,
-                r.len() as i32,
-                &mut count,
-                r.as_mut_ptr(),
-            ),
-            "ranking backward-filter algorithms",
-        )?;
-        let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
-            .iter()
-            .filter_map(|r| {
-                let q = |m: &mut usize| {
-                    dnn::cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                        h, p.x, p.y, p.conv, p.w, r.algo, m,
-                    )
-                };
-                let mem = usable(r.status, r.memory, &q)?;
-                let a = r.algo as i32;
-                Some((a, mem, deterministic(2, a, r.determinism == det)))
-            })
-            .collect();
-        pick(&mut p, 2, &found);
+            p.workspace = p.workspace.max(mem);
+        }
+    }
+
+    /// Refuse a plan without a candidate in some direction.
+    fn check_candidates(&self, k: &ConvKey) -> Result<(), String> {
         for (i, what) in ["forward", "backward-data", "backward-filter"]
             .iter()
             .enumerate()
         {
-            if p.candidates[i].is_empty() {
+            if self.candidates[i].is_empty() {
                 return Err(format!("cuDNN has no {what} convolution for {k:?}"));
             }
         }
+        Ok(())
+    }
+
+    /// Use each direction's first candidate until tuning or a memo says otherwise.
+    unsafe fn pick_first_candidates(&mut self) {
+        let p = self;
         p.fwd = std::mem::transmute::<i32, dnn::cudnnConvolutionFwdAlgo_t>(p.candidates[0][0]);
         p.bwd_data =
             std::mem::transmute::<i32, dnn::cudnnConvolutionBwdDataAlgo_t>(p.candidates[1][0]);
         p.bwd_filter =
             std::mem::transmute::<i32, dnn::cudnnConvolutionBwdFilterAlgo_t>(p.candidates[2][0]);
-        Ok(p)
     }
+}
+
+/// The workspace a candidate needs: the larger of what the heuristics reported and what
+/// cudnnGet*WorkspaceSize says for the algorithm (cudnnFind's figure alone was once too
+/// small: 3x128x128, batch 256, backward filter failed with BAD_PARAM,
+/// "workSpaceSizeInBytes < requiredWorkspace"). A candidate whose query fails or that
+/// needs more than MAX_WORKSPACE is dropped.
+fn usable(
+    st: dnn::cudnnStatus_t,
+    found_mem: usize,
+    query: &dyn Fn(&mut usize) -> dnn::cudnnStatus_t,
+) -> Option<usize> {
+    use dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS as OK;
+    if st != OK {
+        return None;
+    }
+    let mut need = 0usize;
+    if query(&mut need) != OK {
+        return None;
+    }
+    let mem = found_mem.max(need);
+    (mem <= MAX_WORKSPACE).then_some(mem)
+}
+
+/// The usable forward algorithms cuDNN's heuristics rank for `p`, best first.
+unsafe fn rank_forward(h: dnn::cudnnHandle_t, p: &Plan) -> Result<Vec<Found>, String> {
+    let det = dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC;
+    let mut count = 0;
+    let mut r: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
+    check(
+        dnn::cudnnGetConvolutionForwardAlgorithm_v7(
+            h,
+            p.x,
+            p.w,
+            p.conv,
+            p.y,
+            r.len() as i32,
+            &mut count,
+            r.as_mut_ptr(),
+        ),
+        "ranking forward algorithms",
+    )?;
+    let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
+        .iter()
+        .filter_map(|r| {
+            let q = |m: &mut usize| {
+                dnn::cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, r.algo, m)
+            };
+            let mem = usable(r.status, r.memory, &q)?;
+            let a = r.algo as i32;
+            Some((a, mem, deterministic(0, a, r.determinism == det)))
+        })
+        .collect();
+    Ok(found)
+}
+
+/// The usable backward-data algorithms cuDNN's heuristics rank for `p`, best first.
+unsafe fn rank_backward_data(h: dnn::cudnnHandle_t, p: &Plan) -> Result<Vec<Found>, String> {
+    let det = dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC;
+    let mut count = 0;
+    let mut r: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
+    check(
+        dnn::cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h,
+            p.w,
+            p.y,
+            p.conv,
+            p.x,
+            r.len() as i32,
+            &mut count,
+            r.as_mut_ptr(),
+        ),
+        "ranking backward-data algorithms",
+    )?;
+    let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
+        .iter()
+        .filter_map(|r| {
+            let q = |m: &mut usize| {
+                dnn::cudnnGetConvolutionBackwardDataWorkspaceSize(
+                    h, p.w, p.y, p.conv, p.x, r.algo, m,
+                )
+            };
+            let mem = usable(r.status, r.memory, &q)?;
+            let a = r.algo as i32;
+            Some((a, mem, deterministic(1, a, r.determinism == det)))
+        })
+        .collect();
+    Ok(found)
+}
+
+/// The usable backward-filter algorithms cuDNN's heuristics rank for `p`, best first.
+unsafe fn rank_backward_filter(h: dnn::cudnnHandle_t, p: &Plan) -> Result<Vec<Found>, String> {
+    let det = dnn::cudnnDeterminism_t::CUDNN_DETERMINISTIC;
+    let mut count = 0;
+    let mut r: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
+    check(
+        dnn::cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h,
+            p.x,
+            p.y,
+            p.conv,
+            p.w,
+            r.len() as i32,
+            &mut count,
+            r.as_mut_ptr(),
+        ),
+        "ranking backward-filter algorithms",
+    )?;
+    let found: Vec<_> = r[..(count.max(0) as usize).min(r.len())]
+        .iter()
+        .filter_map(|r| {
+            let q = |m: &mut usize| {
+                dnn::cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                    h, p.x, p.y, p.conv, p.w, r.algo, m,
+                )
+            };
+            let mem = usable(r.status, r.memory, &q)?;
+            let a = r.algo as i32;
+            Some((a, mem, deterministic(2, a, r.determinism == det)))
+        })
+        .collect();
+    Ok(found)
 }
 
 impl Drop for Dnn {

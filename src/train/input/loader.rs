@@ -4,6 +4,7 @@
 use super::order::{block_order, permutation, Share};
 use super::source::Source;
 use super::*;
+use std::sync::mpsc::SyncSender;
 
 /// A batch of raw samples.
 pub struct Batch {
@@ -112,157 +113,11 @@ pub fn epoch_share(
 ) -> Loader {
     let (tx, rx) = sync_channel::<Result<Batch>>(4);
     let (recycle, returned) = std::sync::mpsc::channel::<Vec<u8>>();
-    let EpochPlan {
-        batch,
-        seed,
-        epoch,
-        start,
-        shuffle,
-        keep_partial,
-        share,
-    } = plan;
-    let batch = batch.max(1);
-    let body = move || {
-        let order = share.blocks(&block_order(src.num_blocks(), seed, epoch, shuffle));
-        let nb = order.len();
-        let sb = src.spec.bytes();
-        // Skip whole windows before the resume point without decoding them.
-        let mut skip = start * batch;
-        let mut w0 = 0;
-        while w0 * WINDOW_BLOCKS < nb {
-            let wsize: usize = order[w0 * WINDOW_BLOCKS..((w0 + 1) * WINDOW_BLOCKS).min(nb)]
-                .iter()
-                .map(|&b| src.sizes[b])
-                .sum();
-            if skip < wsize {
-                break;
-            }
-            skip -= wsize;
-            w0 += 1;
-        }
-        let first_block = w0 * WINDOW_BLOCKS;
-        let todo = &order[first_block..];
-        let mut index = start;
-        // The open batch: its pixel buffer is always a whole batch long (a handed-back one, or a
-        // new one), and `labels` counts the samples in it.
-        let fresh = || {
-            let mut b = returned.try_recv().unwrap_or_default();
-            b.resize(batch * sb, 0);
-            b
-        };
-        let mut pixels = fresh();
-        let mut labels = Vec::with_capacity(batch);
-        let mut window: Vec<Block> = Vec::new();
-        let mut wi = w0;
-        let emit = |pixels: &mut Vec<u8>, labels: &mut Vec<u32>, index: &mut usize| -> bool {
-            let mut px = std::mem::replace(pixels, fresh());
-            px.truncate(labels.len() * sb);
-            let b = Batch {
-                pixels: px,
-                labels: std::mem::take(labels),
-                index: *index,
-            };
-            *index += 1;
-            tx.send(Ok(b)).is_ok()
-        };
-        // The buffers of blocks already batched, decoded into again: no more of them than blocks
-        // alive at once (the lookahead and one window).
-        let spare = Mutex::new(Vec::<Vec<u8>>::new());
-        let flush_window = |window: &mut Vec<Block>,
-                            wi: usize,
-                            skip: &mut usize,
-                            pixels: &mut Vec<u8>,
-                            labels: &mut Vec<u32>,
-                            index: &mut usize|
-         -> bool {
-            let mut idx: Vec<(usize, usize)> = window
-                .iter()
-                .enumerate()
-                .flat_map(|(b, bl)| (0..bl.len()).map(move |i| (b, i)))
-                .collect();
-            if shuffle {
-                let p = permutation(idx.len(), share.window_key(seed, epoch, wi));
-                idx = p.into_iter().map(|i| idx[i]).collect();
-            }
-            // What is left to skip after whole windows (more than this window only when a
-            // damaged block was skipped from it).
-            let s = (*skip).min(idx.len());
-            *skip -= s;
-            let idx = &idx[s..];
-            // Into the open batch as many as it takes, the samples copied on every core (one
-            // thread copying them fell behind the GPU at 3x224x224), at least a megabyte per task
-            // (small samples split finer cost more in hand-offs than the copy).
-            let mut k = 0;
-            while k < idx.len() {
-                let n = (batch - labels.len()).min(idx.len() - k);
-                let at = labels.len() * sb;
-                pixels[at..at + n * sb]
-                    .par_chunks_mut(sb)
-                    .zip(idx[k..k + n].par_iter())
-                    .with_min_len(((1 << 20) / sb).max(16))
-                    .for_each(|(d, &(b, i))| d.copy_from_slice(window[b].sample(i)));
-                labels.extend(idx[k..k + n].iter().map(|&(b, i)| window[b].label(i)));
-                k += n;
-                if labels.len() == batch && !emit(pixels, labels, index) {
-                    return false;
-                }
-            }
-            spare
-                .lock()
-                .unwrap()
-                .extend(window.drain(..).map(Block::into_data));
-            true
-        };
-        let biggest = src.sizes.iter().copied().max().unwrap_or(1) * sb;
-        let ahead = lookahead_blocks(biggest, workers);
-        let r = ordered_map(
-            todo.len(),
-            workers.min(ahead),
-            ahead,
-            |i| {
-                let buf = spare.lock().unwrap().pop().unwrap_or_default();
-                Ok::<_, Error>(src.read_into(todo[i], buf))
-            },
-            |i, block| {
-                match block {
-                    Ok(b) => window.push(b),
-                    Err(e) if on_damage != OnDamage::Stop => {
-                        if on_damage == OnDamage::Skip {
-                            eprintln!("warning: skipping damaged block: {e}");
-                        }
-                        damaged.lock().unwrap().push(e.to_string());
-                    }
-                    Err(e) => return Err(e),
-                }
-                let pos = first_block + i + 1;
-                if pos % WINDOW_BLOCKS == 0 || pos == nb {
-                    if !flush_window(
-                        &mut window,
-                        wi,
-                        &mut skip,
-                        &mut pixels,
-                        &mut labels,
-                        &mut index,
-                    ) {
-                        return Err(Error::Invalid("stopped".into()));
-                    }
-                    wi += 1;
-                }
-                Ok(())
-            },
-        );
-        match r {
-            Err(Error::Invalid(s)) if s == "stopped" => {}
-            Err(e) => {
-                let _ = tx.send(Err(e));
-            }
-            Ok(()) => {
-                if keep_partial && !labels.is_empty() {
-                    emit(&mut pixels, &mut labels, &mut index);
-                }
-            }
-        }
+    let plan = EpochPlan {
+        batch: plan.batch.max(1),
+        ..plan
     };
+    let body = move || stream_epoch(&src, plan, on_damage, workers, &damaged, tx, returned);
     let handle = std::thread::spawn(move || match pool {
         Some(p) => p.install(body),
         None => body(),
@@ -271,6 +126,232 @@ pub fn epoch_share(
         rx,
         recycle,
         handle: Some(handle),
+    }
+}
+
+/// Decode the blocks of `plan`'s share in order and send its batches on `tx`, then the error
+/// that stopped it, if any.
+fn stream_epoch(
+    src: &Source,
+    plan: EpochPlan,
+    on_damage: OnDamage,
+    workers: usize,
+    damaged: &std::sync::Mutex<Vec<String>>,
+    tx: SyncSender<Result<Batch>>,
+    returned: Receiver<Vec<u8>>,
+) {
+    let EpochPlan {
+        batch,
+        seed,
+        epoch,
+        start,
+        shuffle,
+        ..
+    } = plan;
+    let order = plan
+        .share
+        .blocks(&block_order(src.num_blocks(), seed, epoch, shuffle));
+    let nb = order.len();
+    let sb = src.spec.bytes();
+    let (w0, mut skip) = skip_windows(src, &order, start * batch);
+    let first_block = w0 * WINDOW_BLOCKS;
+    let todo = &order[first_block..];
+    let mut out = Batcher::new(plan, sb, tx, returned);
+    let mut window: Vec<Block> = Vec::new();
+    let mut wi = w0;
+    // The buffers of blocks already batched, decoded into again: no more of them than blocks
+    // alive at once (the lookahead and one window).
+    let spare = Mutex::new(Vec::<Vec<u8>>::new());
+    let biggest = src.sizes.iter().copied().max().unwrap_or(1) * sb;
+    let ahead = lookahead_blocks(biggest, workers);
+    let r = ordered_map(
+        todo.len(),
+        workers.min(ahead),
+        ahead,
+        |i| {
+            let buf = spare.lock().unwrap().pop().unwrap_or_default();
+            Ok::<_, Error>(src.read_into(todo[i], buf))
+        },
+        |i, block| {
+            keep_block(block, &mut window, on_damage, damaged)?;
+            let pos = first_block + i + 1;
+            if pos % WINDOW_BLOCKS == 0 || pos == nb {
+                if !out.flush_window(&mut window, wi, &mut skip, &spare) {
+                    return Err(Error::Invalid("stopped".into()));
+                }
+                wi += 1;
+            }
+            Ok(())
+        },
+    );
+    out.end(r);
+}
+
+/// Skip whole windows before the resume point (`skip` samples in) without decoding them: the
+/// first window to decode, and the samples left to skip from it.
+fn skip_windows(src: &Source, order: &[usize], mut skip: usize) -> (usize, usize) {
+    let nb = order.len();
+    let mut w0 = 0;
+    while w0 * WINDOW_BLOCKS < nb {
+        let wsize: usize = order[w0 * WINDOW_BLOCKS..((w0 + 1) * WINDOW_BLOCKS).min(nb)]
+            .iter()
+            .map(|&b| src.sizes[b])
+            .sum();
+        if skip < wsize {
+            break;
+        }
+        skip -= wsize;
+        w0 += 1;
+    }
+    (w0, skip)
+}
+
+/// Add a decoded block to the window; a damaged one is skipped or stops the epoch.
+fn keep_block(
+    block: Result<Block>,
+    window: &mut Vec<Block>,
+    on_damage: OnDamage,
+    damaged: &std::sync::Mutex<Vec<String>>,
+) -> Result<()> {
+    match block {
+        Ok(b) => window.push(b),
+        Err(e) if on_damage != OnDamage::Stop => {
+            if on_damage == OnDamage::Skip {
+                eprintln!("warning: skipping damaged block: {e}");
+            }
+            damaged.lock().unwrap().push(e.to_string());
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
+/// The open batch of an epoch, and where finished batches go.
+struct Batcher {
+    plan: EpochPlan,
+    sb: usize,
+    tx: SyncSender<Result<Batch>>,
+    returned: Receiver<Vec<u8>>,
+    /// The open batch: its pixel buffer is always a whole batch long (a handed-back one, or a
+    /// new one), and `labels` counts the samples in it.
+    pixels: Vec<u8>,
+    labels: Vec<u32>,
+    index: usize,
+}
+
+impl Batcher {
+    /// An empty batch, numbered `plan.start`.
+    fn new(
+        plan: EpochPlan,
+        sb: usize,
+        tx: SyncSender<Result<Batch>>,
+        returned: Receiver<Vec<u8>>,
+    ) -> Batcher {
+        let mut b = Batcher {
+            plan,
+            sb,
+            tx,
+            returned,
+            pixels: Vec::new(),
+            labels: Vec::with_capacity(plan.batch),
+            index: plan.start,
+        };
+        b.pixels = b.fresh();
+        b
+    }
+
+    /// A pixel buffer a whole batch long: a handed-back one, or a new one.
+    fn fresh(&self) -> Vec<u8> {
+        let mut b = self.returned.try_recv().unwrap_or_default();
+        b.resize(self.plan.batch * self.sb, 0);
+        b
+    }
+
+    /// Send the open batch and open the next; false once the receiver is gone.
+    fn emit(&mut self) -> bool {
+        let next = self.fresh();
+        let mut px = std::mem::replace(&mut self.pixels, next);
+        px.truncate(self.labels.len() * self.sb);
+        let b = Batch {
+            pixels: px,
+            labels: std::mem::take(&mut self.labels),
+            index: self.index,
+        };
+        self.index += 1;
+        self.tx.send(Ok(b)).is_ok()
+    }
+
+    /// Batch the samples of window `wi` (shuffled in training order), past the `skip` left;
+    /// false once the receiver is gone.
+    fn flush_window(
+        &mut self,
+        window: &mut Vec<Block>,
+        wi: usize,
+        skip: &mut usize,
+        spare: &Mutex<Vec<Vec<u8>>>,
+    ) -> bool {
+        let EpochPlan {
+            batch,
+            seed,
+            epoch,
+            shuffle,
+            share,
+            ..
+        } = self.plan;
+        let sb = self.sb;
+        let mut idx: Vec<(usize, usize)> = window
+            .iter()
+            .enumerate()
+            .flat_map(|(b, bl)| (0..bl.len()).map(move |i| (b, i)))
+            .collect();
+        if shuffle {
+            let p = permutation(idx.len(), share.window_key(seed, epoch, wi));
+            idx = p.into_iter().map(|i| idx[i]).collect();
+        }
+        // What is left to skip after whole windows (more than this window only when a
+        // damaged block was skipped from it).
+        let s = (*skip).min(idx.len());
+        *skip -= s;
+        let idx = &idx[s..];
+        // Into the open batch as many as it takes, the samples copied on every core (one
+        // thread copying them fell behind the GPU at 3x224x224), at least a megabyte per task
+        // (small samples split finer cost more in hand-offs than the copy).
+        let mut k = 0;
+        while k < idx.len() {
+            let n = (batch - self.labels.len()).min(idx.len() - k);
+            let at = self.labels.len() * sb;
+            self.pixels[at..at + n * sb]
+                .par_chunks_mut(sb)
+                .zip(idx[k..k + n].par_iter())
+                .with_min_len(((1 << 20) / sb).max(16))
+                .for_each(|(d, &(b, i))| d.copy_from_slice(window[b].sample(i)));
+            self.labels
+                .extend(idx[k..k + n].iter().map(|&(b, i)| window[b].label(i)));
+            k += n;
+            if self.labels.len() == batch && !self.emit() {
+                return false;
+            }
+        }
+        spare
+            .lock()
+            .unwrap()
+            .extend(window.drain(..).map(Block::into_data));
+        true
+    }
+
+    /// End the epoch as `r` ended it: send its error, or the partial batch where it is kept.
+    fn end(&mut self, r: Result<()>) {
+        match r {
+            Err(Error::Invalid(s)) if s == "stopped" => {}
+            Err(e) => {
+                let _ = self.tx.send(Err(e));
+            }
+            Ok(()) => {
+                if self.plan.keep_partial && !self.labels.is_empty() {
+                    self.emit();
+                }
+            }
+        }
     }
 }
 
