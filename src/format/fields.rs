@@ -10,8 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// Most names a field declares (mask values, labels, values).
 pub const MAX_NAMES: usize = 1 << 16;
-/// Most fields a dataset declares.
-pub const MAX_FIELDS: usize = 64;
+pub use super::shard::format::MAX_FIELDS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

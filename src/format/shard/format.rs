@@ -21,6 +21,8 @@ pub const ENTRY_LEN: usize = 40;
 pub const MAX_BLOCKS: u32 = 1 << 20;
 pub const MAX_CLASSES: u32 = 1 << 16;
 pub const MAX_CHANNELS: u32 = 1 << 12;
+/// Most fields a sample carries (version 3; `crate::format::fields`).
+pub const MAX_FIELDS: usize = 64;
 /// Largest decoded block (pixels and labels).
 pub const MAX_BLOCK_RAW: u64 = 1 << 30;
 /// Label bytes per sample (u32, little-endian).
@@ -124,13 +126,13 @@ impl Header {
         let num_fields = u16::from_le_bytes([b[52], b[53]]);
         if version >= 3
             && (num_fields == 0
-                || num_fields as usize > crate::format::fields::MAX_FIELDS
+                || num_fields as usize > MAX_FIELDS
                 || field_bytes == 0
                 || field_bytes as u64 > MAX_SAMPLE_BYTES)
         {
             return Err(bad(format!(
                 "{num_fields} fields of {field_bytes} bytes a sample: version 3 holds 1 to {} fields of at most {MAX_SAMPLE_BYTES} bytes",
-                crate::format::fields::MAX_FIELDS
+                MAX_FIELDS
             )));
         }
         let dims: Vec<u32> = (0..MAX_DIMS).map(|i| u32_at(b, 16 + 4 * i)).collect();
