@@ -7,7 +7,7 @@
 #   scripts/bench-ab.sh OLD NEW [ROUNDS] [WORK] [IMAGES]   (IMAGES: a folder of class folders)
 set -euo pipefail
 old=$1 new=$2 rounds=${3:-3} work=${4:-$(mktemp -d)} images=${5:-}
-fm=/usr/share/datasets/fashion-mnist
+fm=${FM:-/usr/share/datasets/fashion-mnist}
 mkdir -p "$work"
 log=$work/times.tsv; : > "$log"
 t() {  # t NAME BIN ARGS...: one timed run, appended to the log
