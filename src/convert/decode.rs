@@ -9,11 +9,12 @@ use super::*;
 pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Decoded, Failed> {
     let mut px = Vec::new();
     let mut labels = Vec::new();
+    let mut fields = Vec::new();
     let mut left_out = Vec::new();
     match u {
         Unit::Array {
             array, start, len, ..
-        } => left_out = array.samples(*start, *len, t, &mut px, &mut labels)?,
+        } => left_out = array.samples(*start, *len, t, &mut px, &mut labels, &mut fields)?,
         Unit::Stored {
             src, start, len, ..
         } => left_out = decode_stored(src, *start, *len, t, &mut px, &mut labels)?,
@@ -74,5 +75,5 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
                 .collect();
         }
     }
-    Ok((px, labels, left_out))
+    Ok((px, labels, fields, left_out))
 }

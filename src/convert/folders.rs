@@ -42,6 +42,7 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     rejects.extend(tu.rejects);
     notes.extend(tu.notes);
     Ok(Plan {
+        fields: Default::default(),
         kind,
         classes,
         splits: tu.splits,

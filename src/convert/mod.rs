@@ -23,6 +23,7 @@ use run::convert_into;
 use crate::format::colmajor::{
     ColmajorManifest, ColmajorSplit, ColmajorSplitReader, ColmajorWriter,
 };
+use crate::format::fields::{Field, Fields};
 use crate::format::part::{Part, PartRange, PartSpec};
 use crate::format::shard::manifest::{self, stats_split, Provenance, SplitInfo};
 use crate::format::shard::{

@@ -215,7 +215,8 @@ pub(super) fn publish_dataset(
         job.bs,
         infos.clone(),
         provenance,
-    );
+    )
+    .with_fields(job.fields.clone());
     match o.format {
         OutputFormat::Shards => {
             m.part = part;

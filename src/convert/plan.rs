@@ -144,6 +144,7 @@ fn plan_idx(o: &ConvertOptions) -> Result<Plan> {
         let labels: Vec<u32> = lb.data.iter().map(|&l| l as u32).collect();
         classes = classes.max(labels.iter().max().map_or(0, |&m| m as usize + 1));
         let a = Arc::new(Array {
+            targets: None,
             name: name(&ip),
             n: im.dims[0],
             channels: 1,
@@ -160,6 +161,7 @@ fn plan_idx(o: &ConvertOptions) -> Result<Plan> {
     let classes = idx::class_names(input, classes.max(1))
         .unwrap_or_else(|| (0..classes.max(1)).map(|k| k.to_string()).collect());
     Ok(Plan {
+        fields: Default::default(),
         kind: Kind::Idx,
         classes,
         splits,
@@ -203,6 +205,7 @@ fn plan_cifar(o: &ConvertOptions) -> Result<Plan> {
             }
             max_label = max_label.max(*labels.iter().max().unwrap_or(&0));
             let a = Arc::new(Array {
+                targets: None,
                 name: name.clone(),
                 n,
                 channels: 3,
@@ -228,6 +231,7 @@ fn plan_cifar(o: &ConvertOptions) -> Result<Plan> {
         .filter(|n| n.len() >= k)
         .unwrap_or_else(|| (0..k).map(|i| i.to_string()).collect());
     Ok(Plan {
+        fields: Default::default(),
         kind: Kind::Cifar,
         classes,
         splits,
@@ -248,24 +252,38 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
     let mut max_label = 0;
     let mut native = None;
+    // The field of `y` arrays that are not classes: the same kind in every pair.
+    let mut field: Option<Field> = None;
+    let mut read = Vec::new();
     for (split, ip, lp) in &pairs {
-        let name = |p: &Path| {
-            p.file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned()
-        };
         let float = o.dtype.is_some_and(Dtype::is_float);
-        let im = npy::read_images(ip, float).map_err(|r| fail(input, &name(ip), r))?;
-        let labels = npy::read_labels(lp, im.n).map_err(|r| fail(input, &name(lp), r))?;
+        let im = npy::read_images(ip, float).map_err(|r| fail(input, &file_name(ip), r))?;
+        let targets = npy::read_targets(lp, im.n, (im.height, im.width))
+            .map_err(|r| fail(input, &file_name(lp), r))?;
+        let (labels, targets) = match targets {
+            npy::Targets::Class(labels) => (labels, None),
+            t => {
+                let f = target_field(&t, im.channels, (im.height, im.width));
+                field = Some(join_fields(input, &file_name(lp), field.take(), f)?);
+                (vec![0; im.n], Some(t))
+            }
+        };
         max_label = max_label.max(labels.iter().copied().max().unwrap_or(0));
         native = Some((
             (im.channels.min(3)) as u8,
             (im.height as u32, im.width as u32),
             im.dtype,
         ));
+        read.push((split, ip, im, labels, targets));
+    }
+    for (split, ip, im, labels, mut targets) in read {
+        // Every mask is read as the field's dtype (u16 where any split's values need it).
+        if let (Some(npy::Targets::Mask { array, .. }), Some(f)) = (&mut targets, &field) {
+            array.dtype = f.dtype;
+        }
         let a = Arc::new(Array {
-            name: name(ip),
+            targets,
+            name: file_name(ip),
             n: im.n,
             channels: im.channels,
             height: im.height,
@@ -277,7 +295,7 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
         });
         if split.is_empty() {
             // One unsplit pair: split by sample index hash, in chunks kept whole.
-            for u in array_units(&name(ip), a) {
+            for u in array_units(&file_name(ip), a) {
                 let s = if tree::is_test(u.name(), o.test_fraction) {
                     "test"
                 } else {
@@ -286,11 +304,16 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
                 splits.entry(s.into()).or_default().push(u);
             }
         } else {
-            splits.insert(split.clone(), array_units(&name(ip), a));
+            splits.insert(split.clone(), array_units(&file_name(ip), a));
         }
     }
-    let classes = (0..=max_label).map(|k| k.to_string()).collect();
+    let classes = match field {
+        // Samples with a mask, labels or values have no class of their own: one class.
+        Some(_) => vec!["all".to_string()],
+        None => (0..=max_label).map(|k| k.to_string()).collect(),
+    };
     Ok(Plan {
+        fields: Fields(field.into_iter().collect()),
         kind: Kind::Npy,
         classes,
         splits,
@@ -302,6 +325,56 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
         split_key: None,
         stored: None,
     })
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The field a `y` array that is not classes makes: `mask` (value names "0", "1", ...),
+/// `labels` or `values` (names "0".."K-1").
+fn target_field(t: &npy::Targets, channels: usize, (h, w): (usize, usize)) -> Field {
+    let names = |n: usize| (0..n).map(|k| k.to_string()).collect::<Vec<_>>();
+    match t {
+        npy::Targets::Mask { array, values } => Field::mask(
+            "mask",
+            &[channels as u32, h as u32, w as u32],
+            array.dtype,
+            names(*values),
+        ),
+        npy::Targets::Labels { k, .. } => Field::labels("labels", names(*k)),
+        npy::Targets::Values { k, .. } => Field::values("values", names(*k)),
+        npy::Targets::Class(_) => unreachable!("classes are no field"),
+    }
+}
+
+/// The field of every pair: one kind and size; a mask's names those of its largest value.
+fn join_fields(input: &Path, file: &str, seen: Option<Field>, f: Field) -> Result<Field> {
+    let Some(seen) = seen else { return Ok(f) };
+    let same = seen.kind == f.kind
+        && (f.kind == crate::format::fields::FieldKind::Mask || seen.names.len() == f.names.len());
+    if !same {
+        return Err(Error::Invalid(format!(
+            "{}: {file} holds {} of {}, another targets file {} of {}: every split's targets must be of one kind",
+            tree::shown_path(input),
+            f.kind.name(),
+            f.names.len(),
+            seen.kind.name(),
+            seen.names.len()
+        )));
+    }
+    let mut joined = if f.names.len() > seen.names.len() {
+        f
+    } else {
+        seen
+    };
+    if joined.kind == crate::format::fields::FieldKind::Mask && joined.names.len() > 256 {
+        joined.dtype = Dtype::U16;
+    }
+    Ok(joined)
 }
 
 /// The (split, images, labels) .npy files of a folder; none is an error listing the names.

@@ -127,6 +127,7 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
             (t, spec, false)
         }
     };
+    refuse_fields_here(o, plan, &target)?;
     // The headers read above skip their work once a signal asked to stop.
     crate::util::interrupt::check()?;
     if !o.quiet {
@@ -162,7 +163,37 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
         bs,
         sb,
         codec,
+        fields: plan.fields.clone(),
     })
+}
+
+/// Fields the output cannot hold: none in column-major files; a mask only at its own size
+/// (the images are not resized or cropped where they have one).
+fn refuse_fields_here(o: &ConvertOptions, plan: &Plan, t: &Target) -> Result<()> {
+    let Some(first) = plan.fields.iter().next() else {
+        return Ok(());
+    };
+    if o.format == OutputFormat::Colmajor {
+        return Err(Error::Invalid(format!(
+            "{}: its samples carry a field ({}, {}); the column-major layout has images and class labels only (formats/colmajor.md): write shards",
+            tree::shown_path(&o.input),
+            first.name,
+            first.kind.name()
+        )));
+    }
+    for f in plan.fields.iter() {
+        if f.kind == crate::format::fields::FieldKind::Mask && f.shape != [t.height, t.width] {
+            return Err(Error::Invalid(format!(
+                "{}: its masks are {}x{}, the target {}x{}: samples with masks are kept at their own size (leave out --size and --shape's height and width)",
+                tree::shown_path(&o.input),
+                f.shape[0],
+                f.shape[1],
+                t.height,
+                t.width
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Keep part `p` of the plan; its job digest covers everything that shapes the output.
@@ -174,7 +205,7 @@ fn cut_part(o: &ConvertOptions, plan: &mut Plan, job: &Layout, p: PartSpec) -> R
             tree::shown_path(&o.input)
         )));
     }
-    let digest = serde_json::json!({
+    let mut digest = serde_json::json!({
         "converter": "prep-convert/1",
         "kind": plan.kind,
         "classes": plan.classes,
@@ -192,6 +223,10 @@ fn cut_part(o: &ConvertOptions, plan: &mut Plan, job: &Layout, p: PartSpec) -> R
         "inputs": plan.inputs,
         "rejects": plan.rejects,
     });
+    if !job.fields.is_empty() {
+        // Only where there are fields: the jobs of datasets without keep their digests.
+        digest["fields"] = serde_json::json!(job.fields);
+    }
     Ok(take_part(plan, p, &digest))
 }
 

@@ -29,6 +29,7 @@ pub(super) fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         (classes, shape, dtype)
     };
     Ok(Plan {
+        fields: Default::default(),
         kind,
         classes,
         splits,

@@ -89,6 +89,8 @@ pub(super) struct Array {
     pub(super) dtype: Dtype,
     pub(super) data: ArrayData,
     pub(super) labels: Vec<u32>,
+    /// A .npy `y` array that is not classes: each sample's field (the plan's one field).
+    pub(super) targets: Option<npy::Targets>,
 }
 
 /// An array's values: in memory (IDX and CIFAR files are read whole; they are small), or read a
@@ -112,8 +114,10 @@ impl Array {
         t: &Target,
         out: &mut Vec<u8>,
         labels: &mut Vec<u32>,
+        fields: &mut Vec<u8>,
     ) -> Result<Vec<RejectEntry>, Reject> {
         let sb = self.sample_bytes();
+        let targets = self.read_targets(start, len)?;
         let block: std::borrow::Cow<[u8]> = match &self.data {
             ArrayData::Bytes(b) => b[start * sb..(start + len) * sb].into(),
             ArrayData::Npy(a) => {
@@ -129,7 +133,11 @@ impl Array {
         let mut rejects = Vec::new();
         for i in start..start + len {
             let px = &block[(i - start) * sb..(i - start + 1) * sb];
-            let r = if same {
+            // A sample whose target cannot be used is left out, pixels and all.
+            let usable = targets.as_ref().map_or(Ok(()), |t| t.check(i - start));
+            let r = if let Err(why) = usable {
+                Err(why)
+            } else if same {
                 match crate::format::shard::first_non_finite(self.dtype, px) {
                     None => {
                         out.extend_from_slice(px);
@@ -149,7 +157,12 @@ impl Array {
                 to_sample(self.frame(px)?, t, out)
             };
             match r {
-                Ok(()) => labels.push(self.labels[i]),
+                Ok(()) => {
+                    labels.push(self.labels[i]);
+                    if let Some(t) = &targets {
+                        t.push(i - start, fields);
+                    }
+                }
                 Err(why) => rejects.push(RejectEntry {
                     path: format!("{}[{i}]", self.name),
                     reason: why.0,
@@ -207,6 +220,76 @@ impl Array {
     }
 }
 
+/// One chunk's targets of an array, read with its pixels.
+pub(super) enum ChunkTargets {
+    /// Mask bytes (u8 or u16) of each sample in turn, `bytes` a sample.
+    Mask {
+        v: Vec<u8>,
+        bytes: usize,
+    },
+    Labels {
+        v: Vec<u8>,
+        k: usize,
+    },
+    Values {
+        v: Vec<f32>,
+        k: usize,
+    },
+}
+
+impl ChunkTargets {
+    /// Whether sample `j` of the chunk can be stored: values must be finite.
+    fn check(&self, j: usize) -> Result<(), Reject> {
+        if let ChunkTargets::Values { v, k } = self {
+            if let Some(c) = v[j * k..(j + 1) * k].iter().position(|x| !x.is_finite()) {
+                return Err(Reject::new(format!(
+                    "value {} in column {c}: values must be finite",
+                    v[j * k + c]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Append sample `j`'s field bytes.
+    fn push(&self, j: usize, out: &mut Vec<u8>) {
+        match self {
+            ChunkTargets::Mask { v, bytes } => {
+                out.extend_from_slice(&v[j * bytes..(j + 1) * bytes])
+            }
+            ChunkTargets::Labels { v, k } => out.extend_from_slice(&v[j * k..(j + 1) * k]),
+            ChunkTargets::Values { v, k } => v[j * k..(j + 1) * k]
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        }
+    }
+}
+
+impl Array {
+    /// The targets of samples `start..start + len`, where the array has a field.
+    fn read_targets(&self, start: usize, len: usize) -> Result<Option<ChunkTargets>, Reject> {
+        Ok(Some(match &self.targets {
+            None | Some(npy::Targets::Class(_)) => return Ok(None),
+            Some(npy::Targets::Mask { array, .. }) => {
+                let mut v = Vec::new();
+                array.read(start, len, &mut v)?;
+                ChunkTargets::Mask {
+                    v,
+                    bytes: array.sample_bytes(),
+                }
+            }
+            Some(npy::Targets::Labels { k, v }) => ChunkTargets::Labels {
+                v: v[start * k..(start + len) * k].to_vec(),
+                k: *k,
+            },
+            Some(npy::Targets::Values { k, v }) => ChunkTargets::Values {
+                v: v[start * k..(start + len) * k].to_vec(),
+                k: *k,
+            },
+        }))
+    }
+}
+
 /// What the source holds, before any pixel is converted.
 pub(super) struct Plan {
     pub(super) kind: Kind,
@@ -220,6 +303,8 @@ pub(super) struct Plan {
     pub(super) root: PathBuf,
     /// Decisions to tell the user about.
     pub(super) notes: Vec<String>,
+    /// What each sample carries beside its image and class (a .npy mask, labels or values).
+    pub(super) fields: Fields,
     /// Trees: how the splits were decided (`TreeSplit`).
     pub(super) split_key: Option<TreeSplit>,
     /// For a prep dataset or column-major files: the samples' shape and dtype (None: the
@@ -256,7 +341,9 @@ pub(super) struct TreeSplit {
 }
 
 /// Samples and labels decoded from one unit, and the samples of an array left out (by name).
-pub(super) type Decoded = (Vec<u8>, Vec<u32>, Vec<RejectEntry>);
+/// Pixels, labels and fields (each sample's field bytes in turn) of the samples kept, and the
+/// samples left out.
+pub(super) type Decoded = (Vec<u8>, Vec<u32>, Vec<u8>, Vec<RejectEntry>);
 
 /// Why a unit gave no samples.
 pub(super) enum Failed {
@@ -285,6 +372,8 @@ pub(super) struct Layout {
     pub(super) bs: u32,
     pub(super) sb: u32,
     pub(super) codec: Codec,
+    /// What each sample carries beside its image and class.
+    pub(super) fields: Fields,
 }
 
 /// What the splits came to: per split the shards written, and every input left out.

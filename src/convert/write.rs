@@ -27,7 +27,8 @@ pub(super) fn write_splits(
     }
     let mut infos = BTreeMap::new();
     for (split, units) in &plan.splits {
-        let mut w = SplitWriter::new(staging, split, &job.spec, job.codec, job.k, job.sb);
+        let mut w = SplitWriter::new(staging, split, &job.spec, job.codec, job.k, job.sb)
+            .with_fields(&job.fields);
         let mut blocks = Blocks::new(job);
         ordered_map(
             units.len(),
@@ -52,7 +53,7 @@ pub(super) fn write_splits(
                         });
                         Ok(())
                     }
-                    Ok((px, labels, left_out)) => {
+                    Ok((px, labels, fields, left_out)) => {
                         for r in left_out {
                             if o.on_error == OnError::Fail {
                                 let reason = Reject::new(r.reason);
@@ -60,7 +61,7 @@ pub(super) fn write_splits(
                             }
                             rejects.push(r);
                         }
-                        blocks.add(&px, &labels, &mut w)
+                        blocks.add(&px, &labels, &fields, &mut w)
                     }
                 }
             },
@@ -104,6 +105,8 @@ struct Blocks<'a> {
     pending: Vec<Block>,
     px: Vec<u8>,
     labels: Vec<u32>,
+    /// Each sample's field bytes in turn (`Fields::bytes` a sample).
+    fields: Vec<u8>,
 }
 
 impl<'a> Blocks<'a> {
@@ -114,15 +117,17 @@ impl<'a> Blocks<'a> {
             pending: Vec::new(),
             px: Vec::new(),
             labels: Vec::new(),
+            fields: Vec::new(),
         }
     }
 
-    fn add(&mut self, px: &[u8], labels: &[u32], w: &mut SplitWriter) -> Result<()> {
+    fn add(&mut self, px: &[u8], labels: &[u32], fields: &[u8], w: &mut SplitWriter) -> Result<()> {
         self.px.extend_from_slice(px);
         self.labels.extend_from_slice(labels);
+        self.fields.extend_from_slice(fields);
         let bs = self.job.bs as usize;
         while self.labels.len() >= bs {
-            let b = make_block(&mut self.px, &mut self.labels, bs, self.job.spec.bytes());
+            let b = self.make_block(bs);
             self.pending.push(b);
             if self.pending.len() >= self.threads {
                 self.flush(w)?;
@@ -133,10 +138,11 @@ impl<'a> Blocks<'a> {
 
     fn flush(&mut self, w: &mut SplitWriter) -> Result<()> {
         let (spec, k, codec) = (&self.job.spec, self.job.k, self.job.codec);
+        let fields = &self.job.fields;
         let enc = self
             .pending
             .par_iter()
-            .map(|b| b.encode(spec, k, codec))
+            .map(|b| b.encode_fields(spec, k, codec, fields))
             .collect::<Result<Vec<_>>>()?;
         self.pending.clear();
         enc.iter().try_for_each(|e| w.push(e))
@@ -146,20 +152,36 @@ impl<'a> Blocks<'a> {
     fn finish(mut self, w: &mut SplitWriter) -> Result<()> {
         if !self.labels.is_empty() {
             let n = self.labels.len();
-            let b = make_block(&mut self.px, &mut self.labels, n, self.job.spec.bytes());
+            let b = self.make_block(n);
             self.pending.push(b);
         }
         self.flush(w)
     }
 }
 
-fn make_block(px: &mut Vec<u8>, labels: &mut Vec<u32>, n: usize, sb: usize) -> Block {
-    let mut b = Block::zeroed(n, sb);
-    b.pixels_mut().copy_from_slice(&px[..n * sb]);
-    for (i, &l) in labels[..n].iter().enumerate() {
-        b.set_label(i, l);
+impl Blocks<'_> {
+    /// The first `n` samples gathered into a block (fields from sample-major to the block's
+    /// field-major layout), and taken off.
+    fn make_block(&mut self, n: usize) -> Block {
+        let (sb, fields) = (self.job.spec.bytes(), &self.job.fields);
+        let fb = fields.bytes();
+        let mut b = Block::with_fields(n, sb, fb);
+        b.pixels_mut().copy_from_slice(&self.px[..n * sb]);
+        for (i, &l) in self.labels[..n].iter().enumerate() {
+            b.set_label(i, l);
+        }
+        let mut at = 0;
+        for (f, field) in fields.iter().enumerate() {
+            let size = field.bytes();
+            for i in 0..n {
+                let src = &self.fields[i * fb + at..i * fb + at + size];
+                b.field_mut(fields, f, i).copy_from_slice(src);
+            }
+            at += size;
+        }
+        self.px.drain(..n * sb);
+        self.labels.drain(..n);
+        self.fields.drain(..n * fb);
+        b
     }
-    px.drain(..n * sb);
-    labels.drain(..n);
-    b
 }

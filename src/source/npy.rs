@@ -505,3 +505,188 @@ pub fn find(dir: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>, String> {
     }
     Ok(out)
 }
+
+/// What a `y` array holds for each sample, by its shape and dtype: a class ((N,) or (N, 1)
+/// integers), a mask ((N, H, W) integers of the images' height and width), labels ((N, K) of
+/// 0 and 1, integer or bool) or values ((N,) or (N, K) floats).
+pub enum Targets {
+    Class(Vec<u32>),
+    /// Read a block at a time like the images, as u8 (at most 256 values) or u16; `values` is
+    /// the largest value plus one.
+    Mask {
+        array: NpyImages,
+        values: usize,
+    },
+    /// N x K, row-major.
+    Labels {
+        k: usize,
+        v: Vec<u8>,
+    },
+    Values {
+        k: usize,
+        v: Vec<f32>,
+    },
+}
+
+/// Most columns of a labels or values array; a mask's largest value is below 2^16.
+const MAX_TARGETS: usize = 1 << 16;
+
+/// Read the targets array at `path` for `n` samples of `hw` (height, width).
+pub fn read_targets(path: &Path, n: usize, hw: (usize, usize)) -> Result<Targets, Reject> {
+    let o = open(path)?;
+    let float = o.elem.kind == 'f';
+    match o.shape[..] {
+        [m] | [m, 1] if m == n && !float => read_labels(path, n).map(Targets::Class),
+        // One float per sample: a value (regression), not a class.
+        [m] if m == n => read_matrix(o, n, 1),
+        [m, h, w] if m == n && (h, w) == hw => read_mask(o, n, hw),
+        [m, k] if m == n && (1..=MAX_TARGETS).contains(&k) => read_matrix(o, n, k),
+        _ => Err(Reject::new(format!(
+            "targets have shape {:?}: expected ({n},) classes, ({n}, {}, {}) a mask of the images' size, or ({n}, K) labels or values",
+            o.shape, hw.0, hw.1
+        ))),
+    }
+}
+
+/// Every value of an integer array as i128, `chunk` values at a time (positioned reads: memory
+/// stays at a chunk), in storage order.
+fn each_int(
+    o: &Opened,
+    elems: usize,
+    f: &mut dyn FnMut(usize, i128) -> Result<(), Reject>,
+) -> Result<(), Reject> {
+    use std::os::unix::fs::FileExt;
+    let size = o.elem.size;
+    let chunk = (1 << 20) / size;
+    let mut buf = Vec::new();
+    let mut at = 0;
+    while at < elems {
+        let m = chunk.min(elems - at);
+        buf.resize(m * size, 0);
+        o.file
+            .read_exact_at(&mut buf, o.data_at + (at * size) as u64)
+            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?;
+        for (j, raw) in buf.chunks_exact(size).enumerate() {
+            let mut b = [0u8; 8];
+            b[..size].copy_from_slice(raw);
+            if o.elem.big_endian {
+                b[..size].reverse();
+            }
+            let v = if o.elem.kind == 'i' && b[size - 1] & 0x80 != 0 {
+                b[size..].fill(0xff);
+                i64::from_le_bytes(b) as i128
+            } else {
+                u64::from_le_bytes(b) as i128
+            };
+            f(at + j, v)?;
+        }
+        at += m;
+    }
+    Ok(())
+}
+
+fn read_mask(o: Opened, n: usize, (h, w): (usize, usize)) -> Result<Targets, Reject> {
+    if !matches!(o.elem.kind, 'u' | 'i' | 'b') || !matches!(o.elem.size, 1 | 2 | 4 | 8) {
+        return Err(Reject::new(format!(
+            "a mask's dtype {} is not an integer type",
+            o.descr
+        )));
+    }
+    let elems = (n as u64)
+        .checked_mul((h * w) as u64)
+        .filter(|e| {
+            e.checked_mul(o.elem.size as u64)
+                .is_some_and(|b| b <= MAX_BYTES)
+        })
+        .ok_or_else(|| Reject::new(format!("absurd mask array shape {:?}", o.shape)))?;
+    o.check_length(elems)?;
+    // One pass for the largest value (the mask's names), and no negative or too large one.
+    let mut max = 0i128;
+    each_int(&o, elems as usize, &mut |i, v| {
+        if !(0..MAX_TARGETS as i128).contains(&v) {
+            let (s, p) = (i / (h * w), i % (h * w));
+            return Err(Reject::new(format!(
+                "mask value {v} of sample {s} at row {}, column {} is not 0..65535",
+                p / w,
+                p % w
+            )));
+        }
+        max = max.max(v);
+        Ok(())
+    })?;
+    let values = max as usize + 1;
+    let array = NpyImages {
+        n,
+        channels: 1,
+        height: h,
+        width: w,
+        planar: true,
+        // Integer values are read in their own type, truncated to this one: they fit (above).
+        dtype: if values <= 256 { Dtype::U8 } else { Dtype::U16 },
+        src: Source {
+            file: o.file,
+            data_at: o.data_at,
+            elem: o.elem,
+            fortran: o.fortran,
+            dims: o.shape[1..].to_vec(),
+        },
+    };
+    Ok(Targets::Mask { array, values })
+}
+
+fn read_matrix(o: Opened, n: usize, k: usize) -> Result<Targets, Reject> {
+    let elems = n
+        .checked_mul(k)
+        .filter(|e| {
+            e.checked_mul(o.elem.size)
+                .is_some_and(|b| b as u64 <= MAX_BYTES)
+        })
+        .ok_or_else(|| Reject::new(format!("absurd targets shape {:?}", o.shape)))?;
+    o.check_length(elems as u64)?;
+    // Row-major N x K whatever the storage order.
+    let at = |i: usize| if o.fortran { (i % n) * k + i / n } else { i };
+    match o.elem.kind {
+        'u' | 'i' | 'b' => {
+            let mut v = vec![0u8; elems];
+            each_int(&o, elems, &mut |i, x| {
+                let j = at(i);
+                if !(0..=1).contains(&x) {
+                    return Err(Reject::new(format!(
+                        "label {x} of sample {} column {} is not 0 or 1: integer (N, K) targets are labels (K-hot); save values as floats",
+                        j / k,
+                        j % k
+                    )));
+                }
+                v[j] = x as u8;
+                Ok(())
+            })?;
+            Ok(Targets::Labels { k, v })
+        }
+        'f' if matches!(o.elem.size, 2 | 4 | 8) => {
+            use std::os::unix::fs::FileExt;
+            let size = o.elem.size;
+            let mut raw = vec![0u8; elems * size];
+            o.file
+                .read_exact_at(&mut raw, o.data_at)
+                .map_err(|e| Reject::new(format!("cannot read data: {e}")))?;
+            let mut v = vec![0f32; elems];
+            for (i, r) in raw.chunks_exact(size).enumerate() {
+                let mut b = [0u8; 8];
+                b[..size].copy_from_slice(r);
+                if o.elem.big_endian {
+                    b[..size].reverse();
+                }
+                v[at(i)] = match size {
+                    2 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+                    4 => f32::from_le_bytes(b[..4].try_into().unwrap()),
+                    _ => f64::from_le_bytes(b) as f32,
+                };
+            }
+            Ok(Targets::Values { k, v })
+        }
+        _ => Err(Reject::new(format!(
+            "targets dtype {} is neither integer nor float",
+            o.descr
+        ))),
+    }
+}

@@ -385,7 +385,10 @@ fn a_version_1_header_cannot_hold_a_float_dtype() {
     // Version 4 is unknown; version 3 is that of sample fields, and holds at least one.
     for (v, want) in [
         (4, "version 4 is not supported"),
-        (3, "0 fields of 0 bytes a sample: version 3 holds 1 to 64 fields"),
+        (
+            3,
+            "0 fields of 0 bytes a sample: version 3 holds 1 to 64 fields",
+        ),
     ] {
         let t = tempfile::tempdir().unwrap();
         let ds = edited_header(t.path(), |b| b[8] = v);

@@ -1,0 +1,245 @@
+//! `.npy` targets as fields: `y` of shape (N, H, W) is a mask, (N, K) of 0/1 labels, (N, K)
+//! floats values. Converted fields equal the source: masks pixel-exact, values bit-exact in f32.
+
+use crate::util::{npy_header, run, stderr, write_npy};
+use prep::format::fields::FieldKind;
+use prep::format::shard::Dataset;
+use std::path::Path;
+
+const N: usize = 70;
+const H: usize = 6;
+const W: usize = 5;
+
+fn images(dir: &Path) {
+    let px: Vec<u8> = (0..N * H * W).map(|i| (i * 7 % 251) as u8).collect();
+    write_npy(&dir.join("x_train.npy"), "|u1", &[N, H, W], &px);
+}
+
+/// Every sample's field bytes, in file order, from prep's reader.
+fn read_fields(ds: &Path) -> (Vec<Vec<u8>>, Dataset) {
+    let d = Dataset::open(ds).unwrap();
+    let mut out = Vec::new();
+    for (_, sh) in d.shards() {
+        let r = d.open_shard(sh).unwrap();
+        for b in 0..r.num_blocks() {
+            let blk = r.read_block(b).unwrap();
+            for i in 0..blk.len() {
+                out.push(blk.field(&d.manifest.fields, 0, i).to_vec());
+            }
+        }
+    }
+    (out, d)
+}
+
+fn convert(dir: &Path, extra: &[&str]) -> std::path::PathBuf {
+    let out = dir.join("out");
+    let mut args = vec![
+        "convert",
+        dir.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(&["--quiet"]);
+    args.extend_from_slice(extra);
+    run(&args, 0);
+    out
+}
+
+#[test]
+fn a_mask_array_becomes_a_mask_field_pixel_exact_in_any_integer_type_and_order() {
+    for (descr, size, values, fortran) in [
+        ("|u1", 1, 3u64, false),
+        ("<i8", 8, 3, false),
+        (">u2", 2, 3, false),
+        ("<i4", 4, 300, false),
+        ("|u1", 1, 3, true),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        images(d.path());
+        let mask: Vec<u64> = (0..N * H * W)
+            .map(|i| (i as u64 * 13 + i as u64 / 7) % values)
+            .collect();
+        // Stored as the header says: C order unless `fortran` (then the sample axis fastest).
+        let mut bytes = npy_header(descr, fortran, &[N, H, W]);
+        for j in 0..N * H * W {
+            let i = if fortran {
+                let (n, p) = (j % N, j / N);
+                let (y, x) = (p % H, p / H);
+                n * H * W + y * W + x
+            } else {
+                j
+            };
+            let v = mask[i].to_le_bytes();
+            let mut b = v[..size].to_vec();
+            if descr.starts_with('>') {
+                b.reverse();
+            }
+            bytes.extend_from_slice(&b);
+        }
+        std::fs::write(d.path().join("y_train.npy"), bytes).unwrap();
+        let out = convert(d.path(), &[]);
+        let (got, ds) = read_fields(&out);
+        let f = &ds.manifest.fields.0[0];
+        assert_eq!(
+            (f.kind, f.name.as_str()),
+            (FieldKind::Mask, "mask"),
+            "{descr}"
+        );
+        assert_eq!(f.names.len() as u64, values, "{descr}");
+        assert_eq!(f.shape, vec![H as u32, W as u32]);
+        assert_eq!(ds.manifest.classes, vec!["all"]);
+        assert_eq!(got.len(), N);
+        for (i, g) in got.iter().enumerate() {
+            let want: Vec<u8> = mask[i * H * W..(i + 1) * H * W]
+                .iter()
+                .flat_map(|&v| {
+                    if values > 256 {
+                        (v as u16).to_le_bytes().to_vec()
+                    } else {
+                        vec![v as u8]
+                    }
+                })
+                .collect();
+            assert_eq!(g, &want, "{descr} fortran {fortran}: sample {i}");
+        }
+    }
+}
+
+#[test]
+fn labels_and_values_arrays_become_fields_values_bit_exact() {
+    let d = tempfile::tempdir().unwrap();
+    images(d.path());
+    let k = 4;
+    let labels: Vec<u8> = (0..N * k).map(|i| ((i * 5) % 3 == 0) as u8).collect();
+    write_npy(&d.path().join("y_train.npy"), "|b1", &[N, k], &labels);
+    let (got, ds) = read_fields(&convert(d.path(), &[]));
+    assert_eq!(ds.manifest.fields.0[0].kind, FieldKind::Labels);
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g, &labels[i * k..(i + 1) * k]);
+    }
+    // Values: float64 rounded to float32 as prep documents; float32 kept bit for bit.
+    let d = tempfile::tempdir().unwrap();
+    images(d.path());
+    let v: Vec<f32> = (0..N * 2)
+        .map(|i| (i as f32 * 0.37 - 11.0) * 1.0e-3)
+        .collect();
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    write_npy(&d.path().join("y_train.npy"), "<f4", &[N, 2], &bytes);
+    let (got, ds) = read_fields(&convert(d.path(), &[]));
+    assert_eq!(ds.manifest.fields.0[0].kind, FieldKind::Values);
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g, &bytes[i * 8..(i + 1) * 8], "sample {i}");
+    }
+}
+
+#[test]
+fn bad_targets_are_refused_or_left_out_naming_the_file_and_sample() {
+    // A value that is not finite: the sample is left out (listed in rejects), or stops the run.
+    let d = tempfile::tempdir().unwrap();
+    images(d.path());
+    let mut v: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    v[9] = f32::NAN;
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    write_npy(&d.path().join("y_train.npy"), "<f4", &[N, 1], &bytes);
+    // (N, 1) floats: one value per sample, not classes.
+    let out = convert(d.path(), &[]);
+    let (got, _) = read_fields(&out);
+    assert_eq!(got.len(), N - 1);
+    let rejects = std::fs::read_to_string(out.join("rejects.jsonl")).unwrap();
+    assert!(
+        rejects.contains("x_train.npy[9]") && rejects.contains("values must be finite"),
+        "{rejects}"
+    );
+    let o = crate::util::prep()
+        .args(["convert", d.path().to_str().unwrap(), "--out"])
+        .arg(d.path().join("fail"))
+        .args(["--on-error", "fail"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("values must be finite"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!d.path().join("fail/manifest.json").exists());
+
+    let cases: Vec<(&str, Box<dyn Fn(&Path)>, &[&str], &str)> = vec![
+        (
+            "mask of another size",
+            Box::new(|p| {
+                write_npy(
+                    &p.join("y_train.npy"),
+                    "|u1",
+                    &[N, H, W + 1],
+                    &vec![0; N * H * (W + 1)],
+                )
+            }),
+            &[],
+            "expected (70,) classes, (70, 6, 5) a mask",
+        ),
+        (
+            "negative mask value",
+            Box::new(|p| {
+                let mut m = vec![0i16; N * H * W];
+                m[H * W * 3 + 7] = -2;
+                let b: Vec<u8> = m.iter().flat_map(|x| x.to_le_bytes()).collect();
+                write_npy(&p.join("y_train.npy"), "<i2", &[N, H, W], &b)
+            }),
+            &[],
+            "mask value -2 of sample 3 at row 1, column 2 is not 0..65535",
+        ),
+        (
+            "integer (N, K) not 0/1",
+            Box::new(|p| write_npy(&p.join("y_train.npy"), "|u1", &[N, 2], &vec![2; N * 2])),
+            &[],
+            "label 2 of sample 0 column 0 is not 0 or 1",
+        ),
+        (
+            "mask into column-major files",
+            Box::new(|p| {
+                write_npy(
+                    &p.join("y_train.npy"),
+                    "|u1",
+                    &[N, H, W],
+                    &vec![1; N * H * W],
+                )
+            }),
+            &["--format", "colmajor"],
+            "the column-major layout has images and class labels only",
+        ),
+        (
+            "mask with --size",
+            Box::new(|p| {
+                write_npy(
+                    &p.join("y_train.npy"),
+                    "|u1",
+                    &[N, H, W],
+                    &vec![1; N * H * W],
+                )
+            }),
+            &["--size", "4"],
+            "its masks are 6x5, the target 4x4",
+        ),
+    ];
+    for (what, make, extra, want) in cases {
+        let d = tempfile::tempdir().unwrap();
+        images(d.path());
+        make(d.path());
+        let out = d.path().join("out");
+        let o = crate::util::prep()
+            .args([
+                "convert",
+                d.path().to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_ne!(o.status.code(), Some(0), "{what}");
+        assert!(e.contains(want), "{what}: {e}");
+        assert!(!out.join("manifest.json").exists(), "{what}");
+    }
+}
