@@ -79,6 +79,52 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
     let t0 = Instant::now();
     let gen = Generator::with_version(opts.shape.clone(), opts.classes, opts.seed, opts.generator)?;
     let spec = gen.spec.clone();
+    let splits = splits_to_write(opts)?;
+    let (bs, sb) = block_layout(opts, &spec)?;
+    let params_of = |version: Version| job_params(opts, &spec, &splits, (bs, sb), version);
+    let job = params_of(opts.generator);
+    // A part's shards: whole shards, so that the parts' shards in order are a single run's.
+    let per_shard = bs as u64 * sb as u64;
+    let ranges = part_ranges(opts, &splits, per_shard);
+    let params = with_part(opts, job.clone())?;
+    let out = &opts.out;
+    // One writer per folder, from before anything in it is looked at or removed.
+    let _lock = crate::format::lock::lock_dir(out)?;
+    if prepare_dir(
+        out,
+        &params,
+        &with_part(opts, params_of(Version::V1))?,
+        opts.force,
+    )? {
+        return Ok(SynthReport::already_complete(out, &ranges, t0));
+    }
+    let total: u64 = ranges.iter().map(|r| r.3 - r.2).sum();
+    let pb = crate::util::progress::bar(total, "synth", "samples", opts.quiet);
+    let mut report = SynthReport::started(out, total);
+    let provenance = Provenance::here(params);
+    match opts.format {
+        OutputFormat::Shards => write_shards_dataset(
+            opts,
+            &gen,
+            &ranges,
+            (bs, sb),
+            &job,
+            provenance,
+            &pb,
+            &mut report,
+        )?,
+        OutputFormat::Colmajor => {
+            write_colmajor_dataset(opts, &gen, &splits, bs, provenance, &pb, &mut report)?
+        }
+    }
+    std::fs::remove_file(out.join(PARTIAL_MARKER)).at(out.join(PARTIAL_MARKER))?;
+    pb.finish_and_clear();
+    report.finish(out, t0);
+    Ok(report)
+}
+
+/// The splits with samples to generate; none is an error.
+fn splits_to_write(opts: &SynthOptions) -> Result<Vec<(String, u64)>> {
     let splits: Vec<(String, u64)> = opts
         .splits
         .iter()
@@ -90,6 +136,11 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
             "nothing to generate: --train and --test are both 0".into(),
         ));
     }
+    Ok(splits)
+}
+
+/// Samples a block and blocks a shard: the options' or the defaults for this sample size.
+fn block_layout(opts: &SynthOptions, spec: &SampleSpec) -> Result<(u32, u32)> {
     let bs = opts
         .block_samples
         .unwrap_or_else(|| default_block_samples(spec.bytes()))
@@ -104,63 +155,73 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
         .shard_blocks
         .unwrap_or_else(|| default_shard_blocks(bs, spec.bytes()))
         .max(1);
-    let params_of = |version: Version| {
-        let mut p = json!({
-            "generator": version.name(),
-            "seed": opts.seed,
-            "shape": spec.shape,
-            "classes": opts.classes,
-            "splits": splits.iter().map(|(s, n)| (s.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            "format": opts.format.name(),
-            "codec": opts.codec,
-            "block_samples": bs,
-            "shard_blocks": sb,
-        });
-        // Version 1's parameters stay exactly what they were before version 2 existed, so its
-        // datasets are recognised (complete: nothing to do; partial: resumed).
-        if let Version::V2 { difficulty } = version {
-            p["difficulty"] = json!(difficulty);
-        }
-        p
-    };
-    let job = params_of(opts.generator);
-    // A part's shards: whole shards, so that the parts' shards in order are a single run's.
-    let per_shard = bs as u64 * sb as u64;
+    Ok((bs, sb))
+}
+
+/// The parameters that define the dataset made by generator `version`, as its manifest records.
+fn job_params(
+    opts: &SynthOptions,
+    spec: &SampleSpec,
+    splits: &[(String, u64)],
+    (bs, sb): (u32, u32),
+    version: Version,
+) -> serde_json::Value {
+    let mut p = json!({
+        "generator": version.name(),
+        "seed": opts.seed,
+        "shape": spec.shape,
+        "classes": opts.classes,
+        "splits": splits.iter().map(|(s, n)| (s.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "format": opts.format.name(),
+        "codec": opts.codec,
+        "block_samples": bs,
+        "shard_blocks": sb,
+    });
+    // Version 1's parameters stay exactly what they were before version 2 existed, so its
+    // datasets are recognised (complete: nothing to do; partial: resumed).
+    if let Version::V2 { difficulty } = version {
+        p["difficulty"] = json!(difficulty);
+    }
+    p
+}
+
+/// A split's part to write: (split, its samples, first sample, end sample).
+type SplitRange = (String, u64, u64, u64);
+
+/// Each split's samples in this part (all of them without `--part`), in whole shards.
+fn part_ranges(opts: &SynthOptions, splits: &[(String, u64)], per_shard: u64) -> Vec<SplitRange> {
     let whole = PartSpec { index: 0, count: 1 };
-    let ranges: Vec<(String, u64, u64, u64)> = splits
+    splits
         .iter()
         .map(|(s, n)| {
             let (a, b) = crate::format::part::share(*n, per_shard, opts.part.unwrap_or(whole));
             (s.clone(), *n, a, b)
         })
-        .collect();
+        .collect()
+}
+
+/// Parameters `p` with the part this run writes, if any (shards only).
+fn with_part(opts: &SynthOptions, mut p: serde_json::Value) -> Result<serde_json::Value> {
     // A part records which it is among its parameters, so that a rerun resumes it and another
     // part is never mistaken for it; `prep merge` takes the member out again.
-    let with_part = |mut p: serde_json::Value| {
-        if let Some(part) = opts.part {
-            if opts.format == OutputFormat::Colmajor {
-                return Err(Error::Invalid(
-                    "--part writes shards (column-major files cannot be joined by appending): \
-                     merge the parts, then `prep convert MERGED --format colmajor`"
-                        .into(),
-                ));
-            }
-            p["part"] = json!(part.to_string());
+    if let Some(part) = opts.part {
+        if opts.format == OutputFormat::Colmajor {
+            return Err(Error::Invalid(
+                "--part writes shards (column-major files cannot be joined by appending): \
+                 merge the parts, then `prep convert MERGED --format colmajor`"
+                    .into(),
+            ));
         }
-        Ok(p)
-    };
-    let params = with_part(job.clone())?;
-    let out = &opts.out;
-    // One writer per folder, from before anything in it is looked at or removed.
-    let _lock = crate::format::lock::lock_dir(out)?;
-    if prepare_dir(
-        out,
-        &params,
-        &with_part(params_of(Version::V1))?,
-        opts.force,
-    )? {
-        return Ok(SynthReport {
-            out: out.clone(),
+        p["part"] = json!(part.to_string());
+    }
+    Ok(p)
+}
+
+impl SynthReport {
+    /// The report of a dataset that `out` already holds, complete.
+    fn already_complete(out: &Path, ranges: &[SplitRange], t0: Instant) -> SynthReport {
+        SynthReport {
+            out: out.to_path_buf(),
             samples: ranges.iter().map(|r| r.3 - r.2).sum(),
             samples_generated: 0,
             seconds: t0.elapsed().as_secs_f64(),
@@ -170,114 +231,145 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
             bytes_on_disk: dir_bytes(out),
             peak_rss_bytes: crate::util::mem::peak_rss_bytes(),
             already_complete: true,
-        });
+        }
     }
-    let total: u64 = ranges.iter().map(|r| r.3 - r.2).sum();
-    let pb = crate::util::progress::bar(total, "synth", "samples", opts.quiet);
-    let mut report = SynthReport {
-        out: out.clone(),
-        samples: total,
-        samples_generated: 0,
-        seconds: 0.0,
-        samples_per_sec: 0.0,
-        shards_written: 0,
-        shards_reused: 0,
-        bytes_on_disk: 0,
-        peak_rss_bytes: 0,
-        already_complete: false,
-    };
-    let provenance = Provenance::here(params);
+
+    /// The report of a generation of `total` samples about to start.
+    fn started(out: &Path, total: u64) -> SynthReport {
+        SynthReport {
+            out: out.to_path_buf(),
+            samples: total,
+            samples_generated: 0,
+            seconds: 0.0,
+            samples_per_sec: 0.0,
+            shards_written: 0,
+            shards_reused: 0,
+            bytes_on_disk: 0,
+            peak_rss_bytes: 0,
+            already_complete: false,
+        }
+    }
+
+    /// Fill in the time, rate, size and memory of a finished generation.
+    fn finish(&mut self, out: &Path, t0: Instant) {
+        self.seconds = t0.elapsed().as_secs_f64();
+        self.samples_per_sec = self.samples_generated as f64 / self.seconds.max(1e-9);
+        self.bytes_on_disk = dir_bytes(out);
+        self.peak_rss_bytes = crate::util::mem::peak_rss_bytes();
+    }
+}
+
+/// Write (or keep) every split's shards of this part, then the manifest.
+#[allow(clippy::too_many_arguments)]
+fn write_shards_dataset(
+    opts: &SynthOptions,
+    gen: &Generator,
+    ranges: &[SplitRange],
+    (bs, sb): (u32, u32),
+    job: &serde_json::Value,
+    provenance: Provenance,
+    pb: &ProgressBar,
+    report: &mut SynthReport,
+) -> Result<()> {
+    let out = &opts.out;
+    let spec = gen.spec.clone();
     let names = gen.class_names();
-    match opts.format {
-        OutputFormat::Shards => {
-            let mut infos = BTreeMap::new();
-            for (split, n, a, b) in &ranges {
-                // `a` and `b` are multiples of a shard or the end of the split.
-                let shards = a.div_ceil(per_shard) as usize..b.div_ceil(per_shard) as usize;
-                let shards = write_split_shards(
-                    &gen,
-                    out,
-                    split,
-                    *n,
-                    shards,
-                    (bs, sb),
-                    opts.codec,
-                    &pb,
-                    &mut report,
-                )?;
-                infos.insert(
-                    split.clone(),
-                    SplitInfo::from_shards(&spec, opts.classes, shards),
-                );
-            }
-            // A part without samples in a split leaves it out, as a single run leaves out an
-            // empty split; a part without any keeps them all, empty, to stay a dataset.
-            if infos.values().any(|s| s.samples > 0) {
-                infos.retain(|_, s| s.samples > 0);
-            }
-            let mut m = Manifest::new(spec, names, opts.codec, bs, infos, provenance);
-            if let Some(p) = opts.part {
-                m.part = Some(Part {
-                    index: p.index,
-                    count: p.count,
-                    job: crate::format::part::digest(
-                        &serde_json::to_vec(&job).expect("serialises"),
-                    ),
-                    of: "samples".into(),
-                    ranges: ranges
-                        .iter()
-                        .map(|(s, n, a, b)| {
-                            let r = PartRange {
-                                start: *a,
-                                end: *b,
-                                total: *n,
-                            };
-                            (s.clone(), r)
-                        })
-                        .collect(),
-                });
-            }
-            m.write(out)?;
-        }
-        OutputFormat::Colmajor => {
-            let mut infos = BTreeMap::new();
-            let mut all_stats = BTreeMap::new();
-            for (split, n) in &splits {
-                let stats = write_split_colmajor(&gen, out, split, *n, bs, &pb)?;
-                report.samples_generated += n;
-                infos.insert(
-                    split.clone(),
-                    ColmajorSplit {
-                        samples: *n,
-                        images: crate::format::colmajor::images_name(split),
-                        labels: crate::format::colmajor::labels_name(split),
-                        class_counts: stats.class_counts.clone(),
-                    },
-                );
-                all_stats.insert(split.clone(), stats);
-            }
-            let (mean, std) = all_stats[manifest::stats_split(all_stats.keys())].mean_std(&spec);
-            ColmajorManifest {
-                format: crate::format::colmajor::FORMAT.into(),
-                version: spec.dtype.format_version() as u32,
-                sample: spec,
-                classes: names,
-                mean,
-                std,
-                splits: infos,
-                provenance,
-                checksum: String::new(),
-            }
-            .write(out)?;
-        }
+    let per_shard = bs as u64 * sb as u64;
+    let mut infos = BTreeMap::new();
+    for (split, n, a, b) in ranges {
+        // `a` and `b` are multiples of a shard or the end of the split.
+        let shards = a.div_ceil(per_shard) as usize..b.div_ceil(per_shard) as usize;
+        let shards = write_split_shards(
+            gen,
+            out,
+            split,
+            *n,
+            shards,
+            (bs, sb),
+            opts.codec,
+            pb,
+            report,
+        )?;
+        infos.insert(
+            split.clone(),
+            SplitInfo::from_shards(&spec, opts.classes, shards),
+        );
     }
-    std::fs::remove_file(out.join(PARTIAL_MARKER)).at(out.join(PARTIAL_MARKER))?;
-    pb.finish_and_clear();
-    report.seconds = t0.elapsed().as_secs_f64();
-    report.samples_per_sec = report.samples_generated as f64 / report.seconds.max(1e-9);
-    report.bytes_on_disk = dir_bytes(out);
-    report.peak_rss_bytes = crate::util::mem::peak_rss_bytes();
-    Ok(report)
+    // A part without samples in a split leaves it out, as a single run leaves out an
+    // empty split; a part without any keeps them all, empty, to stay a dataset.
+    if infos.values().any(|s| s.samples > 0) {
+        infos.retain(|_, s| s.samples > 0);
+    }
+    let mut m = Manifest::new(spec, names, opts.codec, bs, infos, provenance);
+    if let Some(p) = opts.part {
+        m.part = Some(part_record(p, job, ranges));
+    }
+    m.write(out)
+}
+
+/// What the manifest of part `p` records: which part of which job, and its samples of each split.
+fn part_record(p: PartSpec, job: &serde_json::Value, ranges: &[SplitRange]) -> Part {
+    Part {
+        index: p.index,
+        count: p.count,
+        job: crate::format::part::digest(&serde_json::to_vec(job).expect("serialises")),
+        of: "samples".into(),
+        ranges: ranges
+            .iter()
+            .map(|(s, n, a, b)| {
+                let r = PartRange {
+                    start: *a,
+                    end: *b,
+                    total: *n,
+                };
+                (s.clone(), r)
+            })
+            .collect(),
+    }
+}
+
+/// Write every split as column-major files, then the manifest.
+fn write_colmajor_dataset(
+    opts: &SynthOptions,
+    gen: &Generator,
+    splits: &[(String, u64)],
+    bs: u32,
+    provenance: Provenance,
+    pb: &ProgressBar,
+    report: &mut SynthReport,
+) -> Result<()> {
+    let out = &opts.out;
+    let spec = gen.spec.clone();
+    let names = gen.class_names();
+    let mut infos = BTreeMap::new();
+    let mut all_stats = BTreeMap::new();
+    for (split, n) in splits {
+        let stats = write_split_colmajor(gen, out, split, *n, bs, pb)?;
+        report.samples_generated += n;
+        infos.insert(
+            split.clone(),
+            ColmajorSplit {
+                samples: *n,
+                images: crate::format::colmajor::images_name(split),
+                labels: crate::format::colmajor::labels_name(split),
+                class_counts: stats.class_counts.clone(),
+            },
+        );
+        all_stats.insert(split.clone(), stats);
+    }
+    let (mean, std) = all_stats[manifest::stats_split(all_stats.keys())].mean_std(&spec);
+    ColmajorManifest {
+        format: crate::format::colmajor::FORMAT.into(),
+        version: spec.dtype.format_version() as u32,
+        sample: spec,
+        classes: names,
+        mean,
+        std,
+        splits: infos,
+        provenance,
+        checksum: String::new(),
+    }
+    .write(out)
 }
 
 /// Decide what to do with what `out` already holds. Returns true when it already holds exactly the
