@@ -21,6 +21,7 @@ mod ranks;
 mod scans;
 mod scans_series;
 mod synth;
+mod synth_task;
 mod tiff;
 mod train;
 mod trees;
