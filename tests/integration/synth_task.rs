@@ -394,30 +394,33 @@ fn an_interrupted_task_run_resumes_with_the_same_summaries() {
         .unwrap();
         std::fs::remove_file(d.join("manifest.json")).unwrap();
         std::fs::remove_file(d.join("train/train-00001.shard")).unwrap();
-        let o = run(
-            &[
-                "synth",
-                "--train",
-                "300",
-                "--test",
-                "50",
-                "--shape",
-                "3x16x16",
-                "--seed",
-                "5",
-                "--block-samples",
-                "64",
-                "--shard-blocks",
-                "2",
-                "--task",
-                task,
-                "--json",
-                "--out",
-                d.to_str().unwrap(),
-            ],
-            0,
-        );
-        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let rerun = || {
+            let o = run(
+                &[
+                    "synth",
+                    "--train",
+                    "300",
+                    "--test",
+                    "50",
+                    "--shape",
+                    "3x16x16",
+                    "--seed",
+                    "5",
+                    "--block-samples",
+                    "64",
+                    "--shard-blocks",
+                    "2",
+                    "--task",
+                    task,
+                    "--json",
+                    "--out",
+                    d.to_str().unwrap(),
+                ],
+                0,
+            );
+            serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+        };
+        let r = rerun();
         assert_eq!(
             (r["shards_written"].as_u64(), r["shards_reused"].as_u64()),
             (Some(1), Some(3)),
@@ -435,6 +438,8 @@ fn an_interrupted_task_run_resumes_with_the_same_summaries() {
             "{task}: kept shards' summaries are those of a single run"
         );
         assert_eq!(b.splits["train"].fields.len(), 1, "{task}");
+        // Once complete, the same command has nothing to do.
+        assert_eq!(rerun()["already_complete"], true, "{task}");
     }
 }
 
