@@ -136,6 +136,26 @@ pub enum FormatArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum TaskArg {
+    Class,
+    Mask,
+    Labels,
+    Values,
+}
+
+impl TaskArg {
+    pub fn task(self) -> prep::synth::Task {
+        use prep::synth::Task;
+        match self {
+            TaskArg::Class => Task::Class,
+            TaskArg::Mask => Task::Mask,
+            TaskArg::Labels => Task::Labels,
+            TaskArg::Values => Task::Values,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum CodecArg {
     Zstd,
     None,
@@ -166,6 +186,12 @@ pub struct SynthArgs {
     /// noise, lower contrast, overlapping class parameters and occluding distractors [default: 0.5].
     #[arg(long, value_name = "D", allow_negative_numbers = true, value_parser = difficulty)]
     pub difficulty: Option<f64>,
+    /// What each sample carries beside its image and class: nothing more (class), a mask of where
+    /// the class's pattern shows (mask: 0 background, class + 1), which pattern kinds are drawn
+    /// (labels: K-hot over 6 kinds), or the pattern disc's area and the number of distractors
+    /// (values). The images are the same for every task; shards only.
+    #[arg(long, value_enum, default_value = "class")]
+    pub task: TaskArg,
     /// Output directory.
     #[arg(long, short, value_name = "DIR", default_value = "shards")]
     pub out: PathBuf,

@@ -134,7 +134,7 @@ fn print_field(
         f.dtype,
         dims.join("x")
     );
-    let width = if f.kind == FieldKind::Values { 30 } else { 14 };
+    let width = if f.kind == FieldKind::Values { 40 } else { 14 };
     print!("{:<16}", "");
     for sp in &s.splits {
         print!("{:>width$}", sp.name);
@@ -163,7 +163,7 @@ fn print_field(
                     )
                 }
             };
-            print!("{cell:>width$}");
+            print!(" {cell:>w$}", w = width - 1);
         }
         outln!();
     }

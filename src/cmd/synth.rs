@@ -2,7 +2,7 @@ use super::outln;
 use super::{thousands, UsageError};
 use crate::cli::SynthArgs;
 use anyhow::Context;
-use prep::synth::{synthesize, SynthOptions, Version, DEFAULT_DIFFICULTY};
+use prep::synth::{synthesize_task, SynthOptions, Version, DEFAULT_DIFFICULTY};
 use prep::util::mem::human;
 use std::process::ExitCode;
 
@@ -42,7 +42,8 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         part: a.part,
         quiet,
     };
-    let r = synthesize(&opts).with_context(|| format!("prep synth into {}", a.out.display()))?;
+    let r = synthesize_task(&opts, a.task.task())
+        .with_context(|| format!("prep synth into {}", a.out.display()))?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&r)?);
     } else if !quiet {

@@ -19,6 +19,9 @@ use xxhash_rust::xxh3::xxh3_64;
 
 /// Pattern kinds; class k uses kind k % KINDS.
 pub(super) const KINDS: u32 = 6;
+/// The pattern kinds' names, by kind.
+pub const KIND_NAMES: [&str; KINDS as usize] =
+    ["stripes", "checks", "rings", "dots", "zigzag", "plaid"];
 /// Length of the noise table (a power of two); it is stored twice so any run of up to this length is
 /// one contiguous slice.
 pub(super) const NOISE_LEN: usize = 1 << 13;
@@ -154,6 +157,63 @@ impl Version {
     }
 }
 
+/// A disc as the renderer places it: what `--task mask|labels|values` compute their targets from.
+/// Units as in the renderer: `cx`, `cy` in pixels, `scale` = 1 / the shorter side, `r2` the squared
+/// radius in units of the shorter side.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DiscGeom {
+    /// Its pattern kind (0 .. KINDS).
+    pub kind: u32,
+    pub cx: f32,
+    pub cy: f32,
+    pub scale: f32,
+    pub cos: f32,
+    pub sin: f32,
+    /// Its radius, in units of the shorter side.
+    pub radius: f32,
+    pub r2: f32,
+    pub edge: f32,
+}
+
+impl DiscGeom {
+    /// The disc's envelope over pixel (`x`, `y`) of the row whose offset is `dy`: the renderer's
+    /// arithmetic operation for operation (`pattern_row`, `disc_row`), so the same f32 value.
+    #[inline(always)]
+    pub fn envelope(&self, x: usize, dy: f32) -> f32 {
+        let dx = (x as f32 + 0.5 - self.cx) * self.scale;
+        let u = dx * self.cos + dy * self.sin;
+        let v = dy * self.cos - dx * self.sin;
+        let d2 = u * u + v * v;
+        ((self.r2 - d2) * self.edge).clamp(0.0, 1.0)
+    }
+    /// The vertical offset of row `y`, as the renderer computes it.
+    #[inline(always)]
+    pub fn dy(&self, y: usize) -> f32 {
+        (y as f32 + 0.5 - self.cy) * self.scale
+    }
+}
+
+/// The most distractors a sample has: version 2 draws `(d + u) as u32` of them, d <= 1 and u < 1
+/// (so at most 1, but d = 1 and the largest u sum to 2.0 in f32).
+pub const MAX_DISTRACTORS: usize = 2;
+
+/// What a sample draws, beside its pixels: its class, its main disc (the class's pattern) and the
+/// distractors drawn over it, in drawing order.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Scene {
+    pub label: u32,
+    pub main: DiscGeom,
+    pub distractors: [DiscGeom; MAX_DISTRACTORS],
+    /// How many of `distractors` were drawn.
+    pub count: u32,
+}
+
+impl Scene {
+    pub fn distractors(&self) -> &[DiscGeom] {
+        &self.distractors[..self.count as usize]
+    }
+}
+
 /// Generates samples of one shape and class count.
 #[derive(Debug, Clone)]
 pub struct Generator {
@@ -276,7 +336,7 @@ impl Generator {
         index: u64,
         out: &mut [u8],
         scratch: &mut Vec<f32>,
-    ) -> u32 {
+    ) -> Scene {
         let (c, h, w) = (
             self.spec.shape.0[0] as usize,
             self.spec.shape.0[1] as usize,
@@ -345,15 +405,27 @@ impl Generator {
                 done += len;
             }
         }
-        label
+        Scene {
+            label,
+            main: DiscGeom {
+                kind: p.kind,
+                cx,
+                cy,
+                scale,
+                cos,
+                sin,
+                radius,
+                r2,
+                edge,
+            },
+            ..Scene::default()
+        }
     }
 
     /// Class names: the pattern each class draws, for a readable grid and manifest.
     pub fn class_names(&self) -> Vec<String> {
-        const NAMES: [&str; KINDS as usize] =
-            ["stripes", "checks", "rings", "dots", "zigzag", "plaid"];
         (0..self.classes)
-            .map(|k| format!("{k:02}-{}", NAMES[(k % KINDS) as usize]))
+            .map(|k| format!("{k:02}-{}", KIND_NAMES[(k % KINDS) as usize]))
             .collect()
     }
 }
@@ -449,7 +521,7 @@ mod tests {
         for i in 0..200 {
             let mut a = vec![0u8; g.spec.bytes()];
             let mut b = a.clone();
-            let la = g.render(0, i, &mut a, &mut scratch);
+            let la = g.render_scene(0, i, &mut a, &mut scratch);
             let lb = g.render_any(0, i, &mut b, &mut scratch);
             assert_eq!((la, &a), (lb, &b), "sample {i}");
         }

@@ -2,8 +2,9 @@
 //! a rerun after a crash keeps every shard that was completed (renamed into place), rewrites the
 //! rest, and ends byte-identical to an uninterrupted run.
 
-use super::{split_id, Generator, Version};
+use super::{split_id, Generator, Task, Version};
 use crate::format::colmajor::{ColmajorManifest, ColmajorSplit, ColmajorWriter};
+use crate::format::fields::{FieldStats, Fields};
 use crate::format::part::{Part, PartRange, PartSpec};
 use crate::format::shard::manifest::{self, read_capped, Provenance, ShardInfo, SplitInfo};
 use crate::format::shard::{
@@ -60,8 +61,15 @@ pub struct SynthReport {
     pub already_complete: bool,
 }
 
+/// Write the class dataset `opts` describes (`synthesize_task` with `Task::Class`).
 pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
-    synthesize_into(opts).map_err(|e| {
+    synthesize_task(opts, Task::Class)
+}
+
+/// Write the dataset `opts` describes, each sample carrying `task`'s field beside its image and
+/// class (`prep synth --task`).
+pub fn synthesize_task(opts: &SynthOptions, task: Task) -> Result<SynthReport> {
+    synthesize_into(opts, task).map_err(|e| {
         e.when_interrupted(|| match opts.format {
             OutputFormat::Shards => format!(
                 "the finished shards are kept in {}: the same command resumes",
@@ -75,13 +83,22 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
     })
 }
 
-fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
+fn synthesize_into(opts: &SynthOptions, task: Task) -> Result<SynthReport> {
     let t0 = Instant::now();
     let gen = Generator::with_version(opts.shape.clone(), opts.classes, opts.seed, opts.generator)?;
     let spec = gen.spec.clone();
+    let fields = task.fields(&gen)?;
+    if opts.format == OutputFormat::Colmajor && !fields.is_empty() {
+        return Err(Error::Invalid(format!(
+            "--task {} adds a field ({}) to every sample, and the column-major layout has no \
+             place for fields: use --format shards (the default)",
+            task.name(),
+            fields.0[0].name
+        )));
+    }
     let splits = splits_to_write(opts)?;
     let (bs, sb) = block_layout(opts, &spec)?;
-    let params_of = |version: Version| job_params(opts, &spec, &splits, (bs, sb), version);
+    let params_of = |version: Version| job_params(opts, &spec, &splits, (bs, sb), version, task);
     let job = params_of(opts.generator);
     // A part's shards: whole shards, so that the parts' shards in order are a single run's.
     let per_shard = bs as u64 * sb as u64;
@@ -105,7 +122,7 @@ fn synthesize_into(opts: &SynthOptions) -> Result<SynthReport> {
     match opts.format {
         OutputFormat::Shards => write_shards_dataset(
             opts,
-            &gen,
+            (&gen, task, &fields),
             &ranges,
             (bs, sb),
             &job,
@@ -165,6 +182,7 @@ fn job_params(
     splits: &[(String, u64)],
     (bs, sb): (u32, u32),
     version: Version,
+    task: Task,
 ) -> serde_json::Value {
     let mut p = json!({
         "generator": version.name(),
@@ -181,6 +199,10 @@ fn job_params(
     // datasets are recognised (complete: nothing to do; partial: resumed).
     if let Version::V2 { difficulty } = version {
         p["difficulty"] = json!(difficulty);
+    }
+    // Likewise a class dataset's parameters are those of every prep before tasks existed.
+    if task != Task::Class {
+        p["task"] = json!(task.name());
     }
     p
 }
@@ -263,7 +285,7 @@ impl SynthReport {
 #[allow(clippy::too_many_arguments)]
 fn write_shards_dataset(
     opts: &SynthOptions,
-    gen: &Generator,
+    (gen, task, fields): (&Generator, Task, &Fields),
     ranges: &[SplitRange],
     (bs, sb): (u32, u32),
     job: &serde_json::Value,
@@ -280,7 +302,7 @@ fn write_shards_dataset(
         // `a` and `b` are multiples of a shard or the end of the split.
         let shards = a.div_ceil(per_shard) as usize..b.div_ceil(per_shard) as usize;
         let shards = write_split_shards(
-            gen,
+            (gen, task, fields),
             out,
             split,
             *n,
@@ -301,6 +323,9 @@ fn write_shards_dataset(
         infos.retain(|_, s| s.samples > 0);
     }
     let mut m = Manifest::new(spec, names, opts.codec, bs, infos, provenance);
+    if !fields.is_empty() {
+        m = m.with_fields(fields.clone());
+    }
     if let Some(p) = opts.part {
         m.part = Some(part_record(p, job, ranges));
     }
@@ -559,9 +584,11 @@ fn window_blocks() -> usize {
     2 * rayon::current_num_threads()
 }
 
+/// Write (or keep) shards `shards` of `split` (`n` samples) of generator `gen`'s samples with
+/// `task`'s `fields`.
 #[allow(clippy::too_many_arguments)]
 fn write_split_shards(
-    gen: &Generator,
+    (gen, task, fields): (&Generator, Task, &Fields),
     out: &Path,
     split: &str,
     n: u64,
@@ -584,7 +611,7 @@ fn write_split_shards(
         match reusable(
             &out.join(&rel),
             &rel,
-            spec,
+            (spec, fields),
             gen.classes,
             codec,
             samples,
@@ -617,19 +644,22 @@ fn write_split_shards(
         window_blocks(),
         |i| {
             let (_, first, len, _) = items[i];
-            gen.render_block(sid, first, len)
-                .encode(spec, gen.classes, codec)
+            gen.render_task_block(task, fields, sid, first, len)
+                .encode_fields(spec, gen.classes, codec, fields)
         },
         |i, block| {
             let (shard, _, _, last) = items[i];
             if current.is_none() {
-                current = Some(ShardWriter::create(
-                    out,
-                    &shard_file_name(split, shard),
-                    spec,
-                    codec,
-                    gen.classes,
-                )?);
+                current = Some(
+                    ShardWriter::create(
+                        out,
+                        &shard_file_name(split, shard),
+                        spec,
+                        codec,
+                        gen.classes,
+                    )?
+                    .with_fields(fields),
+                );
             }
             current.as_mut().unwrap().push(&block)?;
             pb.inc(block.num_samples as u64);
@@ -650,7 +680,7 @@ fn write_split_shards(
 fn reusable(
     path: &Path,
     rel: &str,
-    spec: &SampleSpec,
+    (spec, fields): (&SampleSpec, &Fields),
     classes: u32,
     codec: Codec,
     samples: u64,
@@ -662,8 +692,13 @@ fn reusable(
         && h.num_classes == classes
         && h.codec == codec.code()
         && h.num_samples == samples
-        && h.num_blocks as u64 == blocks;
-    same.then(|| ShardInfo {
+        && h.num_blocks as u64 == blocks
+        && h.field_bytes as usize == fields.bytes()
+        && h.num_fields as usize == fields.0.len();
+    if !same {
+        return None;
+    }
+    let mut info = ShardInfo {
         file: rel.to_string(),
         samples,
         blocks: h.num_blocks,
@@ -671,7 +706,34 @@ fn reusable(
         footer_xxh3: format!("{:016x}", r.trailer.footer_xxh3),
         fields: Vec::new(),
         stats: r.stats().clone(),
-    })
+    };
+    info.fields = kept_field_stats(r.with_fields(fields.clone()))?;
+    Some(info)
+}
+
+/// The summaries of a kept shard's fields (none without fields). They live in the manifest only,
+/// which a rerun has not got, so every block is read again: a block that fails its checks makes
+/// the shard one to write again.
+fn kept_field_stats(r: ShardReader) -> Option<Vec<FieldStats>> {
+    let fields = r.fields().clone();
+    if fields.is_empty() {
+        return Some(Vec::new());
+    }
+    // Each block's summaries, added in block order as the writer added them: the same sums.
+    let per_block: Vec<Option<Vec<FieldStats>>> = (0..r.num_blocks())
+        .into_par_iter()
+        .map(|i| {
+            let b = r.read_block(i).ok()?;
+            Some(fields.summarise(b.fields(), b.len()))
+        })
+        .collect();
+    let mut acc: Vec<FieldStats> = fields.iter().map(FieldStats::empty).collect();
+    for st in per_block {
+        for (a, s) in acc.iter_mut().zip(st?) {
+            a.add(&s);
+        }
+    }
+    Some(acc)
 }
 
 fn write_split_colmajor(

@@ -4,8 +4,14 @@ mod generator;
 mod job;
 mod pattern_only;
 mod render;
+mod task;
 
-pub use generator::{split_id, Generator, Version, DEFAULT_DIFFICULTY};
+pub use generator::{
+    split_id, DiscGeom, Generator, Scene, Version, DEFAULT_DIFFICULTY, KIND_NAMES,
+};
 #[cfg(test)]
 pub use job::test_dataset;
-pub use job::{clean, dir_bytes, synthesize, SynthOptions, SynthReport, PARTIAL_MARKER};
+pub use job::{
+    clean, dir_bytes, synthesize, synthesize_task, SynthOptions, SynthReport, PARTIAL_MARKER,
+};
+pub use task::{area, mask, Task, MASK_THRESHOLD};

@@ -19,7 +19,9 @@
 //! The same arithmetic rules as version 1 hold (IEEE-exact operations only, vectorisable rows), so
 //! the AVX2 and baseline code paths agree and every sample is a pure function of its inputs.
 
-use super::generator::{noise_table, sin_cos, tri, Generator, Rng, KINDS, NOISE_LEN};
+use super::generator::{
+    noise_table, sin_cos, tri, DiscGeom, Generator, Rng, Scene, KINDS, MAX_DISTRACTORS, NOISE_LEN,
+};
 use std::f32::consts::PI;
 
 /// Everything a pattern disc needs, in image units (1.0 = the shorter side).
@@ -169,7 +171,24 @@ fn colour(h: f32, s: f32, lum: f32) -> [f32; 3] {
     }
 }
 
-/// Render one version-2 sample into `out` (C*H*W bytes) and return its label.
+/// Where disc `p`, of pattern `kind`, centred on row `cy`, of radius `radius`, lies.
+#[inline(always)]
+fn geom(kind: u32, p: &Disc, cy: f32, radius: f32) -> DiscGeom {
+    DiscGeom {
+        kind,
+        cx: p.cx,
+        cy,
+        scale: p.scale,
+        cos: p.cos,
+        sin: p.sin,
+        radius,
+        r2: p.r2,
+        edge: p.edge,
+    }
+}
+
+/// Render one version-2 sample into `out` (C*H*W bytes) and return what it draws (its label
+/// first).
 #[inline(always)]
 pub(super) fn render(
     g: &Generator,
@@ -178,7 +197,7 @@ pub(super) fn render(
     index: u64,
     out: &mut [u8],
     scratch: &mut Vec<f32>,
-) -> u32 {
+) -> Scene {
     let shape = &g.spec.shape.0;
     let (c, h, w) = (shape[0] as usize, shape[1] as usize, shape[2] as usize);
     let plane = h * w;
@@ -210,6 +229,11 @@ pub(super) fn render(
     scratch.clear();
     scratch.resize(plane, 0.0);
     draw(scratch, w, h, class.kind, false, &main, cy, radius);
+    let mut scene = Scene {
+        label,
+        main: geom(class.kind, &main, cy, radius),
+        ..Scene::default()
+    };
 
     // Distractors: d on average (the integer part always, the fraction with that probability).
     let count = (k.distractors + r.unit()) as u32;
@@ -233,7 +257,12 @@ pub(super) fn render(
         };
         let cy = h as f32 * r.unit();
         draw(scratch, w, h, kind, true, &d, cy, radius);
+        if (scene.count as usize) < MAX_DISTRACTORS {
+            scene.distractors[scene.count as usize] = geom(kind, &d, cy, radius);
+            scene.count += 1;
+        }
     }
+    debug_assert_eq!(scene.count, count, "more distractors than a Scene holds");
 
     // Two colours from the distribution every class shares, a luminance gap apart, in random order.
     let lo = 255.0 * (0.05 + 0.45 * r.unit());
@@ -267,7 +296,7 @@ pub(super) fn render(
             done += len;
         }
     }
-    label
+    scene
 }
 
 #[cfg(test)]
@@ -310,7 +339,7 @@ mod tests {
             for i in 0..200 {
                 let mut a = vec![0u8; g.spec.bytes()];
                 let mut b = a.clone();
-                let la = g.render(0, i, &mut a, &mut scratch);
+                let la = g.render_scene(0, i, &mut a, &mut scratch);
                 let lb = super::render(&g, d as f32, 0, i, &mut b, &mut scratch);
                 assert_eq!((la, &a), (lb, &b), "difficulty {d}, sample {i}");
             }

@@ -2,13 +2,26 @@
 //! class away) or version 2 (`pattern_only`), each compiled twice (baseline and AVX2). Sits above
 //! both so that neither imports the other.
 
-use super::generator::{Generator, Version};
+use super::generator::{Generator, Scene, Version};
 use crate::format::shard::Block;
 
 impl Generator {
     /// Render one sample into `out` (C*H*W bytes) and return its label. `scratch` is reused between
     /// calls to avoid an allocation per sample.
+    #[inline]
     pub fn render(&self, split: u64, index: u64, out: &mut [u8], scratch: &mut Vec<f32>) -> u32 {
+        self.render_scene(split, index, out, scratch).label
+    }
+
+    /// `render`, returning what the sample draws: its label, and where its discs lie (for the
+    /// targets of `--task mask|labels|values`).
+    pub fn render_scene(
+        &self,
+        split: u64,
+        index: u64,
+        out: &mut [u8],
+        scratch: &mut Vec<f32>,
+    ) -> Scene {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
@@ -27,7 +40,7 @@ impl Generator {
         index: u64,
         out: &mut [u8],
         scratch: &mut Vec<f32>,
-    ) -> u32 {
+    ) -> Scene {
         self.render_any(split, index, out, scratch)
     }
 
@@ -38,7 +51,7 @@ impl Generator {
         index: u64,
         out: &mut [u8],
         scratch: &mut Vec<f32>,
-    ) -> u32 {
+    ) -> Scene {
         match self.version {
             Version::V1 => self.render_v1(split, index, out, scratch),
             Version::V2 { difficulty } => {

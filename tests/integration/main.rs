@@ -22,6 +22,7 @@ mod ranks;
 mod scans;
 mod scans_series;
 mod synth;
+mod synth_task;
 mod tiff;
 mod train;
 mod trees;
