@@ -302,11 +302,21 @@ impl FieldStats {
         let k = f.names.len();
         match (f.kind, f.dtype) {
             (FieldKind::Mask, Dtype::U8) => {
-                let mut c = [0u64; 256];
-                for &v in values {
-                    c[v as usize] += 1;
+                // Four tables, so that runs of one value do not wait on one counter.
+                let mut c = [[0u64; 256]; 4];
+                let mut quads = values.chunks_exact(4);
+                for q in &mut quads {
+                    c[0][q[0] as usize] += 1;
+                    c[1][q[1] as usize] += 1;
+                    c[2][q[2] as usize] += 1;
+                    c[3][q[3] as usize] += 1;
                 }
-                s.counts.copy_from_slice(&c[..k]);
+                for &v in quads.remainder() {
+                    c[0][v as usize] += 1;
+                }
+                for (j, n) in s.counts.iter_mut().enumerate() {
+                    *n = c[0][j] + c[1][j] + c[2][j] + c[3][j];
+                }
             }
             (FieldKind::Mask, _) => {
                 for b in values.chunks_exact(2) {
