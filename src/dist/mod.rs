@@ -335,149 +335,219 @@ pub fn join(
     key: &str,
     payload: impl FnOnce() -> Result<Vec<u8>, String>,
 ) -> Result<Joined, String> {
-    let wait = world.join_timeout;
-    let deadline = Instant::now() + wait;
+    let deadline = Instant::now() + world.join_timeout;
     if world.rank == 0 {
-        let (listener, file) = match &world.rendezvous {
-            Rendezvous::Tcp { port, .. } => (
-                TcpListener::bind(("0.0.0.0", *port))
-                    .map_err(|e| io(&format!("listening on port {port}"), e))?,
-                None,
-            ),
-            Rendezvous::File(p) => {
-                let l = TcpListener::bind(("0.0.0.0", 0)).map_err(|e| io("listening", e))?;
-                let port = l.local_addr().map_err(|e| io("listening", e))?.port();
-                let host = hostname();
-                write_rendezvous_file(p, &format!("{host}:{port} {key}\n"))?;
-                (l, Some(p.clone()))
-            }
-        };
-        let payload = payload()?;
-        let mut links: Vec<(usize, TcpStream)> = Vec::new();
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| io("listening", e))?;
-        while links.len() + 1 < world.size {
-            match listener.accept() {
-                Ok((s, peer)) => {
-                    s.set_nonblocking(false).map_err(|e| io("accepting", e))?;
-                    s.set_read_timeout(Some(Duration::from_secs(30)))
-                        .map_err(|e| io("accepting", e))?;
-                    let line = read_line(&s, 4096)
-                        .map_err(|e| io(&format!("reading the hello of {peer}"), e))?;
-                    let r = parse_hello(&line, world.size, key)
-                        .map_err(|e| format!("rendezvous: {peer}: {e}"))?;
-                    if r == 0 || links.iter().any(|(k, _)| *k == r) {
-                        return Err(format!(
-                            "rendezvous: rank {r} joined twice (from {peer}): are two jobs using the same rendezvous?"
-                        ));
-                    }
-                    links.push((r, s));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        let mut missing: Vec<usize> = (1..world.size)
-                            .filter(|r| !links.iter().any(|(k, _)| k == r))
-                            .collect();
-                        missing.truncate(8);
-                        return Err(format!(
-                            "rendezvous: ranks {missing:?} did not join {} within {} s: are they running, and do they reach this host? To wait longer, set {TIMEOUT_VAR}=SECONDS",
-                            match &world.rendezvous {
-                                Rendezvous::Tcp { port, .. } => format!("on port {port}"),
-                                Rendezvous::File(p) => format!("through {}", p.display()),
-                            },
-                            wait.as_secs()
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => return Err(io("accepting", e)),
-            }
-        }
-        let hex = to_hex(&payload);
-        for (r, s) in &mut links {
-            s.set_read_timeout(None).map_err(|e| io("joining", e))?;
-            writeln!(s, "ok {hex}").map_err(|e| io(&format!("answering rank {r}"), e))?;
-        }
-        Ok(Joined {
-            world: world.clone(),
-            payload,
-            links,
-            file,
-        })
+        lead(world, key, payload, deadline)
     } else {
-        let addr = match &world.rendezvous {
-            Rendezvous::Tcp { host, port } => format!("{host}:{port}"),
-            Rendezvous::File(p) => loop {
-                if let Some(a) = read_rendezvous_file(p, key) {
-                    break a;
-                }
-                if Instant::now() > deadline {
-                    let p = p.display();
+        follow(world, key, deadline)
+    }
+}
+
+/// Rank 0's side of `join`: listen, gather every other rank, then hand each the payload.
+fn lead(
+    world: &World,
+    key: &str,
+    payload: impl FnOnce() -> Result<Vec<u8>, String>,
+    deadline: Instant,
+) -> Result<Joined, String> {
+    let (listener, file) = listen(world, key)?;
+    let payload = payload()?;
+    let mut links = gather(world, key, &listener, deadline)?;
+    answer(&mut links, &payload)?;
+    Ok(Joined {
+        world: world.clone(),
+        payload,
+        links,
+        file,
+    })
+}
+
+/// Rank 0's listener: on the given port, or on a free one written to the rendezvous file (then
+/// returned with it).
+fn listen(world: &World, key: &str) -> Result<(TcpListener, Option<PathBuf>), String> {
+    Ok(match &world.rendezvous {
+        Rendezvous::Tcp { port, .. } => (
+            TcpListener::bind(("0.0.0.0", *port))
+                .map_err(|e| io(&format!("listening on port {port}"), e))?,
+            None,
+        ),
+        Rendezvous::File(p) => {
+            let l = TcpListener::bind(("0.0.0.0", 0)).map_err(|e| io("listening", e))?;
+            let port = l.local_addr().map_err(|e| io("listening", e))?.port();
+            let host = hostname();
+            write_rendezvous_file(p, &format!("{host}:{port} {key}\n"))?;
+            (l, Some(p.clone()))
+        }
+    })
+}
+
+/// Accept the other ranks until all have said hello, or refuse at the deadline naming those
+/// missing.
+fn gather(
+    world: &World,
+    key: &str,
+    listener: &TcpListener,
+    deadline: Instant,
+) -> Result<Vec<(usize, TcpStream)>, String> {
+    let mut links: Vec<(usize, TcpStream)> = Vec::new();
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| io("listening", e))?;
+    while links.len() + 1 < world.size {
+        match listener.accept() {
+            Ok((s, peer)) => {
+                let r = read_hello(&s, peer, world.size, key)?;
+                if r == 0 || links.iter().any(|(k, _)| *k == r) {
                     return Err(format!(
-                        "rendezvous: rank 0 did not write {p} within {} s: is rank 0 running, and is {p} on storage that every node sees? To wait longer, set {TIMEOUT_VAR}=SECONDS",
-                        wait.as_secs()
+                        "rendezvous: rank {r} joined twice (from {peer}): are two jobs using the same rendezvous?"
                     ));
                 }
-                std::thread::sleep(Duration::from_millis(100));
-            },
-        };
-        // Rank 0 may not listen yet, nor its name resolve (a Kubernetes pod's DNS record comes
-        // with the pod): try again until the deadline, and say what failed last.
-        let mut s = loop {
-            // Each attempt ends by the deadline, give or take the connect floor.
-            let left = deadline.saturating_duration_since(Instant::now());
-            let per_try = left.clamp(Duration::from_millis(100), Duration::from_secs(5));
-            let tried = match addr.to_socket_addrs() {
-                Err(e) => Err(format!("resolving {addr}: {e}")),
-                Ok(addrs) => {
-                    let mut last = format!("{addr} resolves to no address");
-                    let mut got = None;
-                    for a in addrs {
-                        match TcpStream::connect_timeout(&a, per_try) {
-                            Ok(s) => {
-                                got = Some(s);
-                                break;
-                            }
-                            Err(e) => last = format!("connecting to {a}: {e}"),
-                        }
-                    }
-                    got.ok_or(last)
+                links.push((r, s));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(missing_ranks(world, &links));
                 }
-            };
-            let last = match tried {
-                Ok(s) => break s,
-                Err(why) => why,
-            };
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(io("accepting", e)),
+        }
+    }
+    Ok(links)
+}
+
+/// The rank that a newly accepted connection from `peer` says it is.
+fn read_hello(
+    s: &TcpStream,
+    peer: std::net::SocketAddr,
+    size: usize,
+    key: &str,
+) -> Result<usize, String> {
+    s.set_nonblocking(false).map_err(|e| io("accepting", e))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| io("accepting", e))?;
+    let line = read_line(s, 4096).map_err(|e| io(&format!("reading the hello of {peer}"), e))?;
+    parse_hello(&line, size, key).map_err(|e| format!("rendezvous: {peer}: {e}"))
+}
+
+/// Rank 0's refusal when the deadline passes: which ranks (up to 8) did not join, and where.
+fn missing_ranks(world: &World, links: &[(usize, TcpStream)]) -> String {
+    let mut missing: Vec<usize> = (1..world.size)
+        .filter(|r| !links.iter().any(|(k, _)| k == r))
+        .collect();
+    missing.truncate(8);
+    format!(
+        "rendezvous: ranks {missing:?} did not join {} within {} s: are they running, and do they reach this host? To wait longer, set {TIMEOUT_VAR}=SECONDS",
+        match &world.rendezvous {
+            Rendezvous::Tcp { port, .. } => format!("on port {port}"),
+            Rendezvous::File(p) => format!("through {}", p.display()),
+        },
+        world.join_timeout.as_secs()
+    )
+}
+
+/// Hand the payload to every joined rank.
+fn answer(links: &mut [(usize, TcpStream)], payload: &[u8]) -> Result<(), String> {
+    let hex = to_hex(payload);
+    for (r, s) in links {
+        s.set_read_timeout(None).map_err(|e| io("joining", e))?;
+        writeln!(s, "ok {hex}").map_err(|e| io(&format!("answering rank {r}"), e))?;
+    }
+    Ok(())
+}
+
+/// Every other rank's side of `join`: find rank 0, say hello, and wait for the payload.
+fn follow(world: &World, key: &str, deadline: Instant) -> Result<Joined, String> {
+    let addr = rank_zero_address(world, key, deadline)?;
+    let mut s = connect(&addr, deadline, world.join_timeout)?;
+    writeln!(s, "{MAGIC} {} {} {}", world.rank, world.size, key)
+        .map_err(|e| io(&format!("greeting rank 0 at {addr}"), e))?;
+    let payload = read_payload(&s, &addr)?;
+    Ok(Joined {
+        world: world.clone(),
+        payload,
+        links: vec![(0, s)],
+        file: None,
+    })
+}
+
+/// Rank 0's `host:port`: given, or read from the rendezvous file once rank 0 has written it.
+fn rank_zero_address(world: &World, key: &str, deadline: Instant) -> Result<String, String> {
+    Ok(match &world.rendezvous {
+        Rendezvous::Tcp { host, port } => format!("{host}:{port}"),
+        Rendezvous::File(p) => loop {
+            if let Some(a) = read_rendezvous_file(p, key) {
+                break a;
+            }
             if Instant::now() > deadline {
+                let p = p.display();
                 return Err(format!(
-                    "rendezvous: could not reach rank 0 at {addr} within {} s (last: {last}): is rank 0 running, and is {addr} its address? To wait longer, set {TIMEOUT_VAR}=SECONDS",
-                    wait.as_secs()
+                    "rendezvous: rank 0 did not write {p} within {} s: is rank 0 running, and is {p} on storage that every node sees? To wait longer, set {TIMEOUT_VAR}=SECONDS",
+                    world.join_timeout.as_secs()
                 ));
             }
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(100));
+        },
+    })
+}
+
+/// A connection to rank 0 at `addr`, tried again until the deadline.
+fn connect(addr: &str, deadline: Instant, wait: Duration) -> Result<TcpStream, String> {
+    // Rank 0 may not listen yet, nor its name resolve (a Kubernetes pod's DNS record comes
+    // with the pod): try again until the deadline, and say what failed last.
+    loop {
+        // Each attempt ends by the deadline, give or take the connect floor.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let per_try = left.clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let last = match try_connect(addr, per_try) {
+            Ok(s) => return Ok(s),
+            Err(why) => why,
         };
-        writeln!(s, "{MAGIC} {} {} {}", world.rank, world.size, key)
-            .map_err(|e| io(&format!("greeting rank 0 at {addr}"), e))?;
-        let line =
-            read_line(&s, 1 << 16).map_err(|e| io(&format!("waiting for rank 0 at {addr}"), e))?;
-        let line = line.trim_end();
-        let payload = match line.strip_prefix("ok ") {
-            Some(h) => from_hex(h).ok_or("rendezvous: rank 0 sent a malformed id")?,
-            None if line.is_empty() => {
-                return Err(format!(
+        if Instant::now() > deadline {
+            return Err(format!(
+                "rendezvous: could not reach rank 0 at {addr} within {} s (last: {last}): is rank 0 running, and is {addr} its address? To wait longer, set {TIMEOUT_VAR}=SECONDS",
+                wait.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One attempt to connect to each address `addr` resolves to, in turn; else what failed last.
+fn try_connect(addr: &str, per_try: Duration) -> Result<TcpStream, String> {
+    match addr.to_socket_addrs() {
+        Err(e) => Err(format!("resolving {addr}: {e}")),
+        Ok(addrs) => {
+            let mut last = format!("{addr} resolves to no address");
+            let mut got = None;
+            for a in addrs {
+                match TcpStream::connect_timeout(&a, per_try) {
+                    Ok(s) => {
+                        got = Some(s);
+                        break;
+                    }
+                    Err(e) => last = format!("connecting to {a}: {e}"),
+                }
+            }
+            got.ok_or(last)
+        }
+    }
+}
+
+/// Rank 0's answer to the hello: the payload, or why there is none.
+fn read_payload(s: &TcpStream, addr: &str) -> Result<Vec<u8>, String> {
+    let line =
+        read_line(s, 1 << 16).map_err(|e| io(&format!("waiting for rank 0 at {addr}"), e))?;
+    let line = line.trim_end();
+    Ok(match line.strip_prefix("ok ") {
+        Some(h) => from_hex(h).ok_or("rendezvous: rank 0 sent a malformed id")?,
+        None if line.is_empty() => {
+            return Err(format!(
                 "rendezvous: rank 0 at {addr} closed the connection before the world was complete"
             ))
-            }
-            None => return Err(format!("rendezvous: rank 0 refused: {line}")),
-        };
-        Ok(Joined {
-            world: world.clone(),
-            payload,
-            links: vec![(0, s)],
-            file: None,
-        })
-    }
+        }
+        None => return Err(format!("rendezvous: rank 0 refused: {line}")),
+    })
 }
 
 /// One line, read a byte at a time: a buffered reader could swallow what follows it (the first

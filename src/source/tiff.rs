@@ -370,10 +370,36 @@ fn inspect(d: &mut Tiff) -> Result<Info, String> {
             "absurd size {width}x{height} (each side 1 to {MAX_SIDE})"
         ));
     }
-    let tag = |e: TiffError| e.to_string();
+    refuse_photometric(d)?;
+    let color = d.colortype().map_err(tiff_error)?;
+    let ty = sample_type(d, color)?;
+    let (model, samples) = colour_model(d, color)?;
+    check_model_type(model, ty, samples)?;
+    let planar = d
+        .find_tag_unsigned::<u16>(Tag::PlanarConfiguration)
+        .map_err(tag_error)?
+        == Some(2);
+    check_interleaved_extras(d, width, planar, samples)?;
+    Ok(Info {
+        width,
+        height,
+        ty,
+        model,
+        samples,
+        planar,
+    })
+}
+
+/// A tag that cannot be read, as a reason.
+fn tag_error(e: TiffError) -> String {
+    e.to_string()
+}
+
+/// Refuse the photometric interpretations that are no image prep reads: palette, mask, L*a*b*.
+fn refuse_photometric(d: &mut Tiff) -> Result<(), String> {
     match d
         .find_tag_unsigned::<u16>(Tag::PhotometricInterpretation)
-        .map_err(tag)?
+        .map_err(tag_error)?
     {
         Some(3) => {
             return Err(
@@ -391,14 +417,18 @@ fn inspect(d: &mut Tiff) -> Result<Info, String> {
         }
         _ => {}
     }
-    let color = d.colortype().map_err(tiff_error)?;
+    Ok(())
+}
+
+/// The page's sample type, from its SampleFormat and bit depth.
+fn sample_type(d: &mut Tiff, color: ColorType) -> Result<Ty, String> {
     let format = d
         .find_tag_unsigned_vec::<u16>(Tag::SampleFormat)
-        .map_err(tag)?
+        .map_err(tag_error)?
         .and_then(|v| v.first().copied())
         .unwrap_or(1);
     let bits = color.bit_depth();
-    let ty = match (format, bits) {
+    Ok(match (format, bits) {
         (1, 1..=7) => Ty::Bits(bits),
         (1, 8) => Ty::U8,
         (1, 16) => Ty::U16,
@@ -435,13 +465,18 @@ fn inspect(d: &mut Tiff) -> Result<Info, String> {
             ))
         }
         (f, _) => return Err(format!("unknown SampleFormat {f}")),
-    };
-    let (model, samples) = match color {
+    })
+}
+
+/// The page's colour model and the samples per pixel the crate decodes; a grey page with extra
+/// samples that are not alpha is refused.
+fn colour_model(d: &mut Tiff, color: ColorType) -> Result<(Model, usize), String> {
+    Ok(match color {
         ColorType::Gray(_) => (Model::Grey, 1),
         ColorType::Multiband { num_samples, .. } => {
             let extra = d
                 .find_tag_unsigned_vec::<u16>(Tag::ExtraSamples)
-                .map_err(tag)?
+                .map_err(tag_error)?
                 .unwrap_or_default();
             let k = num_samples as usize;
             // 1: associated alpha, 2: unassociated alpha.
@@ -462,7 +497,12 @@ fn inspect(d: &mut Tiff) -> Result<Info, String> {
         ColorType::CMYKA(_) => (Model::Cmyk, 5),
         ColorType::YCbCr(_) => (Model::YCbCr, 3),
         other => return Err(format!("{other:?} colour is not supported")),
-    };
+    })
+}
+
+/// Refuse the sample types a colour model is not read in: packed bits beside other samples,
+/// CMYK beyond 16 bits, YCbCr beyond 8.
+fn check_model_type(model: Model, ty: Ty, samples: usize) -> Result<(), String> {
     match (model, ty) {
         (_, Ty::Bits(b)) if samples != 1 => {
             return Err(format!(
@@ -483,20 +523,31 @@ fn inspect(d: &mut Tiff) -> Result<Info, String> {
         }
         _ => {}
     }
-    let planar = d
-        .find_tag_unsigned::<u16>(Tag::PlanarConfiguration)
-        .map_err(tag)?
-        == Some(2);
+    Ok(())
+}
+
+/// Refuse interleaved extra samples the crate would misread (under a predictor, or in tiles
+/// that overhang the image).
+fn check_interleaved_extras(
+    d: &mut Tiff,
+    width: u32,
+    planar: bool,
+    samples: usize,
+) -> Result<(), String> {
     // Interleaved extra samples beyond those read are dropped by the crate as it reads each row
     // of a chunk; before its predictor (which then strides wrongly) and past the image's right
     // edge in a tile that sticks out of it (writing over the next row): refused, not misread.
     let in_file = d
         .find_tag_unsigned::<u16>(Tag::SamplesPerPixel)
-        .map_err(tag)?
+        .map_err(tag_error)?
         .unwrap_or(1) as usize;
     if !planar && in_file > samples {
-        let predictor = d.find_tag_unsigned::<u16>(Tag::Predictor).map_err(tag)?;
-        let tile = d.find_tag_unsigned::<u32>(Tag::TileWidth).map_err(tag)?;
+        let predictor = d
+            .find_tag_unsigned::<u16>(Tag::Predictor)
+            .map_err(tag_error)?;
+        let tile = d
+            .find_tag_unsigned::<u32>(Tag::TileWidth)
+            .map_err(tag_error)?;
         let why = match (predictor, tile) {
             (Some(p), _) if p != 1 => Some(format!("with a predictor (Predictor {p})")),
             (_, Some(t)) if t > 0 && width % t != 0 => Some(format!(
@@ -512,14 +563,7 @@ fn inspect(d: &mut Tiff) -> Result<Info, String> {
             ));
         }
     }
-    Ok(Info {
-        width,
-        height,
-        ty,
-        model,
-        samples,
-        planar,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

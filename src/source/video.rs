@@ -22,7 +22,7 @@ use image::{DynamicImage, RgbImage};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
 
 /// Largest width or height accepted (a 16384x16384 RGB frame is 768 MiB).
@@ -502,6 +502,8 @@ impl Drop for Reaper {
     }
 }
 
+/// Run ffmpeg once on `path`, emitting its frames; `Failure::UnknownOption` where it does not know
+/// the frame-rate-mode flag.
 #[allow(clippy::too_many_arguments)]
 fn run_decoder(
     ffmpeg: &Path,
@@ -513,6 +515,41 @@ fn run_decoder(
     frame_bytes: usize,
     emit: &mut Emit,
 ) -> Result<(), Failure> {
+    let mut cmd = decoder_command(ffmpeg, path, select, fps_mode, w, h);
+    let child = cmd
+        .spawn()
+        .map_err(|e| Reject::new(format!("could not run {}: {e}", ffmpeg.display())))?;
+    let mut child = Reaper {
+        child,
+        status: None,
+    };
+    let stderr_thread = drain_stderr(child.child.stderr.take().expect("stderr is piped"));
+
+    let out = child.child.stdout.take().expect("stdout is piped");
+    let (frames, partial) = match read_frames(out, w, h, frame_bytes, emit) {
+        Ok(r) => r,
+        Err(e) => {
+            child.kill_and_wait();
+            let _ = stderr_thread.join();
+            return Err(e);
+        }
+    };
+
+    let status = child.wait();
+    let stderr = stderr_text(stderr_thread, path);
+    let status = status.map_err(|e| Reject::new(format!("could not wait for ffmpeg: {e}")))?;
+    check_decoder_end(status, &stderr, frames, partial, frame_bytes, w, h)
+}
+
+/// The ffmpeg command that writes the selected frames, scaled to `w` x `h`, as raw RGB to stdout.
+fn decoder_command(
+    ffmpeg: &Path,
+    path: &Path,
+    select: &Select,
+    fps_mode: FpsModeFlag,
+    w: u32,
+    h: u32,
+) -> Command {
     let mut cmd = Command::new(ffmpeg);
     cmd.args(["-nostdin", "-v", "error", "-noautorotate", "-i"])
         .arg(ffmpeg_input(path))
@@ -530,18 +567,14 @@ fn run_decoder(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = cmd
-        .spawn()
-        .map_err(|e| Reject::new(format!("could not run {}: {e}", ffmpeg.display())))?;
-    let mut child = Reaper {
-        child,
-        status: None,
-    };
+    cmd
+}
 
+/// A thread that reads ffmpeg's stderr to its end and returns its tail.
+fn drain_stderr(mut err_pipe: ChildStderr) -> std::thread::JoinHandle<Vec<u8>> {
     // Drain stderr on its own thread, keeping only its tail, so ffmpeg never blocks on a full
     // stderr pipe while we wait on stdout.
-    let mut err_pipe = child.child.stderr.take().expect("stderr is piped");
-    let stderr_thread = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let mut kept: Vec<u8> = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
@@ -558,59 +591,58 @@ fn run_decoder(
             }
         }
         kept
-    });
-    let stderr_text = |t: std::thread::JoinHandle<Vec<u8>>| -> String {
-        let bytes = t.join().unwrap_or_default();
-        clean_stderr(&String::from_utf8_lossy(&bytes), path)
-    };
+    })
+}
 
-    let mut out = child.child.stdout.take().expect("stdout is piped");
+/// The stderr tail the thread kept, cleaned for quoting.
+fn stderr_text(t: std::thread::JoinHandle<Vec<u8>>, path: &Path) -> String {
+    let bytes = t.join().unwrap_or_default();
+    clean_stderr(&String::from_utf8_lossy(&bytes), path)
+}
+
+/// Emit each whole frame ffmpeg writes until its output ends: the frames emitted and the bytes
+/// of a cut-off last frame. An interrupt, an error from `emit` or a failed read stops it; `out`
+/// is closed on return, before ffmpeg is waited for.
+fn read_frames(
+    mut out: ChildStdout,
+    w: u32,
+    h: u32,
+    frame_bytes: usize,
+    emit: &mut Emit,
+) -> Result<(u64, usize), Failure> {
     let mut frames = 0u64;
-    let mut partial = 0usize;
-    let mut read_error = None;
     loop {
         // A long video must not hold up a job that was asked to stop (`crate::util::interrupt`):
         // ffmpeg is ended with it.
         if crate::util::interrupt::requested().is_some() {
-            drop(out);
-            child.kill_and_wait();
-            let _ = stderr_thread.join();
             return Err(Reject::new("interrupted").into());
         }
         // Read straight into the frame's own buffer, of exactly one frame's capacity, which then
         // becomes the image: one frame in flight, no copy.
         let mut buf = Vec::with_capacity(frame_bytes);
-        match (&mut out).take(frame_bytes as u64).read_to_end(&mut buf) {
-            Ok(_) => {}
-            Err(e) => {
-                read_error = Some(e);
-                break;
-            }
+        if let Err(e) = (&mut out).take(frame_bytes as u64).read_to_end(&mut buf) {
+            return Err(Reject::new(format!("could not read ffmpeg's output: {e}")).into());
         }
         if buf.len() < frame_bytes {
-            partial = buf.len();
-            break;
+            return Ok((frames, buf.len()));
         }
         let img = RgbImage::from_raw(w, h, buf).expect("buffer holds exactly one frame");
         frames += 1;
-        if let Err(e) = emit(DynamicImage::ImageRgb8(img).into()) {
-            drop(out);
-            child.kill_and_wait();
-            let _ = stderr_thread.join();
-            return Err(e.into());
-        }
+        emit(DynamicImage::ImageRgb8(img).into())?;
     }
-    drop(out);
+}
 
-    if let Some(e) = read_error {
-        child.kill_and_wait();
-        let _ = stderr_thread.join();
-        return Err(Reject::new(format!("could not read ffmpeg's output: {e}")).into());
-    }
-    let status = child.wait();
-    let stderr = stderr_text(stderr_thread);
-    let status = status.map_err(|e| Reject::new(format!("could not wait for ffmpeg: {e}")))?;
-
+/// How ffmpeg's run ended, once it has exited: a failure (an unknown frame-rate-mode option
+/// told apart), a cut-off last frame, or no frames at all, each quoting ffmpeg's message.
+fn check_decoder_end(
+    status: ExitStatus,
+    stderr: &str,
+    frames: u64,
+    partial: usize,
+    frame_bytes: usize,
+    w: u32,
+    h: u32,
+) -> Result<(), Failure> {
     if !status.success() {
         if frames == 0
             && (stderr.contains("Unrecognized option") || stderr.contains("Option not found"))

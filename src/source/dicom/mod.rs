@@ -47,7 +47,7 @@ use dicom_object::file::ReadPreamble;
 use dicom_object::{DefaultDicomObject, OpenFileOptions};
 use dicom_pixeldata::{
     DecodedPixelData, PhotometricInterpretation, PixelDecoder, PixelRepresentation,
-    PlanarConfiguration,
+    PlanarConfiguration, Rescale, WindowLevel,
 };
 pub use header::{read_header, SeriesHeader};
 use image::{DynamicImage, ImageBuffer, Luma, Rgb};
@@ -173,6 +173,35 @@ fn decode_object(
     emit: &mut Emit,
 ) -> Result<(), Reject> {
     let ts = obj.meta().transfer_syntax().to_string();
+    check_pixel_data(obj)?;
+    check_dimensions(obj)?;
+    check_jpeg_frames(obj, &ts)?;
+    check_rle_frames(obj, &ts)?;
+    let px = guard("decoding DICOM pixel data", || obj.decode_pixel_data())?
+        .map_err(|e| pixel_reject(&e, &ts))?;
+
+    let spp = px.samples_per_pixel();
+    let pi = px.photometric_interpretation().clone();
+    let layout = SampleLayout::of(&px)?;
+    match (spp, &pi) {
+        (1, PhotometricInterpretation::Monochrome1 | PhotometricInterpretation::Monochrome2) => {
+            let invert = pi == PhotometricInterpretation::Monochrome1;
+            emit_grey(&px, &layout, invert, opts, emit)
+        }
+        (3, PhotometricInterpretation::Rgb | PhotometricInterpretation::YbrFull) => {
+            let ybr = pi == PhotometricInterpretation::YbrFull;
+            emit_colour(&px, &layout, ybr, emit)
+        }
+        (1, other) | (3, other) => Err(Reject::new(format!(
+            "unsupported photometric interpretation {} with {spp} sample(s) per pixel",
+            other.as_str()
+        ))),
+        _ => Err(Reject::new(format!("unsupported Samples per Pixel {spp}"))),
+    }
+}
+
+/// Refuse a data set without (integer) pixel data, naming float pixel data as such.
+fn check_pixel_data(obj: &DefaultDicomObject) -> Result<(), Reject> {
     if obj.get(tags::PIXEL_DATA).is_none() {
         if obj.get(tags::FLOAT_PIXEL_DATA).is_some()
             || obj.get(tags::DOUBLE_FLOAT_PIXEL_DATA).is_some()
@@ -183,176 +212,257 @@ fn decode_object(
         }
         return Err(Reject::new("no pixel data (7FE0,0010): not an image"));
     }
-    check_dimensions(obj)?;
-    check_jpeg_frames(obj, &ts)?;
-    check_rle_frames(obj, &ts)?;
-    let px = guard("decoding DICOM pixel data", || obj.decode_pixel_data())?
-        .map_err(|e| pixel_reject(&e, &ts))?;
+    Ok(())
+}
 
+/// The bytes of frame `f`, or a reject saying how many the pixel data holds and needs.
+fn frame_data<'p>(
+    px: &'p DecodedPixelData,
+    layout: &SampleLayout,
+    f: usize,
+) -> Result<&'p [u8], Reject> {
     let (rows, cols) = (px.rows() as usize, px.columns() as usize);
     let frames = px.number_of_frames() as usize;
     let spp = px.samples_per_pixel();
-    let pi = px.photometric_interpretation().clone();
-    let layout = SampleLayout::of(&px)?;
-    let frame = |f: usize| -> Result<&[u8], Reject> {
-        guard("reading a DICOM frame", || px.frame_data(f as u32))?.map_err(|_| {
-            Reject::new(format!(
-                "truncated DICOM: pixel data holds {} bytes, {frames} frame(s) of {rows}x{cols}x{spp} samples of {} bits need {}",
-                px.data().len(),
-                px.bits_allocated(),
-                frames * rows * cols * spp as usize * layout.bytes
-            ))
-        })
-    };
+    guard("reading a DICOM frame", || px.frame_data(f as u32))?.map_err(|_| {
+        Reject::new(format!(
+            "truncated DICOM: pixel data holds {} bytes, {frames} frame(s) of {rows}x{cols}x{spp} samples of {} bits need {}",
+            px.data().len(),
+            px.bits_allocated(),
+            frames * rows * cols * spp as usize * layout.bytes
+        ))
+    })
+}
 
-    match (spp, &pi) {
-        (1, PhotometricInterpretation::Monochrome1 | PhotometricInterpretation::Monochrome2) => {
-            let invert = pi == PhotometricInterpretation::Monochrome1;
-            let rescales = guard("reading Rescale Slope/Intercept", || {
-                px.rescale().map(|r| r.to_vec())
+/// How a grey image's stored samples become output values: Modality LUT, window, inversion.
+struct GreyLut {
+    /// MONOCHROME1: high values are shown dark.
+    invert: bool,
+    rescales: Vec<Rescale>,
+    /// The options' window, which overrides the file's.
+    window: Option<(f64, f64)>,
+    file_window: Option<Vec<WindowLevel>>,
+}
+
+impl GreyLut {
+    /// Read the Rescale Slope/Intercept, and the Window Center/Width unless the options give one.
+    fn read(px: &DecodedPixelData, invert: bool, opts: &DecodeOptions) -> Result<Self, Reject> {
+        let rescales = guard("reading Rescale Slope/Intercept", || {
+            px.rescale().map(|r| r.to_vec())
+        })?
+        .map_err(|e| Reject::new(format!("invalid DICOM rescale: {}", chain(&e))))?;
+        let file_window = match opts.window {
+            Some(_) => None,
+            None => guard("reading Window Center/Width", || {
+                px.window().map(|w| w.map(|w| w.to_vec()))
             })?
-            .map_err(|e| Reject::new(format!("invalid DICOM rescale: {}", chain(&e))))?;
-            let rescale = |f: usize| {
-                rescales
-                    .get(f)
-                    .or(rescales.first())
-                    .map(|r| (r.slope, r.intercept))
-                    .unwrap_or((1.0, 0.0))
-            };
-            let file_window = match opts.window {
-                Some(_) => None,
-                None => guard("reading Window Center/Width", || {
-                    px.window().map(|w| w.map(|w| w.to_vec()))
-                })?
-                .ok()
-                .flatten(),
-            };
-            let window_for = |f: usize| -> Option<(f64, f64)> {
-                if let Some(w) = opts.window {
-                    return Some(w);
-                }
-                let w = file_window.as_ref()?;
-                let w = w.get(f).or(w.first())?;
-                dicom_window(w.center, w.width)
-            };
-            let to_u16 = |v: f64, low: f64, high: f64| {
-                let u = window_to_u16(v, low, high);
-                if invert {
-                    65535 - u
-                } else {
-                    u
-                }
-            };
-
-            if frames > 1 && opts.axis != 2 {
-                // A volume: x = columns, y = rows, z = frames.
-                let n = rows * cols * frames;
-                let mut vol: Vec<f32> = Vec::new();
-                vol.try_reserve_exact(n)
-                    .map_err(|_| Reject::new(format!("cannot allocate a volume of {n} samples")))?;
-                for f in 0..frames {
-                    let (s, i) = rescale(f);
-                    let data = frame(f)?;
-                    vol.extend(layout.values(data).map(|v| (v as f64 * s + i) as f32));
-                }
-                if opts.float {
-                    return emit_float_slices(&vol, [cols, rows, frames], opts.axis, false, emit);
-                }
-                let (low, high) = match window_for(0) {
-                    Some(w) => w,
-                    None => min_max(vol.iter().map(|&v| v as f64)),
-                };
-                return emit_slices(
-                    &vol,
-                    [cols, rows, frames],
-                    opts.axis,
-                    false,
-                    &|v| to_u16(v as f64, low, high),
-                    emit,
-                );
-            }
-
-            for f in 0..frames {
-                let data = frame(f)?;
-                let (s, i) = rescale(f);
-                if opts.float {
-                    let vals = layout
-                        .values(data)
-                        .map(|v| (v as f64 * s + i) as f32)
-                        .collect();
-                    emit(Frame::Float(FloatFrame::grey(
-                        cols as u32,
-                        rows as u32,
-                        vals,
-                    )))?;
-                    continue;
-                }
-                let (low, high) = match window_for(f) {
-                    Some(w) => w,
-                    None => min_max(layout.values(data).map(|v| v as f64 * s + i)),
-                };
-                let out: Vec<u16> = layout
-                    .values(data)
-                    .map(|v| to_u16(v as f64 * s + i, low, high))
-                    .collect();
-                let img =
-                    ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(cols as u32, rows as u32, out)
-                        .ok_or_else(|| Reject::new("internal: frame size mismatch"))?;
-                emit(DynamicImage::ImageLuma16(img).into())?;
-            }
-            Ok(())
-        }
-        (3, PhotometricInterpretation::Rgb | PhotometricInterpretation::YbrFull) => {
-            let ybr = pi == PhotometricInterpretation::YbrFull;
-            let planar = px.planar_configuration() == PlanarConfiguration::PixelFirst;
-            let n = rows * cols;
-            let bits = layout.bits.min(16);
-            for f in 0..frames {
-                let data = frame(f)?;
-                let s: Vec<u32> = layout.unsigned_values(data).collect();
-                let sample = |p: usize, c: usize| if planar { s[c * n + p] } else { s[3 * p + c] };
-                let max = ((1u64 << bits) - 1) as f64;
-                let rgb = |p: usize| -> [u32; 3] {
-                    let (a, b, c) = (sample(p, 0), sample(p, 1), sample(p, 2));
-                    if !ybr {
-                        return [a, b, c];
-                    }
-                    // PS3.3 C.7.6.3.1.2, YBR_FULL to RGB.
-                    let half = (max + 1.0) / 2.0;
-                    let (y, cb, cr) = (a as f64, b as f64 - half, c as f64 - half);
-                    let q = |v: f64| v.round().clamp(0.0, max) as u32;
-                    [
-                        q(y + 1.402 * cr),
-                        q(y - 0.344136 * cb - 0.714136 * cr),
-                        q(y + 1.772 * cb),
-                    ]
-                };
-                let img = if layout.bytes == 1 {
-                    let out: Vec<u8> = (0..n).flat_map(|p| rgb(p).map(|v| v as u8)).collect();
-                    DynamicImage::ImageRgb8(
-                        ImageBuffer::<Rgb<u8>, Vec<u8>>::from_raw(cols as u32, rows as u32, out)
-                            .ok_or_else(|| Reject::new("internal: frame size mismatch"))?,
-                    )
-                } else {
-                    let shift = 16 - bits;
-                    let out: Vec<u16> = (0..n)
-                        .flat_map(|p| rgb(p).map(|v| ((v << shift) & 0xFFFF) as u16))
-                        .collect();
-                    DynamicImage::ImageRgb16(
-                        ImageBuffer::<Rgb<u16>, Vec<u16>>::from_raw(cols as u32, rows as u32, out)
-                            .ok_or_else(|| Reject::new("internal: frame size mismatch"))?,
-                    )
-                };
-                emit(img.into())?;
-            }
-            Ok(())
-        }
-        (1, other) | (3, other) => Err(Reject::new(format!(
-            "unsupported photometric interpretation {} with {spp} sample(s) per pixel",
-            other.as_str()
-        ))),
-        _ => Err(Reject::new(format!("unsupported Samples per Pixel {spp}"))),
+            .ok()
+            .flatten(),
+        };
+        Ok(GreyLut {
+            invert,
+            rescales,
+            window: opts.window,
+            file_window,
+        })
     }
+
+    /// Frame `f`'s (slope, intercept): its own, else the first, else the identity.
+    fn rescale(&self, f: usize) -> (f64, f64) {
+        self.rescales
+            .get(f)
+            .or(self.rescales.first())
+            .map(|r| (r.slope, r.intercept))
+            .unwrap_or((1.0, 0.0))
+    }
+
+    /// Frame `f`'s window (low, high): the options', else the file's; None for min..max.
+    fn window_for(&self, f: usize) -> Option<(f64, f64)> {
+        if let Some(w) = self.window {
+            return Some(w);
+        }
+        let w = self.file_window.as_ref()?;
+        let w = w.get(f).or(w.first())?;
+        dicom_window(w.center, w.width)
+    }
+
+    /// A modality value through the window onto 0..=65535, inverted for MONOCHROME1.
+    fn to_u16(&self, v: f64, low: f64, high: f64) -> u16 {
+        let u = window_to_u16(v, low, high);
+        if self.invert {
+            65535 - u
+        } else {
+            u
+        }
+    }
+}
+
+/// A grey image: its frames, or cuts across the frames of a volume.
+fn emit_grey(
+    px: &DecodedPixelData,
+    layout: &SampleLayout,
+    invert: bool,
+    opts: &DecodeOptions,
+    emit: &mut Emit,
+) -> Result<(), Reject> {
+    let lut = GreyLut::read(px, invert, opts)?;
+    if px.number_of_frames() > 1 && opts.axis != 2 {
+        return emit_grey_volume(px, layout, &lut, opts, emit);
+    }
+    emit_grey_frames(px, layout, &lut, opts, emit)
+}
+
+/// A multi-frame grey image as a volume, cut along `opts.axis`: float values, or through one
+/// window for the whole volume.
+fn emit_grey_volume(
+    px: &DecodedPixelData,
+    layout: &SampleLayout,
+    lut: &GreyLut,
+    opts: &DecodeOptions,
+    emit: &mut Emit,
+) -> Result<(), Reject> {
+    let (rows, cols) = (px.rows() as usize, px.columns() as usize);
+    let frames = px.number_of_frames() as usize;
+    let vol = grey_volume(px, layout, lut)?;
+    if opts.float {
+        return emit_float_slices(&vol, [cols, rows, frames], opts.axis, false, emit);
+    }
+    let (low, high) = match lut.window_for(0) {
+        Some(w) => w,
+        None => min_max(vol.iter().map(|&v| v as f64)),
+    };
+    emit_slices(
+        &vol,
+        [cols, rows, frames],
+        opts.axis,
+        false,
+        &|v| lut.to_u16(v as f64, low, high),
+        emit,
+    )
+}
+
+/// The modality values of every frame, in one volume.
+fn grey_volume(
+    px: &DecodedPixelData,
+    layout: &SampleLayout,
+    lut: &GreyLut,
+) -> Result<Vec<f32>, Reject> {
+    let (rows, cols) = (px.rows() as usize, px.columns() as usize);
+    let frames = px.number_of_frames() as usize;
+    // A volume: x = columns, y = rows, z = frames.
+    let n = rows * cols * frames;
+    let mut vol: Vec<f32> = Vec::new();
+    vol.try_reserve_exact(n)
+        .map_err(|_| Reject::new(format!("cannot allocate a volume of {n} samples")))?;
+    for f in 0..frames {
+        let (s, i) = lut.rescale(f);
+        let data = frame_data(px, layout, f)?;
+        vol.extend(layout.values(data).map(|v| (v as f64 * s + i) as f32));
+    }
+    Ok(vol)
+}
+
+/// Each frame of a grey image: float values, or windowed onto a 16-bit grey image.
+fn emit_grey_frames(
+    px: &DecodedPixelData,
+    layout: &SampleLayout,
+    lut: &GreyLut,
+    opts: &DecodeOptions,
+    emit: &mut Emit,
+) -> Result<(), Reject> {
+    let (rows, cols) = (px.rows() as usize, px.columns() as usize);
+    for f in 0..px.number_of_frames() as usize {
+        let data = frame_data(px, layout, f)?;
+        let (s, i) = lut.rescale(f);
+        if opts.float {
+            let vals = layout
+                .values(data)
+                .map(|v| (v as f64 * s + i) as f32)
+                .collect();
+            emit(Frame::Float(FloatFrame::grey(
+                cols as u32,
+                rows as u32,
+                vals,
+            )))?;
+            continue;
+        }
+        let (low, high) = match lut.window_for(f) {
+            Some(w) => w,
+            None => min_max(layout.values(data).map(|v| v as f64 * s + i)),
+        };
+        let out: Vec<u16> = layout
+            .values(data)
+            .map(|v| lut.to_u16(v as f64 * s + i, low, high))
+            .collect();
+        let img = ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(cols as u32, rows as u32, out)
+            .ok_or_else(|| Reject::new("internal: frame size mismatch"))?;
+        emit(DynamicImage::ImageLuma16(img).into())?;
+    }
+    Ok(())
+}
+
+/// Each frame of an RGB or YBR_FULL image as an RGB image.
+fn emit_colour(
+    px: &DecodedPixelData,
+    layout: &SampleLayout,
+    ybr: bool,
+    emit: &mut Emit,
+) -> Result<(), Reject> {
+    let (rows, cols) = (px.rows() as usize, px.columns() as usize);
+    let planar = px.planar_configuration() == PlanarConfiguration::PixelFirst;
+    for f in 0..px.number_of_frames() as usize {
+        let data = frame_data(px, layout, f)?;
+        emit(colour_image(data, layout, ybr, planar, rows, cols)?.into())?;
+    }
+    Ok(())
+}
+
+/// One colour frame's samples (interleaved, or planar) as an 8- or 16-bit RGB image, YBR_FULL
+/// converted to RGB.
+fn colour_image(
+    data: &[u8],
+    layout: &SampleLayout,
+    ybr: bool,
+    planar: bool,
+    rows: usize,
+    cols: usize,
+) -> Result<DynamicImage, Reject> {
+    let n = rows * cols;
+    let bits = layout.bits.min(16);
+    let s: Vec<u32> = layout.unsigned_values(data).collect();
+    let sample = |p: usize, c: usize| if planar { s[c * n + p] } else { s[3 * p + c] };
+    let max = ((1u64 << bits) - 1) as f64;
+    let rgb = |p: usize| -> [u32; 3] {
+        let (a, b, c) = (sample(p, 0), sample(p, 1), sample(p, 2));
+        if !ybr {
+            return [a, b, c];
+        }
+        // PS3.3 C.7.6.3.1.2, YBR_FULL to RGB.
+        let half = (max + 1.0) / 2.0;
+        let (y, cb, cr) = (a as f64, b as f64 - half, c as f64 - half);
+        let q = |v: f64| v.round().clamp(0.0, max) as u32;
+        [
+            q(y + 1.402 * cr),
+            q(y - 0.344136 * cb - 0.714136 * cr),
+            q(y + 1.772 * cb),
+        ]
+    };
+    Ok(if layout.bytes == 1 {
+        let out: Vec<u8> = (0..n).flat_map(|p| rgb(p).map(|v| v as u8)).collect();
+        DynamicImage::ImageRgb8(
+            ImageBuffer::<Rgb<u8>, Vec<u8>>::from_raw(cols as u32, rows as u32, out)
+                .ok_or_else(|| Reject::new("internal: frame size mismatch"))?,
+        )
+    } else {
+        let shift = 16 - bits;
+        let out: Vec<u16> = (0..n)
+            .flat_map(|p| rgb(p).map(|v| ((v << shift) & 0xFFFF) as u16))
+            .collect();
+        DynamicImage::ImageRgb16(
+            ImageBuffer::<Rgb<u16>, Vec<u16>>::from_raw(cols as u32, rows as u32, out)
+                .ok_or_else(|| Reject::new("internal: frame size mismatch"))?,
+        )
+    })
 }
 
 #[cfg(test)]

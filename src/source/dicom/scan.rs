@@ -146,140 +146,217 @@ pub(super) fn prescan_in(b: &[u8], file_len: Option<u64>) -> Result<Scan, Reject
 /// unit, an item header at element level) let a file of a few hundred bytes take gigabytes (the
 /// dicom fuzz target). Where dicom-rs would stop with an error, the walk stops too, accepting:
 /// dicom-rs then says what is wrong.
-pub(super) fn walk_data_set(
-    b: &[u8],
-    mut pos: usize,
+pub(super) fn walk_data_set(b: &[u8], pos: usize, mode: Mode, total: usize) -> Result<(), Reject> {
+    let mut w = Walk {
+        b,
+        mode,
+        total,
+        prefix: total > b.len(),
+        pos,
+        count: pos,
+        open: Vec::new(),
+        in_sequence: false,
+        check_ends: false,
+        fragments_next: false,
+        offset_table_next: false,
+    };
+    loop {
+        match w.step()? {
+            Step::On => {}
+            Step::End => break,
+            Step::Stop => return Ok(()),
+        }
+    }
+    w.check_pixel_data_closed()
+}
+
+/// A truncation reject: "truncated DICOM: `what`".
+fn truncated(what: String) -> Reject {
+    Reject::new(format!("truncated DICOM: {what}"))
+}
+
+/// An open sequence or item: dicom-rs's `SeqToken`.
+struct Open {
+    item: bool,
+    pixel_data: bool,
+    len: Option<usize>,
+    /// dicom-rs's count of bytes where its content starts.
+    base: usize,
+}
+
+/// Where a step of the walk leads.
+enum Step {
+    /// On to the next header.
+    On,
+    /// The data set ends here (where a tag cannot be read).
+    End,
+    /// dicom-rs stops here (with an error of its own, or the bytes read end): accepted.
+    Stop,
+}
+
+/// The walk's state: dicom-rs's `DataSetReader` state, and where the bytes are really read.
+struct Walk<'a> {
+    b: &'a [u8],
     mode: Mode,
     total: usize,
-) -> Result<(), Reject> {
-    let prefix = total > b.len();
-    let trunc = |what: String| Reject::new(format!("truncated DICOM: {what}"));
-    // An open sequence or item: dicom-rs's `SeqToken`.
-    struct Open {
-        item: bool,
-        pixel_data: bool,
-        len: Option<usize>,
-        /// dicom-rs's count of bytes where its content starts.
-        base: usize,
-    }
-    let mut open: Vec<Open> = Vec::new();
-    // dicom-rs's count of bytes read, which adds a value's declared length where it consumed
-    // whole values only; `pos` is where the next bytes are really read.
-    let mut count = pos;
-    let mut in_sequence = false;
-    let mut check_ends = false;
-    let mut fragments_next = false;
-    let mut offset_table_next = false;
-    loop {
-        if check_ends {
-            match open.last() {
-                Some(o) if o.len.is_some_and(|l| o.base + l == count) => {
-                    in_sequence = o.item;
-                    open.pop();
-                    continue;
-                }
-                // dicom-rs: "inconsistent sequence end"
-                Some(o) if o.len.is_some_and(|l| o.base + l < count) => return Ok(()),
-                _ => check_ends = false,
+    /// `b` is the first bytes of a longer file.
+    prefix: bool,
+    pos: usize,
+    /// dicom-rs's count of bytes read, which adds a value's declared length where it consumed
+    /// whole values only; `pos` is where the next bytes are really read.
+    count: usize,
+    open: Vec<Open>,
+    in_sequence: bool,
+    check_ends: bool,
+    fragments_next: bool,
+    offset_table_next: bool,
+}
+
+impl Walk<'_> {
+    /// One step: close an ended sequence or item, or read the next item header, fragment or
+    /// element header.
+    fn step(&mut self) -> Result<Step, Reject> {
+        if self.check_ends {
+            if let Some(step) = self.close_ended() {
+                return Ok(step);
             }
         }
+        let (b, pos) = (self.b, self.pos);
         if pos >= b.len() || b.len() - pos < 4 {
-            break; // dicom-rs ends the data set where a tag cannot be read
+            return Ok(Step::End); // dicom-rs ends the data set where a tag cannot be read
         }
-        let fragment = open
+        let fragment = self
+            .open
             .last()
             .filter(|o| o.item && o.pixel_data)
             .map(|o| o.len);
-        if in_sequence || fragments_next {
-            // An item header: tag and length, in every transfer syntax.
-            let Some(h) = header(b, pos, Mode::ExplicitLe).filter(|h| h.group == 0xFFFE) else {
-                if header(b, pos, mode).is_none() && !prefix {
-                    return Err(trunc(format!("item header cut off at byte {pos}")));
-                }
-                return Ok(()); // dicom-rs: not an item header, or the file ends
-            };
-            let (size, len) = (8, h.len);
-            if let Some(l) = len {
-                let rem = total - pos - size;
-                if l > rem {
-                    return Err(trunc(format!(
-                        "item at byte {pos} declares {l} bytes, {rem} remain"
-                    )));
-                }
-            }
-            let first = fragments_next;
-            let pixel_data = first || open.last().is_some_and(|o| o.pixel_data);
-            if first {
-                if h.elem == 0xE00D {
-                    return Ok(()); // dicom-rs: an item end where the offset table was expected
-                }
-                fragments_next = false;
-                open.push(Open {
-                    item: false,
-                    pixel_data: true,
-                    len: None,
-                    base: count,
-                });
-            }
-            pos += size;
-            count += size;
-            match h.elem {
-                0xE000 => {
-                    if open.is_empty() {
-                        return Ok(()); // dicom-rs: an item header outside a sequence
-                    }
-                    in_sequence = false;
-                    open.push(Open {
-                        item: true,
-                        pixel_data,
-                        len,
-                        base: count,
-                    });
-                    if len == Some(0) {
-                        check_ends = true;
-                    } else if first {
-                        // The first item of encapsulated pixel data: the offset table.
-                        offset_table_next = true;
-                    }
-                }
-                0xE00D => {
-                    open.pop();
-                    in_sequence = true;
-                    check_ends = true;
-                }
-                0xE0DD => {
-                    open.pop();
-                    in_sequence = false;
-                    check_ends = true;
-                }
-                _ => return Ok(()), // dicom-rs: a bad item header
-            }
-            continue;
+        if self.in_sequence || self.fragments_next {
+            return self.item_header();
         }
         if let Some(len) = fragment {
-            // A fragment's bytes (or the offset table's, read as whole 32-bit values).
-            let Some(len) = len else {
-                return Ok(()); // dicom-rs: an undefined item length
-            };
-            let n = if offset_table_next {
-                len - len % 4
-            } else {
-                len
-            };
-            offset_table_next = false;
-            pos += n;
-            count += n;
-            check_ends = true;
-            continue;
+            return Ok(self.fragment(len));
         }
-        // An element header.
-        let Some(h) = header(b, pos, mode) else {
-            if prefix {
-                return Ok(()); // the bytes read end here, not the file
+        self.element_header()
+    }
+
+    /// Close the innermost sequence or item where dicom-rs's count reaches its defined length;
+    /// None (and no more checking) where it does not end here.
+    fn close_ended(&mut self) -> Option<Step> {
+        match self.open.last() {
+            Some(o) if o.len.is_some_and(|l| o.base + l == self.count) => {
+                self.in_sequence = o.item;
+                self.open.pop();
+                Some(Step::On)
             }
-            return Err(trunc(format!("element header cut off at byte {pos}")));
+            // dicom-rs: "inconsistent sequence end"
+            Some(o) if o.len.is_some_and(|l| o.base + l < self.count) => Some(Step::Stop),
+            _ => {
+                self.check_ends = false;
+                None
+            }
+        }
+    }
+
+    /// An item header: tag and length, in every transfer syntax.
+    fn item_header(&mut self) -> Result<Step, Reject> {
+        let (b, pos) = (self.b, self.pos);
+        let Some(h) = header(b, pos, Mode::ExplicitLe).filter(|h| h.group == 0xFFFE) else {
+            if header(b, pos, self.mode).is_none() && !self.prefix {
+                return Err(truncated(format!("item header cut off at byte {pos}")));
+            }
+            return Ok(Step::Stop); // dicom-rs: not an item header, or the file ends
         };
-        let rem = total - pos - h.size;
+        let (size, len) = (8, h.len);
+        if let Some(l) = len {
+            let rem = self.total - pos - size;
+            if l > rem {
+                return Err(truncated(format!(
+                    "item at byte {pos} declares {l} bytes, {rem} remain"
+                )));
+            }
+        }
+        let first = self.fragments_next;
+        let pixel_data = first || self.open.last().is_some_and(|o| o.pixel_data);
+        if first {
+            if h.elem == 0xE00D {
+                return Ok(Step::Stop); // dicom-rs: an item end where the offset table was expected
+            }
+            self.fragments_next = false;
+            self.open.push(Open {
+                item: false,
+                pixel_data: true,
+                len: None,
+                base: self.count,
+            });
+        }
+        self.pos += size;
+        self.count += size;
+        Ok(self.item_tag(h.elem, len, first, pixel_data))
+    }
+
+    /// After an item header: open the item, or close the item or sequence its tag ends.
+    fn item_tag(&mut self, elem: u16, len: Option<usize>, first: bool, pixel_data: bool) -> Step {
+        match elem {
+            0xE000 => {
+                if self.open.is_empty() {
+                    return Step::Stop; // dicom-rs: an item header outside a sequence
+                }
+                self.in_sequence = false;
+                self.open.push(Open {
+                    item: true,
+                    pixel_data,
+                    len,
+                    base: self.count,
+                });
+                if len == Some(0) {
+                    self.check_ends = true;
+                } else if first {
+                    // The first item of encapsulated pixel data: the offset table.
+                    self.offset_table_next = true;
+                }
+            }
+            0xE00D => {
+                self.open.pop();
+                self.in_sequence = true;
+                self.check_ends = true;
+            }
+            0xE0DD => {
+                self.open.pop();
+                self.in_sequence = false;
+                self.check_ends = true;
+            }
+            _ => return Step::Stop, // dicom-rs: a bad item header
+        }
+        Step::On
+    }
+
+    /// A fragment's bytes (or the offset table's, read as whole 32-bit values).
+    fn fragment(&mut self, len: Option<usize>) -> Step {
+        let Some(len) = len else {
+            return Step::Stop; // dicom-rs: an undefined item length
+        };
+        let n = if self.offset_table_next {
+            len - len % 4
+        } else {
+            len
+        };
+        self.offset_table_next = false;
+        self.pos += n;
+        self.count += n;
+        self.check_ends = true;
+        Step::On
+    }
+
+    /// An element header: its length checked against the bytes that remain.
+    fn element_header(&mut self) -> Result<Step, Reject> {
+        let pos = self.pos;
+        let Some(h) = header(self.b, pos, self.mode) else {
+            if self.prefix {
+                return Ok(Step::Stop); // the bytes read end here, not the file
+            }
+            return Err(truncated(format!("element header cut off at byte {pos}")));
+        };
+        let rem = self.total - pos - h.size;
         if let Some(len) = h.len {
             if len > rem {
                 let what = if h.group == 0xFFFE {
@@ -287,53 +364,64 @@ pub(super) fn walk_data_set(
                 } else {
                     h.tag_name()
                 };
-                return Err(trunc(format!(
+                return Err(truncated(format!(
                     "{what} at byte {pos} declares {len} bytes, {rem} remain"
                 )));
             }
         }
-        pos += h.size;
-        count += h.size;
+        self.pos += h.size;
+        self.count += h.size;
+        self.element_value(&h);
+        Ok(Step::On)
+    }
+
+    /// After an element header: open a sequence, close an item, expect encapsulated fragments,
+    /// or step over the value.
+    fn element_value(&mut self, h: &Header) {
         if h.sq && h.group != 0xFFFE {
-            in_sequence = true;
-            open.push(Open {
+            self.in_sequence = true;
+            self.open.push(Open {
                 item: false,
                 pixel_data: false,
                 len: h.len,
-                base: count,
+                base: self.count,
             });
-            check_ends = h.len == Some(0);
+            self.check_ends = h.len == Some(0);
         } else if (h.group, h.elem) == (0xFFFE, 0xE00D) {
-            if !open.is_empty() {
-                in_sequence = true;
-                open.pop();
-                check_ends = true;
+            if !self.open.is_empty() {
+                self.in_sequence = true;
+                self.open.pop();
+                self.check_ends = true;
             }
         } else if (h.group, h.elem) == (0x7FE0, 0x0010) && h.len.is_none() {
-            fragments_next = true;
+            self.fragments_next = true;
         } else if let Some(len) = h.len {
             // A value: dicom-rs reads a binary VR as `len / unit` whole values and consumes
             // only those bytes, but counts all `len`.
-            pos += len - len % h.unit;
-            count += len;
-            check_ends = true;
+            self.pos += len - len % h.unit;
+            self.count += len;
+            self.check_ends = true;
         } else {
             // Any other undefined length opens a sequence.
-            in_sequence = true;
-            open.push(Open {
+            self.in_sequence = true;
+            self.open.push(Open {
                 item: false,
                 pixel_data: false,
                 len: None,
-                base: count,
+                base: self.count,
             });
         }
     }
-    if !prefix && (fragments_next || open.iter().any(|o| o.pixel_data)) {
-        return Err(trunc(
-            "the encapsulated pixel data ends without its sequence delimiter".into(),
-        ));
+
+    /// Where the data set ends: encapsulated pixel data must have ended with its delimiter.
+    fn check_pixel_data_closed(&self) -> Result<(), Reject> {
+        if !self.prefix && (self.fragments_next || self.open.iter().any(|o| o.pixel_data)) {
+            return Err(truncated(
+                "the encapsulated pixel data ends without its sequence delimiter".into(),
+            ));
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

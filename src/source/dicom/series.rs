@@ -333,28 +333,69 @@ fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
 }
 
 fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
-    let reject_all = |files: &[Input], why: &str, out: &mut Grouping| {
-        out.rejects
-            .extend(files.iter().map(|f| (f.rel.clone(), why.to_string())));
-    };
     // One label per volume.
+    if let Some(why) = mixed_classes(&uid, &files) {
+        reject_all(&files, &why, out);
+        return;
+    }
+    let geos: Vec<Geometry> = files.iter().map(|f| Geometry::of(&f.header)).collect();
+    let reference = reference_geometry(&geos);
+    let fit = fit_reference(&uid, files, &geos, &reference, out);
+    let (order, keyed) = order_slices(&uid, fit, &reference, out);
+    let slots = slots_of(keyed, order);
+    if slots.is_empty() {
+        return;
+    }
+    let all_files: Vec<Input> = slots.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
+    if all_files.len() == 1 {
+        let f = all_files.into_iter().next().expect("one file");
+        out.groups.push(lone(f));
+        return;
+    }
+    if let Some(why) = not_a_volume(&uid, &reference, slots.len(), axis) {
+        reject_all(&all_files, &why, out);
+        return;
+    }
+    if order == Order::Position {
+        if let Some(what) = uneven_spacing(&uid, &slots) {
+            if axis != 2 {
+                let why = format!("{what}; --axis {axis} needs an evenly spaced volume (--axis 2 converts it slice by slice)");
+                reject_all(&all_files, &why, out);
+                return;
+            }
+            out.uneven.push(what);
+        }
+    }
+    let colour = reference.pixel.0 >= 3;
+    out.groups
+        .push(series_group(uid, slots, all_files, colour, order));
+}
+
+/// Leave out every file of `files` with the reason `why`.
+fn reject_all(files: &[Input], why: &str, out: &mut Grouping) {
+    out.rejects
+        .extend(files.iter().map(|f| (f.rel.clone(), why.to_string())));
+}
+
+/// Why a series cannot be one volume with one label: its files carry several classes.
+fn mixed_classes(uid: &str, files: &[Input]) -> Option<String> {
     let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
-    for f in &files {
+    for f in files {
         *classes.entry(&f.class).or_default() += 1;
     }
     if classes.len() > 1 {
         let list: Vec<String> = classes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
-        let why = format!(
+        return Some(format!(
             "its series {uid} has files in {} classes ({}); a series is one volume with one label",
             classes.len(),
             list.join(", ")
-        );
-        reject_all(&files, &why, out);
-        return;
+        ));
     }
+    None
+}
 
-    // The reference geometry: the most common, ties to the first file's.
-    let geos: Vec<Geometry> = files.iter().map(|f| Geometry::of(&f.header)).collect();
+/// The reference geometry: the most common, ties to the first file's.
+fn reference_geometry(geos: &[Geometry]) -> Geometry {
     let mut votes: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for (i, g) in geos.iter().enumerate() {
         votes.entry(g.vote_key()).or_insert((0, i)).0 += 1;
@@ -364,15 +405,35 @@ fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
         .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
         .copied()
         .expect("a series has files");
-    let reference = geos[first].clone();
+    geos[first].clone()
+}
+
+/// The files whose geometry fits the reference; the others are left out with the reason.
+fn fit_reference(
+    uid: &str,
+    files: Vec<Input>,
+    geos: &[Geometry],
+    reference: &Geometry,
+    out: &mut Grouping,
+) -> Vec<Input> {
     let mut fit = Vec::new();
-    for (f, g) in files.into_iter().zip(&geos) {
-        match g.misfit(&reference) {
+    for (f, g) in files.into_iter().zip(geos) {
+        match g.misfit(reference) {
             Some(why) => out.rejects.push((f.rel, format!("{why} (series {uid})"))),
             None => fit.push(f),
         }
     }
+    fit
+}
 
+/// The files keyed by their place in the volume, sorted, and how: by position along the normal,
+/// else by Instance Number (a file without one is left out).
+fn order_slices(
+    uid: &str,
+    fit: Vec<Input>,
+    reference: &Geometry,
+    out: &mut Grouping,
+) -> (Order, Vec<(f64, Input)>) {
     // Order: by position along the normal, else by Instance Number.
     let normal = reference.orientation.and_then(normal);
     let by_position = normal.is_some()
@@ -402,6 +463,11 @@ fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
     };
     // Stable: files at one position stay in path order.
     keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (order, keyed)
+}
+
+/// The sorted files gathered into slices: those at the same place share one.
+fn slots_of(keyed: Vec<(f64, Input)>, order: Order) -> Vec<(f64, Vec<Input>)> {
     let same = |a: f64, b: f64| match order {
         Order::Position => (a - b).abs() <= SAME_POS_MM,
         Order::InstanceNumber => a == b,
@@ -413,56 +479,56 @@ fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
             _ => slots.push((k, vec![f])),
         }
     }
-    if slots.is_empty() {
-        return;
-    }
-    let all_files: Vec<Input> = slots.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
-    if all_files.len() == 1 {
-        let f = all_files.into_iter().next().expect("one file");
-        out.groups.push(lone(f));
-        return;
-    }
+    slots
+}
 
+/// Why a series of `slices` cannot convert as one volume: too many samples, or colour resliced.
+fn not_a_volume(uid: &str, reference: &Geometry, slices: usize, axis: usize) -> Option<String> {
     let spp = reference.pixel.0 as u64;
-    let total = reference.size.0 as u64 * reference.size.1 as u64 * spp * slots.len() as u64;
+    let total = reference.size.0 as u64 * reference.size.1 as u64 * spp * slices as u64;
     if total > MAX_SAMPLES {
-        let why = format!(
+        return Some(format!(
             "its series {uid} is too large: {} slices of {}x{}x{spp} = {total} samples (limit {MAX_SAMPLES})",
-            slots.len(),
+            slices,
             reference.size.0,
             reference.size.1
-        );
-        reject_all(&all_files, &why, out);
-        return;
+        ));
     }
     let colour = spp >= 3;
     if colour && axis != 2 {
-        let why = format!(
+        return Some(format!(
             "its series {uid} is colour, not a volume: --axis {axis} reslices grey series only"
-        );
-        reject_all(&all_files, &why, out);
-        return;
+        ));
     }
-    if order == Order::Position && slots.len() >= 3 {
-        let gaps: Vec<f64> = slots.windows(2).map(|w| w[1].0 - w[0].0).collect();
-        let mut sorted = gaps.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted[sorted.len() / 2];
-        let tol = (SPACING_REL_TOL * median).max(SAME_POS_MM);
-        if let Some(i) = gaps.iter().position(|g| (g - median).abs() > tol) {
-            let what = format!(
-                "uneven slice spacing in series {uid}: {:.4} mm between {} and {} where the series' spacing is {:.4} mm (tolerance 1%)",
-                gaps[i], slots[i].1[0].rel, slots[i + 1].1[0].rel, median
-            );
-            if axis != 2 {
-                let why = format!("{what}; --axis {axis} needs an evenly spaced volume (--axis 2 converts it slice by slice)");
-                reject_all(&all_files, &why, out);
-                return;
-            }
-            out.uneven.push(what);
-        }
-    }
+    None
+}
 
+/// What is uneven about the gaps between the slices of a series ordered by position, if they
+/// are (3 slices or more).
+fn uneven_spacing(uid: &str, slots: &[(f64, Vec<Input>)]) -> Option<String> {
+    if slots.len() < 3 {
+        return None;
+    }
+    let gaps: Vec<f64> = slots.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    let mut sorted = gaps.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let tol = (SPACING_REL_TOL * median).max(SAME_POS_MM);
+    let i = gaps.iter().position(|g| (g - median).abs() > tol)?;
+    Some(format!(
+        "uneven slice spacing in series {uid}: {:.4} mm between {} and {} where the series' spacing is {:.4} mm (tolerance 1%)",
+        gaps[i], slots[i].1[0].rel, slots[i + 1].1[0].rel, median
+    ))
+}
+
+/// The group of a series that converts as one volume: its plan, class and split key.
+fn series_group(
+    uid: String,
+    slots: Vec<(f64, Vec<Input>)>,
+    all_files: Vec<Input>,
+    colour: bool,
+    order: Order,
+) -> Group {
     let first = all_files
         .iter()
         .map(|f| f.rel.clone())
@@ -491,13 +557,13 @@ fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
             })
             .collect(),
     };
-    out.groups.push(Group {
+    Group {
         class: all_files[0].class.clone(),
         key,
         key_value,
         first,
         what: What::Series(plan),
-    });
+    }
 }
 
 /// Files left out of a series, with their reasons: (path relative to the input, reason).
@@ -523,78 +589,128 @@ pub fn decode_series(
     emit: &mut Emit,
 ) -> Result<LeftOut, LeftOut> {
     let mut left: LeftOut = Vec::new();
-    // Every file not yet named gets `why`: the whole series is left out.
-    let all = |left: LeftOut, why: &str| -> LeftOut {
-        let mut out = left;
-        for f in s.slots.iter().flatten() {
-            if !out.iter().any(|(r, _)| *r == f.rel) {
-                out.push((f.rel.clone(), why.to_string()));
-            }
-        }
-        out
-    };
     if opts.axis > 2 {
-        return Err(all(left, &format!("axis {} is not 0, 1 or 2", opts.axis)));
+        return Err(leave_all(
+            s,
+            left,
+            &format!("axis {} is not 0, 1 or 2", opts.axis),
+        ));
     }
-    let dup = |used: &str| {
-        format!(
-            "same slice position as {used} in series {}, which is used",
-            s.uid
-        )
-    };
     if s.colour {
-        if opts.axis != 2 {
-            return Err(all(
-                left,
-                "a colour series is not a volume: --axis 0 and 1 reslice grey series only",
-            ));
-        }
-        let one = DecodeOptions {
-            axis: 2,
-            ..opts.clone()
-        };
-        for slot in &s.slots {
-            let mut used: Option<&str> = None;
-            for f in slot {
-                if let Some(u) = used {
-                    left.push((f.rel.clone(), dup(u)));
-                    continue;
-                }
-                // An error from `emit` is the conversion's, not this file's: it ends the series.
-                let mut emit_failed = None;
-                let r = decode(&f.path, &one, &mut |frame| {
-                    emit(frame).inspect_err(|e| emit_failed = Some(e.clone()))
-                });
-                if let Some(e) = emit_failed {
-                    return Err(all(
-                        left,
-                        &format!("its series {} could not be converted: {e}", s.uid),
-                    ));
-                }
-                match r {
-                    Ok(()) => used = Some(&f.rel),
-                    Err(r) => left.push((f.rel.clone(), r.0)),
-                }
-            }
-        }
+        return decode_colour_series(s, opts, emit);
+    }
+    let mut vol = match volume_for(s) {
+        Ok(v) => v,
+        Err(why) => return Err(leave_all(s, left, &why)),
+    };
+    let (slices, window) = match read_slices(s, opts, &mut vol, &mut left) {
+        Ok(r) => r,
+        Err(why) => return Err(leave_all(s, left, &why)),
+    };
+    if slices == 0 {
         return Ok(left);
     }
+    match emit_volume(s, opts, &vol, slices, window, emit) {
+        Ok(()) => Ok(left),
+        Err(e) => Err(leave_all(
+            s,
+            left,
+            &format!("its series {} could not be converted: {e}", s.uid),
+        )),
+    }
+}
 
+/// Every file not yet named gets `why`: the whole series is left out.
+fn leave_all(s: &SeriesPlan, left: LeftOut, why: &str) -> LeftOut {
+    let mut out = left;
+    for f in s.slots.iter().flatten() {
+        if !out.iter().any(|(r, _)| *r == f.rel) {
+            out.push((f.rel.clone(), why.to_string()));
+        }
+    }
+    out
+}
+
+/// Why a file is left out beside `used`, the file of its slice that decoded.
+fn duplicate(s: &SeriesPlan, used: &str) -> String {
+    format!(
+        "same slice position as {used} in series {}, which is used",
+        s.uid
+    )
+}
+
+/// A colour series (axis 2 only): each slice's image in order, the first file of a slice that
+/// decodes emitted.
+fn decode_colour_series(
+    s: &SeriesPlan,
+    opts: &DecodeOptions,
+    emit: &mut Emit,
+) -> Result<LeftOut, LeftOut> {
+    let mut left: LeftOut = Vec::new();
+    if opts.axis != 2 {
+        return Err(leave_all(
+            s,
+            left,
+            "a colour series is not a volume: --axis 0 and 1 reslice grey series only",
+        ));
+    }
+    let one = DecodeOptions {
+        axis: 2,
+        ..opts.clone()
+    };
+    for slot in &s.slots {
+        let mut used: Option<&str> = None;
+        for f in slot {
+            if let Some(u) = used {
+                left.push((f.rel.clone(), duplicate(s, u)));
+                continue;
+            }
+            // An error from `emit` is the conversion's, not this file's: it ends the series.
+            let mut emit_failed = None;
+            let r = decode(&f.path, &one, &mut |frame| {
+                emit(frame).inspect_err(|e| emit_failed = Some(e.clone()))
+            });
+            if let Some(e) = emit_failed {
+                return Err(leave_all(
+                    s,
+                    left,
+                    &format!("its series {} could not be converted: {e}", s.uid),
+                ));
+            }
+            match r {
+                Ok(()) => used = Some(&f.rel),
+                Err(r) => left.push((f.rel.clone(), r.0)),
+            }
+        }
+    }
+    Ok(left)
+}
+
+/// Room for a grey series' volume, or why there is none.
+fn volume_for(s: &SeriesPlan) -> Result<Vec<f32>, String> {
     let (rows, cols) = (s.rows as usize, s.cols as usize);
     let total = (rows as u64) * (cols as u64) * (s.slots.len() as u64);
     if total > MAX_SAMPLES {
-        return Err(all(
-            left,
-            &format!("series too large: {total} samples (limit {MAX_SAMPLES})"),
+        return Err(format!(
+            "series too large: {total} samples (limit {MAX_SAMPLES})"
         ));
     }
     let mut vol: Vec<f32> = Vec::new();
     if vol.try_reserve_exact(total as usize).is_err() {
-        return Err(all(
-            left,
-            &format!("cannot allocate a volume of {total} samples"),
-        ));
+        return Err(format!("cannot allocate a volume of {total} samples"));
     }
+    Ok(vol)
+}
+
+/// Read each slice's modality values onto `vol` (the first file of a slice that decodes; the
+/// others are left out): the slices read and the first one's window. Err: why the whole series
+/// is left out (a slice missing where `opts.axis` reslices).
+fn read_slices(
+    s: &SeriesPlan,
+    opts: &DecodeOptions,
+    vol: &mut Vec<f32>,
+    left: &mut LeftOut,
+) -> Result<(usize, Option<(f64, f64)>), String> {
     let values = DecodeOptions {
         float: true,
         axis: 2,
@@ -607,7 +723,7 @@ pub fn decode_series(
         let mut used: Option<&str> = None;
         for f in slot {
             if let Some(u) = used {
-                left.push((f.rel.clone(), dup(u)));
+                left.push((f.rel.clone(), duplicate(s, u)));
                 continue;
             }
             match read_slice(&f.path, &values, s.rows, s.cols) {
@@ -624,21 +740,28 @@ pub fn decode_series(
         }
         if used.is_none() && opts.axis != 2 {
             let rel = &slot[0].rel;
-            return Err(all(
-                left,
-                &format!(
-                    "left out with its series {}: --axis {} reslices the whole volume and the slice of {rel} could not be decoded",
-                    s.uid, opts.axis
-                ),
+            return Err(format!(
+                "left out with its series {}: --axis {} reslices the whole volume and the slice of {rel} could not be decoded",
+                s.uid, opts.axis
             ));
         }
     }
-    if slices == 0 {
-        return Ok(left);
-    }
-    let dims = [cols, rows, slices];
-    let r = if opts.float {
-        emit_float_slices(&vol, dims, opts.axis, false, emit)
+    Ok((slices, window))
+}
+
+/// Emit the volume's slices along `opts.axis`: float values, or through one window (the
+/// options', else the first slice's, else the volume's min..max), MONOCHROME1 inverted.
+fn emit_volume(
+    s: &SeriesPlan,
+    opts: &DecodeOptions,
+    vol: &[f32],
+    slices: usize,
+    window: Option<(f64, f64)>,
+    emit: &mut Emit,
+) -> Result<(), Reject> {
+    let dims = [s.cols as usize, s.rows as usize, slices];
+    if opts.float {
+        emit_float_slices(vol, dims, opts.axis, false, emit)
     } else {
         let (low, high) = opts
             .window
@@ -646,7 +769,7 @@ pub fn decode_series(
             .unwrap_or_else(|| min_max(vol.iter().map(|&v| v as f64)));
         let invert = s.invert;
         emit_slices(
-            &vol,
+            vol,
             dims,
             opts.axis,
             false,
@@ -660,13 +783,6 @@ pub fn decode_series(
             },
             emit,
         )
-    };
-    match r {
-        Ok(()) => Ok(left),
-        Err(e) => Err(all(
-            left,
-            &format!("its series {} could not be converted: {e}", s.uid),
-        )),
     }
 }
 
