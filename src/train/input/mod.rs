@@ -90,6 +90,55 @@ enum Inner {
     Colmajor(BTreeMap<String, Arc<ColmajorSplitReader>>),
 }
 
+/// Dtype, classes, mean and std of column-major files without a manifest, from one pass over
+/// their labels and values (the first value that is not a u8 pixel / 255 decides f32).
+fn scan_bare(
+    splits: &BTreeMap<String, Arc<ColmajorSplitReader>>,
+    shape: &Shape,
+    notes: &mut Vec<String>,
+) -> Result<(Dtype, Vec<String>, Vec<f64>, Vec<f64>)> {
+    let mut counts = BTreeMap::new();
+    let mut k = 1;
+    for (name, r) in splits {
+        let c = r.check_labels(None)?;
+        k = k.max(c.len());
+        counts.insert(name.clone(), c);
+    }
+    let mut scans = BTreeMap::new();
+    for (name, r) in splits {
+        scans.insert(name.clone(), r.scan(shape)?);
+    }
+    let not_u8 = splits
+        .iter()
+        .find_map(|(n, r)| scans[n].not_u8.map(|m| (r, m)));
+    let dtype = match not_u8 {
+        None => {
+            notes.push("every value is a u8 pixel / 255: read as u8".into());
+            Dtype::U8
+        }
+        Some((r, (i, f, v))) => {
+            notes.push(format!(
+                "read as f32 ({} sample {i}, feature {f} holds {v}, not a u8 pixel / 255)",
+                shown_path(&r.images_path)
+            ));
+            Dtype::F32
+        }
+    };
+    let st = manifest::stats_split(splits.keys()).to_string();
+    let mut cc = counts.remove(&st).unwrap_or_default();
+    cc.resize(k, 0);
+    let spec = SampleSpec {
+        shape: shape.clone(),
+        dtype,
+    };
+    let (mean, std) = scans[&st].stats(dtype, cc).mean_std(&spec);
+    notes.push(format!(
+        "{k} classes (0 to {}) from the labels; mean and std of split {st} computed in one pass",
+        k - 1
+    ));
+    Ok((dtype, (0..k).map(|c| c.to_string()).collect(), mean, std))
+}
+
 impl Data {
     /// Open `dir`. `shape` is required for column-major files without a manifest (they do not
     /// say it) and otherwise must match the dataset's. `known` spares such a directory its pass
@@ -106,42 +155,58 @@ impl Data {
         };
         if dir.join(manifest::FILE_NAME).is_file() {
             if crate::format::dataset_format(dir)? == colmajor::FORMAT {
-                let m = ColmajorManifest::read(dir)?;
-                check_shape(&m.sample.shape)?;
-                let mut splits = BTreeMap::new();
-                for s in m.splits.keys() {
-                    splits.insert(s.clone(), Arc::new(ColmajorSplitReader::open(dir, &m, s)?));
-                }
-                return Ok(Data {
-                    dir: dir.to_path_buf(),
-                    layout: Layout::Colmajor,
-                    manifest: true,
-                    notes: vec![format!(
-                        "column-major files, memory-mapped (manifest.json: {} {})",
-                        m.sample.dtype, m.sample.shape
-                    )],
-                    spec: m.sample,
-                    classes: m.classes,
-                    mean: m.mean,
-                    std: m.std,
-                    inner: Inner::Colmajor(splits),
-                });
+                return Self::open_colmajor(dir, &check_shape);
             }
-            let ds = Dataset::open(dir)?;
-            check_shape(&ds.manifest.sample.shape)?;
-            let m = &ds.manifest;
-            return Ok(Data {
-                dir: dir.to_path_buf(),
-                layout: Layout::Shards,
-                manifest: true,
-                spec: m.sample.clone(),
-                classes: m.classes.clone(),
-                mean: m.mean.clone(),
-                std: m.std.clone(),
-                notes: vec![],
-                inner: Inner::Shards(Box::new(ds)),
-            });
+            return Self::open_shards(dir, &check_shape);
         }
+        Self::open_bare_colmajor(dir, shape, known)
+    }
+
+    /// Column-major files with their manifest.
+    fn open_colmajor(dir: &Path, check_shape: &dyn Fn(&Shape) -> Result<()>) -> Result<Self> {
+        let m = ColmajorManifest::read(dir)?;
+        check_shape(&m.sample.shape)?;
+        let mut splits = BTreeMap::new();
+        for s in m.splits.keys() {
+            splits.insert(s.clone(), Arc::new(ColmajorSplitReader::open(dir, &m, s)?));
+        }
+        Ok(Data {
+            dir: dir.to_path_buf(),
+            layout: Layout::Colmajor,
+            manifest: true,
+            notes: vec![format!(
+                "column-major files, memory-mapped (manifest.json: {} {})",
+                m.sample.dtype, m.sample.shape
+            )],
+            spec: m.sample,
+            classes: m.classes,
+            mean: m.mean,
+            std: m.std,
+            inner: Inner::Colmajor(splits),
+        })
+    }
+
+    /// A dataset of shards.
+    fn open_shards(dir: &Path, check_shape: &dyn Fn(&Shape) -> Result<()>) -> Result<Self> {
+        let ds = Dataset::open(dir)?;
+        check_shape(&ds.manifest.sample.shape)?;
+        let m = &ds.manifest;
+        Ok(Data {
+            dir: dir.to_path_buf(),
+            layout: Layout::Shards,
+            manifest: true,
+            spec: m.sample.clone(),
+            classes: m.classes.clone(),
+            mean: m.mean.clone(),
+            std: m.std.clone(),
+            notes: vec![],
+            inner: Inner::Shards(Box::new(ds)),
+        })
+    }
+
+    /// Column-major files without a manifest: the shape from `--shape`, the rest from `known`
+    /// or one pass over the values (`scan_bare`).
+    fn open_bare_colmajor(dir: &Path, shape: Option<&Shape>, known: Option<Known>) -> Result<Self> {
         let found = if dir.is_dir() {
             colmajor::find_splits(dir)?
         } else {
@@ -169,48 +234,7 @@ impl Data {
         )];
         let (dtype, classes, mean, std) = match known {
             Some(k) => (k.dtype, k.classes, vec![], vec![]),
-            None => {
-                let mut counts = BTreeMap::new();
-                let mut k = 1;
-                for (name, r) in &splits {
-                    let c = r.check_labels(None)?;
-                    k = k.max(c.len());
-                    counts.insert(name.clone(), c);
-                }
-                let mut scans = BTreeMap::new();
-                for (name, r) in &splits {
-                    scans.insert(name.clone(), r.scan(shape)?);
-                }
-                let not_u8 = splits
-                    .iter()
-                    .find_map(|(n, r)| scans[n].not_u8.map(|m| (r, m)));
-                let dtype = match not_u8 {
-                    None => {
-                        notes.push("every value is a u8 pixel / 255: read as u8".into());
-                        Dtype::U8
-                    }
-                    Some((r, (i, f, v))) => {
-                        notes.push(format!(
-                            "read as f32 ({} sample {i}, feature {f} holds {v}, not a u8 pixel / 255)",
-                            shown_path(&r.images_path)
-                        ));
-                        Dtype::F32
-                    }
-                };
-                let st = manifest::stats_split(splits.keys()).to_string();
-                let mut cc = counts.remove(&st).unwrap_or_default();
-                cc.resize(k, 0);
-                let spec = SampleSpec {
-                    shape: shape.clone(),
-                    dtype,
-                };
-                let (mean, std) = scans[&st].stats(dtype, cc).mean_std(&spec);
-                notes.push(format!(
-                    "{k} classes (0 to {}) from the labels; mean and std of split {st} computed in one pass",
-                    k - 1
-                ));
-                (dtype, (0..k).map(|c| c.to_string()).collect(), mean, std)
-            }
+            None => scan_bare(&splits, shape, &mut notes)?,
         };
         let spec = SampleSpec {
             shape: shape.clone(),
