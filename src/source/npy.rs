@@ -318,6 +318,11 @@ impl NpyImages {
             s.file
                 .read_exact_at(&mut buf, s.data_at + (start * per * size) as u64)
                 .map_err(bad)?;
+            if s.elem.kind != 'f' && !s.elem.big_endian && size == self.dtype.size() {
+                // Little-endian integers of the output's width: the bytes as they are.
+                dst.copy_from_slice(&buf);
+                return Ok(());
+            }
             for (k, raw) in buf.chunks_exact(size).enumerate() {
                 put(dst, k, raw);
             }
@@ -585,6 +590,22 @@ fn each_int(
     Ok(())
 }
 
+/// The largest of an array's `elems` bytes, read a chunk at a time.
+fn max_byte(o: &Opened, elems: usize) -> Result<u8, Reject> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; elems.min(1 << 20)];
+    let (mut at, mut max) = (0, 0u8);
+    while at < elems {
+        let m = buf.len().min(elems - at);
+        o.file
+            .read_exact_at(&mut buf[..m], o.data_at + at as u64)
+            .map_err(|e| Reject::new(format!("cannot read data: {e}")))?;
+        max = max.max(buf[..m].iter().copied().max().unwrap_or(0));
+        at += m;
+    }
+    Ok(max)
+}
+
 fn read_mask(o: Opened, n: usize, (h, w): (usize, usize)) -> Result<Targets, Reject> {
     if !matches!(o.elem.kind, 'u' | 'i' | 'b') || !matches!(o.elem.size, 1 | 2 | 4 | 8) {
         return Err(Reject::new(format!(
@@ -602,18 +623,23 @@ fn read_mask(o: Opened, n: usize, (h, w): (usize, usize)) -> Result<Targets, Rej
     o.check_length(elems)?;
     // One pass for the largest value (the mask's names), and no negative or too large one.
     let mut max = 0i128;
-    each_int(&o, elems as usize, &mut |i, v| {
-        if !(0..MAX_TARGETS as i128).contains(&v) {
-            let (s, p) = (i / (h * w), i % (h * w));
-            return Err(Reject::new(format!(
-                "mask value {v} of sample {s} at row {}, column {} is not 0..65535",
-                p / w,
-                p % w
-            )));
-        }
-        max = max.max(v);
-        Ok(())
-    })?;
+    if o.elem.size == 1 && o.elem.kind != 'i' {
+        // Bytes cannot be negative or too large: only their largest value is wanted.
+        max = max_byte(&o, elems as usize)? as i128;
+    } else {
+        each_int(&o, elems as usize, &mut |i, v| {
+            if !(0..MAX_TARGETS as i128).contains(&v) {
+                let (s, p) = (i / (h * w), i % (h * w));
+                return Err(Reject::new(format!(
+                    "mask value {v} of sample {s} at row {}, column {} is not 0..65535",
+                    p / w,
+                    p % w
+                )));
+            }
+            max = max.max(v);
+            Ok(())
+        })?;
+    }
     let values = max as usize + 1;
     let array = NpyImages {
         n,
