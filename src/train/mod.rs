@@ -236,7 +236,39 @@ fn open_data(o: &TrainOptions) -> Result<Data> {
             eprintln!("input: {n}");
         }
     }
+    check_fields(o, &data)?;
     Ok(data)
+}
+
+/// Samples with fields (a mask, labels, values) train on their class only so far: a dataset
+/// whose one class says nothing is refused rather than trained to a meaningless 100%.
+fn check_fields(o: &TrainOptions, data: &Data) -> Result<()> {
+    if data.layout != input::Layout::Shards {
+        return Ok(());
+    }
+    let fields = crate::format::shard::Manifest::read(&o.data)?.fields;
+    let Some(first) = fields.iter().next() else {
+        return Ok(());
+    };
+    let names: Vec<String> = fields
+        .iter()
+        .map(|f| format!("{} ({})", f.name, f.kind.name()))
+        .collect();
+    if data.classes.len() == 1 {
+        return Err(Error::Invalid(format!(
+            "{}: its samples carry {} and one class; prep train learns classes only so far, so there is nothing to train on (training on the {} field comes later)",
+            shown_path(&o.data),
+            names.join(", "),
+            first.kind.name()
+        )));
+    }
+    if !o.quiet {
+        eprintln!(
+            "input: the samples also carry {}; prep train learns their class only so far",
+            names.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// A new run's recipe: the model for the data's images, the device, and the options.

@@ -243,3 +243,37 @@ fn bad_targets_are_refused_or_left_out_naming_the_file_and_sample() {
         assert!(!out.join("manifest.json").exists(), "{what}");
     }
 }
+
+#[test]
+fn training_on_a_dataset_whose_only_target_is_a_field_is_refused_not_faked() {
+    let d = tempfile::tempdir().unwrap();
+    images(d.path());
+    write_npy(
+        &d.path().join("y_train.npy"),
+        "|u1",
+        &[N, H, W],
+        &vec![1; N * H * W],
+    );
+    let ds = convert(d.path(), &[]);
+    let run_dir = d.path().join("run");
+    let o = crate::util::prep()
+        .args([
+            "train",
+            ds.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+            "--out",
+        ])
+        .arg(&run_dir)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("carry mask (mask) and one class") && e.contains("nothing to train on"),
+        "{e}"
+    );
+    assert!(!run_dir.join("summary.json").exists());
+}
