@@ -234,6 +234,52 @@ where
     }
 }
 
+/// Where an image of `w` x `h` lands in the target: scaled to `scaled` (w, h), then cut at
+/// `offset` (Crop: the part of the scaled image kept) or placed at it (Pad: on a blank canvas).
+/// One rule for images and their masks, so a mask's pixels stay over the image's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Placement {
+    scaled: (u32, u32),
+    offset: (u32, u32),
+    pad: bool,
+}
+
+fn placement(w: u32, h: u32, t: &Target) -> Placement {
+    let (tw, th) = (t.width, t.height);
+    match t.fit {
+        Fit::Stretch => Placement {
+            scaled: (tw, th),
+            offset: (0, 0),
+            pad: false,
+        },
+        Fit::Crop => {
+            // Scale so both sides cover the target, then cut the centre.
+            let s = (tw as f64 / w as f64).max(th as f64 / h as f64);
+            let (sw, sh) = (
+                ((w as f64 * s).round() as u32).max(tw),
+                ((h as f64 * s).round() as u32).max(th),
+            );
+            Placement {
+                scaled: (sw, sh),
+                offset: ((sw - tw) / 2, (sh - th) / 2),
+                pad: false,
+            }
+        }
+        Fit::Pad => {
+            let s = (tw as f64 / w as f64).min(th as f64 / h as f64);
+            let (sw, sh) = (
+                ((w as f64 * s).round() as u32).clamp(1, tw),
+                ((h as f64 * s).round() as u32).clamp(1, th),
+            );
+            Placement {
+                scaled: (sw, sh),
+                offset: ((tw - sw) / 2, (th - sh) / 2),
+                pad: true,
+            }
+        }
+    }
+}
+
 fn fit<P>(img: ImageBuffer<P, Vec<P::Subpixel>>, t: &Target) -> ImageBuffer<P, Vec<P::Subpixel>>
 where
     P: Pixel + 'static,
@@ -245,35 +291,55 @@ where
     if (w, h) == (tw, th) {
         return img;
     }
-    match t.fit {
-        Fit::Stretch => resize(img, tw, th),
-        Fit::Crop => {
-            // Scale so both sides cover the target, then cut the centre.
-            let s = (tw as f64 / w as f64).max(th as f64 / h as f64);
-            let (sw, sh) = (
-                ((w as f64 * s).round() as u32).max(tw),
-                ((h as f64 * s).round() as u32).max(th),
-            );
-            let scaled = resize(img, sw, sh);
-            imageops::crop_imm(&scaled, (sw - tw) / 2, (sh - th) / 2, tw, th).to_image()
+    let p = placement(w, h, t);
+    let (sw, sh) = p.scaled;
+    let scaled = resize(img, sw, sh);
+    if p.pad {
+        let mut canvas = ImageBuffer::<P, Vec<P::Subpixel>>::new(tw, th);
+        imageops::replace(&mut canvas, &scaled, p.offset.0 as i64, p.offset.1 as i64);
+        canvas
+    } else if (sw, sh) == (tw, th) {
+        scaled
+    } else {
+        imageops::crop_imm(&scaled, p.offset.0, p.offset.1, tw, th).to_image()
+    }
+}
+
+/// A mask (`w` x `h` values, row-major) brought to the target size by the same placement as its
+/// image, with nearest-neighbour sampling: every value out is a value in, never a blend of two
+/// classes. Padding is 0, the background.
+pub fn fit_mask<T: Copy + Default>(m: &[T], w: u32, h: u32, t: &Target) -> Vec<T> {
+    let (tw, th) = (t.width as usize, t.height as usize);
+    if (w as usize, h as usize) == (tw, th) {
+        return m.to_vec();
+    }
+    let p = placement(w, h, t);
+    let (sw, sh) = (p.scaled.0 as u64, p.scaled.1 as u64);
+    let (ox, oy) = (p.offset.0 as i64, p.offset.1 as i64);
+    // Source index of scaled coordinate `s`: the pixel whose span holds its centre.
+    let src = |s: u64, n: u32, sn: u64| (((2 * s + 1) * n as u64) / (2 * sn)).min(n as u64 - 1);
+    let cols: Vec<Option<usize>> = (0..tw as i64)
+        .map(|x| {
+            let s = if p.pad { x - ox } else { x + ox };
+            (0..sw as i64)
+                .contains(&s)
+                .then(|| src(s as u64, w, sw) as usize)
+        })
+        .collect();
+    let mut out = vec![T::default(); tw * th];
+    for y in 0..th as i64 {
+        let s = if p.pad { y - oy } else { y + oy };
+        if !(0..sh as i64).contains(&s) {
+            continue;
         }
-        Fit::Pad => {
-            let s = (tw as f64 / w as f64).min(th as f64 / h as f64);
-            let (sw, sh) = (
-                ((w as f64 * s).round() as u32).clamp(1, tw),
-                ((h as f64 * s).round() as u32).clamp(1, th),
-            );
-            let scaled = resize(img, sw, sh);
-            let mut canvas = ImageBuffer::<P, Vec<P::Subpixel>>::new(tw, th);
-            imageops::replace(
-                &mut canvas,
-                &scaled,
-                ((tw - sw) / 2) as i64,
-                ((th - sh) / 2) as i64,
-            );
-            canvas
+        let row = &m[src(s as u64, h, sh) as usize * w as usize..][..w as usize];
+        for (o, c) in out[y as usize * tw..][..tw].iter_mut().zip(&cols) {
+            if let Some(c) = c {
+                *o = row[*c];
+            }
         }
     }
+    out
 }
 
 /// Resize with a triangle filter. Large reductions first average whole k x k boxes (exact, and
@@ -359,6 +425,42 @@ mod tests {
             width: w,
             dtype,
             fit,
+        }
+    }
+
+    #[test]
+    fn masks_follow_their_image_with_nearest_values() {
+        // 32 x 16, value = 1 + column / 8: four bands.
+        let (w, h) = (32u32, 16u32);
+        let m: Vec<u16> = (0..w * h).map(|i| 1 + (i % w) as u16 / 8).collect();
+        let same = fit_mask(&m, w, h, &t(1, 16, 32, Dtype::U8, Fit::Crop));
+        assert_eq!(same, m);
+        // Stretch to 16 x 8: every other column and row.
+        let s = fit_mask(&m, w, h, &t(1, 8, 16, Dtype::U8, Fit::Stretch));
+        let want: Vec<u16> = (0..16 * 8).map(|i| 1 + ((i % 16) * 2) as u16 / 8).collect();
+        assert_eq!(s, want);
+        // Crop to 16 x 16: the middle columns 8..24 at scale 1.
+        let c = fit_mask(&m, w, h, &t(1, 16, 16, Dtype::U8, Fit::Crop));
+        let want: Vec<u16> = (0..16 * 16).map(|i| 1 + (8 + i % 16) as u16 / 8).collect();
+        assert_eq!(c, want);
+        // Pad to 16 x 16: scaled to 16 x 8 at rows 4..12, background around.
+        let p = fit_mask(&m, w, h, &t(1, 16, 16, Dtype::U8, Fit::Pad));
+        for (i, &v) in p.iter().enumerate() {
+            let (x, y) = (i % 16, i / 16);
+            let want = if (4..12).contains(&y) {
+                1 + (x * 2) as u16 / 8
+            } else {
+                0
+            };
+            assert_eq!(v, want, "at {x},{y}");
+        }
+        // Enlarging repeats values; odd sizes never read past the edge.
+        for (tw, th) in [(7, 5), (33, 17), (64, 3), (1, 1)] {
+            for fit in [Fit::Crop, Fit::Stretch, Fit::Pad] {
+                let o = fit_mask(&m, w, h, &t(1, th, tw, Dtype::U8, fit));
+                assert_eq!(o.len(), (tw * th) as usize);
+                assert!(o.iter().all(|&v| v <= 4), "{tw}x{th} {fit:?}");
+            }
         }
     }
 
