@@ -591,6 +591,7 @@ impl NativeSplit {
             loader: Mutex::new(Some(loader)),
             dims: self.dims.clone(),
             typestr: self.typestr,
+            fields: self.fields.clone(),
             damaged,
         })
     }
@@ -603,14 +604,16 @@ struct NativeBatches {
     loader: Mutex<Option<Loader>>,
     dims: Vec<usize>,
     typestr: &'static str,
+    fields: Fields,
     damaged: Arc<Mutex<Vec<String>>>,
 }
 
 #[pymethods]
 impl NativeBatches {
-    /// The next batch: (pixels, labels, index of the batch in its share's epoch), or None at
-    /// the end. Waits without the GIL.
-    fn next(&self, py: Python<'_>) -> PyResult<Option<(Buffer, Buffer, usize)>> {
+    /// The next batch: (pixels, labels, fields, index of the batch in its share's epoch), or
+    /// None at the end. Waits without the GIL.
+    #[allow(clippy::type_complexity)]
+    fn next(&self, py: Python<'_>) -> PyResult<Option<(Buffer, Buffer, Vec<Buffer>, usize)>> {
         let got = py.detach(|| {
             let l = self.loader.lock().unwrap();
             l.as_ref().map(|l| l.rx.recv())
@@ -631,9 +634,21 @@ impl NativeBatches {
             .chain(self.dims.iter().copied())
             .collect();
         let labels = b.labels.iter().map(|&l| l as i64).collect();
+        let fields = self
+            .fields
+            .iter()
+            .zip(b.fields)
+            .map(|(f, v)| {
+                let shape = std::iter::once(n)
+                    .chain(f.shape.iter().map(|&d| d as usize))
+                    .collect();
+                Buffer::bytes(v, shape, typestr(f.dtype))
+            })
+            .collect();
         Ok(Some((
             Buffer::bytes(b.pixels, shape, self.typestr),
             Buffer::labels(labels),
+            fields,
             b.index,
         )))
     }

@@ -63,3 +63,47 @@ def test_a_dataset_without_fields_keeps_its_tuples(small_ds):
     assert isinstance(y, int) and x.shape == ds.shape
     xs, ys = ds["train"].take([0, 1])
     assert xs.shape == (2, *ds.shape) and ys.shape == (2,)
+
+
+@pytest.mark.parametrize("seed,epoch,shuffle", [(0, 0, True), (5, 2, True), (0, 0, False)])
+def test_batches_yield_every_field_in_the_order_of_the_samples(task_ds, seed, epoch, shuffle):
+    """`batches()` gives dicts whose rows are the samples `order()` names, field for field,
+    across ranks and with resuming; `prep train`'s own loader gives the same images and classes."""
+    _, path = task_ds
+    ds = prep.open(path)
+    s = ds["train"]
+    names = ["image", "class"] + [f["name"] for f in ds.fields]
+    every = s.take(np.arange(len(s)))
+    got = list(s.batches(50, shuffle=shuffle, seed=seed, epoch=epoch, threads=2))
+    assert all(list(b) == names for b in got)
+    order = s.order(seed=seed, epoch=epoch, shuffle=shuffle)
+    for k in names:
+        joined = np.concatenate([b[k] for b in got])
+        assert joined.dtype == every[k].dtype
+        assert np.array_equal(joined, every[k][order]), k
+    # Two ranks: disjoint, together every sample once, fields still beside their images.
+    rows = {}
+    for rank in range(2):
+        for b in s.batches(40, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=2):
+            for i in range(len(b["class"])):
+                key = b["image"][i].tobytes()
+                assert key not in rows
+                rows[key] = b[names[2]][i].tobytes()
+    assert len(rows) == len(s)
+    for i in range(len(s)):
+        assert rows[every["image"][i].tobytes()] == every[names[2]][i].tobytes()
+    # Resuming at batch 2 gives the batches from the third on.
+    it = s.batches(50, shuffle=shuffle, seed=seed, epoch=epoch)
+    next(it), next(it)
+    rest = list(s.resume(it.state_dict()))
+    for a, b in zip(rest, got[2:]):
+        assert all(np.array_equal(a[k], b[k]) for k in names)
+    assert len(rest) == len(got) - 2
+    # prep train's stream (drop_last, rank 0 of 1) is these batches' images and classes.
+    if shuffle:
+        from prep import _prep
+        theirs = _prep._prep_train_epoch(s._native, 50, seed, epoch, 2)
+        ours = list(s.batches(50, seed=seed, epoch=epoch, drop_last=True))
+        for (px, lb), b in zip(theirs, ours):
+            assert np.array_equal(np.asarray(px), b["image"])
+            assert np.array_equal(np.asarray(lb), b["class"])

@@ -225,3 +225,37 @@ def test_device_workers_run_on_the_cpus_given(small_ds, monkeypatch, reserve):
     assert seen
     want = {1, 2, 3} if reserve else os.sched_getaffinity(0)
     assert all(s == want for s in seen), seen
+
+
+@pytest.mark.parametrize("task", ["mask", "labels", "values"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_fields_come_as_dicts_of_tensors(tmp_path, task, workers):
+    """A dataset whose samples carry fields: dicts of CPU tensors, rows beside their images,
+    every sample once, dtypes as stored (a u16 mask as int32 where torch lacks uint16)."""
+    from conftest import run_prep
+    out = tmp_path / "ds"
+    run_prep("synth", "--task", task, "--train", 300, "--test", 60, "--shape", "3x16x16",
+             "--block-samples", 32, "--shard-blocks", 3, "--out", out, "--quiet")
+    s = prep.open(out)["train"]
+    every = s.take(np.arange(len(s)))
+    name = prep.open(out).fields[0]["name"]
+    data = pt.ShardDataset(out, "train", batch_size=40, seed=3)
+    batches = list(pt.DataLoader(data, num_workers=workers))
+    assert all(isinstance(b, dict) and list(b) == ["image", "class", name] for b in batches)
+    assert all(b["class"].dtype == torch.int64 for b in batches)
+    seen = {}
+    for b in batches:
+        for i in range(len(b["class"])):
+            seen[b["image"][i].numpy().tobytes()] = b[name][i].numpy().tobytes()
+    assert len(seen) == len(s)
+    for i in range(len(s)):
+        assert seen[every["image"][i].tobytes()] == every[name][i].tobytes()
+    if torch.cuda.is_available():
+        on = list(pt.DataLoader(pt.ShardDataset(out, "train", batch_size=40, seed=3),
+                                num_workers=workers, device="cuda"))
+        assert len(on) == len(batches)
+        for a, b in zip(on, batches):
+            assert list(a) == list(b)
+            for k in b:
+                assert a[k].device.type == "cuda"
+                assert torch.equal(a[k].cpu(), b[k]), k

@@ -268,7 +268,9 @@ class Split:
                 rank: int = 0, world_size: int = 1, drop_last: bool = False,
                 threads: Optional[int] = None, start: int = 0,
                 skip_damaged: bool = False) -> "Batches":
-        """Iterate over ``(images[N, C, H, W], labels[N])`` batches of one epoch.
+        """Iterate over ``(images[N, C, H, W], labels[N])`` batches of one epoch; for a dataset
+        whose samples carry fields, dicts of arrays (``image``, ``class`` and each field with a
+        leading batch axis, as ``take`` gives them).
 
         Order: ``prep train``'s (blocks permuted by ``(seed, epoch)``, samples shuffled within
         windows of ``WINDOW_BLOCKS`` blocks); ``shuffle=False`` is file order. With
@@ -309,7 +311,8 @@ class Split:
 
 
 class Batches:
-    """An iterator of ``(images, labels)`` NumPy batches produced by Rust threads.
+    """An iterator of ``(images, labels)`` NumPy batches produced by Rust threads (dicts of
+    arrays for datasets whose samples carry fields).
 
     ``position`` is the number of batches of this epoch share done (those skipped by ``start``
     included); ``state_dict()`` records it, and ``Split.resume(state)`` continues exactly there.
@@ -330,15 +333,19 @@ class Batches:
     def __iter__(self) -> "Batches":
         return self
 
-    def __next__(self) -> Tuple[np.ndarray, np.ndarray]:
+    def __next__(self) -> Any:
         if self._native is None:
             raise StopIteration
         got = self._native.next()
         if got is None:
             raise StopIteration
-        pixels, labels, index = got
+        pixels, labels, fields, index = got
         self.position = index + 1
-        return np.asarray(pixels), np.asarray(labels)
+        if not self.split._field_names:
+            return np.asarray(pixels), np.asarray(labels)
+        out = {"image": np.asarray(pixels), "class": np.asarray(labels)}
+        out.update(zip(self.split._field_names, (np.asarray(f) for f in fields)))
+        return out
 
     def __len__(self) -> int:
         """Batches in this share of the epoch (from batch 0, whatever ``start`` was)."""

@@ -107,7 +107,10 @@ def _to_tensor(a: np.ndarray) -> torch.Tensor:
 
 class ShardDataset(torch.utils.data.IterableDataset):
     """Batches of one split of a prep dataset: ``(images, labels)`` tensors, images in the
-    dataset's dtype (uint8, uint16, float16, float32) and shape ``[N, C, H, W]``, labels int64.
+    dataset's dtype (uint8, uint16, float16, float32) and shape ``[N, C, H, W]``, labels int64;
+    for a dataset whose samples carry fields, dicts of tensors (``image``, ``class`` and each
+    field with its batch axis: a mask ``[N, H, W]``, labels ``[N, K]`` uint8, values
+    ``[N, K]`` float32), on every path (CPU, pinned, ``device=``).
 
     Use it with ``batch_size=None`` in a ``DataLoader`` (batches are made here, by Rust
     threads), or with :class:`DataLoader`, which sets that and counts batches for
@@ -295,24 +298,26 @@ class ShardDataset(torch.utils.data.IterableDataset):
             yield from self._into_ring(it, stop - start, info.id)
             return
 
+        names = _batch_names(split)
+
         def tensors():
             for _ in range(stop - start):
                 try:
-                    images, labels = next(it)
+                    parts = _parts(next(it), names)
                 except StopIteration:
                     return
-                yield _to_tensor(images), torch.from_numpy(labels)
+                yield [_to_tensor(a) for a in parts]
 
         # Pinning copies each batch into page-locked memory, about a millisecond for 1.5 MiB: in
         # the training thread that is time taken from launching kernels, so a thread of its own
         # pins the next batches while this one hands them out.
         batches = _Pinned(tensors()) if pin else tensors()
         try:
-            for x, y in batches:
+            for parts in batches:
                 if info is None:
                     self._delivered(1)
                 self.skipped = it.skipped
-                yield x, y
+                yield _batch(parts, names)
         finally:
             if pin:
                 batches.close()
@@ -325,6 +330,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
         on the worker's pipe (the main process reads the ring, not the DataLoader's queue);
         then a single item for the DataLoader, which ends the worker."""
         ring = _RingMap(self._ring)
+        names = _batch_names(self._open())
         try:
             with open(self._ring.pipe(worker), "wb", buffering=0) as pipe:
                 try:
@@ -332,15 +338,15 @@ class ShardDataset(torch.utils.data.IterableDataset):
                         if ring.closed():
                             break
                         try:
-                            images, labels = next(it)
+                            parts = _parts(next(it), names)
                         except StopIteration:
                             break
                         slot = k % ring.layout.slots
                         if not ring.wait_free(worker, slot):
                             break
-                        n = len(labels)
-                        np.copyto(ring.images(worker, slot)[:n], images)
-                        ring.labels(worker, slot)[:n] = labels
+                        n = len(parts[0])
+                        for j, a in enumerate(parts):
+                            np.copyto(ring.part(worker, slot, j)[:n], a)
                         ring.fill(worker, slot, n)
                         # The pipe, not the state word, tells the main process: the write and
                         # its read order the slot's bytes before them on any CPU.
@@ -374,17 +380,23 @@ def _align(n: int, to: int = 4096) -> int:
 class _RingLayout:
     """Where the batches of DataLoader workers go: a folder in shared memory (/dev/shm) with a
     file `ring` (a header of one state word (0 free, 1 filled) and one sample count per slot and
-    a closed flag; then `slots` slots per worker, each holding one batch's images and labels)
-    and one pipe (FIFO) per worker. Picklable: workers open them by path."""
+    a closed flag; then `slots` slots per worker, each holding one batch's parts: images, labels
+    and each field, a whole batch of each, page-aligned) and one pipe (FIFO) per worker.
+    Picklable: workers open them by path."""
 
     def __init__(self, folder: str, workers: int, slots: int, batch: int,
-                 shape: Tuple[int, ...], dtype: np.dtype) -> None:
+                 parts: List[Tuple[Tuple[int, ...], np.dtype]]) -> None:
         self.folder, self.workers, self.slots, self.batch = folder, workers, slots, batch
         self.path = os.path.join(folder, "ring")
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        per = int(np.prod(shape)) * self.dtype.itemsize
-        self.image_bytes = _align(batch * per)
-        self.slot_bytes = self.image_bytes + _align(batch * 8)
+        # (sample shape, dtype, bytes a sample, offset in the slot) of each part.
+        self.parts = []
+        at = 0
+        for shape, dtype in parts:
+            dtype = np.dtype(dtype)
+            per = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            self.parts.append((tuple(shape), dtype, per, at))
+            at += _align(batch * per)
+        self.slot_bytes = at
         self.header = _align((2 * workers * slots + 1) * 4)
         self.total = self.header + workers * slots * self.slot_bytes
         # Where the workers may run (None: anywhere); see _worker_cpus.
@@ -409,15 +421,11 @@ class _RingMap:
         self.state, self.count, self.flag = words[:n], words[n:2 * n], words[2 * n:]
         self.parent = os.getppid()
 
-    def images(self, worker: int, slot: int) -> np.ndarray:
+    def part(self, worker: int, slot: int, j: int) -> np.ndarray:
         L = self.layout
-        return np.frombuffer(self.mm, dtype=L.dtype, count=L.batch * int(np.prod(L.shape)),
-                             offset=L.offset(worker, slot)).reshape((L.batch,) + L.shape)
-
-    def labels(self, worker: int, slot: int) -> np.ndarray:
-        L = self.layout
-        return np.frombuffer(self.mm, dtype=np.int64, count=L.batch,
-                             offset=L.offset(worker, slot) + L.image_bytes)
+        shape, dtype, per, at = L.parts[j]
+        return np.frombuffer(self.mm, dtype=dtype, count=L.batch * per // dtype.itemsize,
+                             offset=L.offset(worker, slot) + at).reshape((L.batch,) + shape)
 
     def wait_free(self, worker: int, slot: int) -> bool:
         """Wait until the main process's GPU has copied the slot out; False if the ring was
@@ -477,28 +485,31 @@ class _ToDevice:
             raise RuntimeError(f"cudaHostRegister of the batch ring {layout.path} failed: {rc}")
         self._state = torch.from_numpy(self.ring.state)
         self._zero = torch.zeros(1, dtype=torch.int32, device=device)
-        self._dtype = _torch_dtype(layout.dtype)
-        self._per = int(np.prod(layout.shape)) * layout.dtype.itemsize
+        self._dtypes = [_torch_dtype(dtype) for _, dtype, _, _ in layout.parts]
         # Views made once: each batch costs the launching thread as few calls as can be.
         n = layout.workers * layout.slots
         self._slots = [self._base[layout.offset(i // layout.slots, i % layout.slots):][
-            :layout.image_bytes + 8 * layout.batch] for i in range(n)]
+            :layout.slot_bytes] for i in range(n)]
         self._states = [self._state[i:i + 1] for i in range(n)]
 
-    def __call__(self, w: int, s: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, w: int, s: int) -> List[torch.Tensor]:
+        """The parts of slot `s` of worker `w` on the device, copied in one copy."""
         L = self.layout
         i = w * L.slots + s
         n = int(self.ring.count[i])
         slot = self._slots[i]
+        _, _, per, at = L.parts[-1]
         if n != L.batch:
-            slot = slot[:L.image_bytes + 8 * n]
+            slot = slot[:at + per * n]
         buf = slot.to(self.device, non_blocking=True)
         self._states[i].copy_(self._zero, non_blocking=True)
-        x = buf[:n * self._per].view(self._dtype).view((n,) + L.shape)
-        y = buf[L.image_bytes:].view(torch.int64)
-        if self._dtype is torch.int16:  # uint16 on a PyTorch without torch.uint16
-            x = x.to(torch.int32) & 0xFFFF
-        return x, y
+        out = []
+        for (shape, _, per, at), dt in zip(L.parts, self._dtypes):
+            t = buf[at:at + n * per].view(dt).view((n,) + shape)
+            if dt is torch.int16:  # uint16 on a PyTorch without torch.uint16
+                t = t.to(torch.int32) & 0xFFFF
+            out.append(t)
+        return out
 
     def close(self) -> None:
         # The last copies (and their state writes) must be done before the memory goes.
@@ -510,6 +521,22 @@ class _ToDevice:
         self.ring.close()
 
 
+def _batch_names(split: "_prep_pkg.Split") -> Optional[List[str]]:
+    """The keys of a batch dict (``image``, ``class``, then each field), or None for a dataset
+    without fields, whose batches stay ``(images, labels)`` tuples."""
+    names = split._field_names
+    return ["image", "class"] + list(names) if names else None
+
+
+def _parts(batch: Any, names: Optional[List[str]]) -> List[np.ndarray]:
+    """A batch of ``Split.batches`` as a list of arrays in the order of `names`."""
+    return [batch[k] for k in names] if names else list(batch)
+
+
+def _batch(parts: List[torch.Tensor], names: Optional[List[str]]) -> Any:
+    return dict(zip(names, parts)) if names else tuple(parts)
+
+
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     if dtype == np.uint16:
         return getattr(torch, "uint16", torch.int16)
@@ -517,12 +544,13 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
 
 
 class _Pinned:
-    """Pinned copies of the (x, y) tensors of `source`, made by a thread a few batches ahead.
+    """Pinned copies of the tensors of `source` (a list a batch), made by a thread a few batches
+    ahead.
     An exception of the source or of pinning is raised where the batch would have been."""
 
     _END = object()
 
-    def __init__(self, source: Iterator[Tuple[torch.Tensor, torch.Tensor]], ahead: int = 3) -> None:
+    def __init__(self, source: Iterator[List[torch.Tensor]], ahead: int = 3) -> None:
         import queue
         import threading
 
@@ -557,8 +585,8 @@ class _Pinned:
 
     def _run(self) -> None:
         try:
-            for x, y in self._source:
-                if not self._put((self._pin(x), self._pin(y))):
+            for parts in self._source:
+                if not self._put([self._pin(t) for t in parts]):
                     return
             self._put(self._END)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
@@ -567,7 +595,7 @@ class _Pinned:
     def __iter__(self) -> "_Pinned":
         return self
 
-    def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
+    def __next__(self) -> List[torch.Tensor]:
         item = self._q.get()
         if item is self._END:
             raise StopIteration
@@ -672,8 +700,11 @@ class DataLoader(torch.utils.data.DataLoader):
             pin = ds.pin_memory
             ds.pin_memory = True
             try:
-                for x, y in super().__iter__():
-                    yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                for b in super().__iter__():
+                    if isinstance(b, dict):
+                        yield {k: t.to(self.device, non_blocking=True) for k, t in b.items()}
+                    else:
+                        yield tuple(t.to(self.device, non_blocking=True) for t in b)
             finally:
                 ds.pin_memory = pin
             return
@@ -682,12 +713,15 @@ class DataLoader(torch.utils.data.DataLoader):
         split = ds._open()
         folder = tempfile.mkdtemp(prefix="prep-ring-",
                                   dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-        layout = _RingLayout(folder, workers, 1, ds.batch_size, split.shape, split.dtype)
+        names = _batch_names(split)
+        parts = [(split.shape, split.dtype), ((), np.int64)] + [
+            (tuple(f["shape"]), np.dtype(_prep_pkg._DTYPES[f["dtype"]])) for f in split.dataset.fields]
+        layout = _RingLayout(folder, workers, 1, ds.batch_size, parts)
         # Deep enough to ride out a worker's hiccup (a garbage collection, a slow block) where
         # batches are small, at most `prefetch_factor + 1` a worker where they are large.
         slots = max((self.prefetch_factor or 2) + 1,
                     min(_RING_MAX_SLOTS, _RING_BYTES // (workers * layout.slot_bytes)))
-        layout = _RingLayout(folder, workers, slots, ds.batch_size, split.shape, split.dtype)
+        layout = _RingLayout(folder, workers, slots, ds.batch_size, parts)
         if self.reserve_core:
             layout.worker_cpus = _worker_cpus(workers)
         to_device = it = None
@@ -728,7 +762,7 @@ class DataLoader(torch.utils.data.DataLoader):
                         failed = True
                         break
                     ds._delivered(workers)
-                    yield to_device(w, seq[w] % slots)
+                    yield _batch(to_device(w, seq[w] % slots), names)
                     seq[w] += 1
             if failed:
                 to_device.ring.close_ring()

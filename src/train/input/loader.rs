@@ -4,12 +4,16 @@
 use super::order::{block_order, permutation, Share};
 use super::source::Source;
 use super::*;
+use crate::format::fields::Fields;
 use std::sync::mpsc::SyncSender;
 
 /// A batch of raw samples.
 pub struct Batch {
     pub pixels: Vec<u8>,
     pub labels: Vec<u32>,
+    /// Each declared field's values for the batch's samples in order (`n * bytes` each), in
+    /// the dataset's order of fields; empty for a dataset without fields.
+    pub fields: Vec<Vec<u8>>,
     /// Index of this batch in its epoch.
     pub index: usize,
 }
@@ -156,7 +160,7 @@ fn stream_epoch(
     let (w0, mut skip) = skip_windows(src, &order, start * batch);
     let first_block = w0 * WINDOW_BLOCKS;
     let todo = &order[first_block..];
-    let mut out = Batcher::new(plan, sb, tx, returned);
+    let mut out = Batcher::new(plan, sb, src.fields.clone(), tx, returned);
     let mut window: Vec<Block> = Vec::new();
     let mut wi = w0;
     // The buffers of blocks already batched, decoded into again: no more of them than blocks
@@ -236,6 +240,9 @@ struct Batcher {
     /// new one), and `labels` counts the samples in it.
     pixels: Vec<u8>,
     labels: Vec<u32>,
+    /// The source's fields, and the open batch's values of each.
+    fields: Fields,
+    field_values: Vec<Vec<u8>>,
     index: usize,
 }
 
@@ -244,6 +251,7 @@ impl Batcher {
     fn new(
         plan: EpochPlan,
         sb: usize,
+        fields: Fields,
         tx: SyncSender<Result<Batch>>,
         returned: Receiver<Vec<u8>>,
     ) -> Batcher {
@@ -254,6 +262,8 @@ impl Batcher {
             returned,
             pixels: Vec::new(),
             labels: Vec::with_capacity(plan.batch),
+            field_values: vec![Vec::new(); fields.0.len()],
+            fields,
             index: plan.start,
         };
         b.pixels = b.fresh();
@@ -275,6 +285,7 @@ impl Batcher {
         let b = Batch {
             pixels: px,
             labels: std::mem::take(&mut self.labels),
+            fields: self.field_values.iter_mut().map(std::mem::take).collect(),
             index: self.index,
         };
         self.index += 1;
@@ -327,6 +338,11 @@ impl Batcher {
                 .for_each(|(d, &(b, i))| d.copy_from_slice(window[b].sample(i)));
             self.labels
                 .extend(idx[k..k + n].iter().map(|&(b, i)| window[b].label(i)));
+            for (f, out) in self.field_values.iter_mut().enumerate() {
+                for &(b, i) in &idx[k..k + n] {
+                    out.extend_from_slice(window[b].field(&self.fields, f, i));
+                }
+            }
             k += n;
             if self.labels.len() == batch && !self.emit() {
                 return false;

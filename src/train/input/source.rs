@@ -2,6 +2,7 @@
 //! dataset's dtype.
 
 use super::*;
+use crate::format::fields::Fields;
 
 /// One split of a dataset, open for reading in blocks: a shard dataset's blocks, or virtual
 /// blocks of a fixed number of samples of a column-major split (as many as a shard block of
@@ -10,6 +11,8 @@ use super::*;
 pub struct Source {
     pub spec: SampleSpec,
     pub classes: usize,
+    /// What each sample carries beside its class (none for column-major splits).
+    pub fields: Fields,
     pub samples: usize,
     /// Samples of every block, in file order.
     pub(super) sizes: Vec<usize>,
@@ -61,6 +64,7 @@ impl Source {
         Ok(Arc::new(Source {
             spec: ds.manifest.sample.clone(),
             classes: ds.manifest.classes.len(),
+            fields: ds.manifest.fields.clone(),
             samples: sizes.iter().sum(),
             sizes,
             from: From::Shards { readers, blocks },
@@ -76,6 +80,7 @@ impl Source {
         Source {
             spec,
             classes,
+            fields: Fields::default(),
             samples: n,
             sizes,
             from: From::Colmajor { reader, block },
