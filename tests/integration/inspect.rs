@@ -89,3 +89,75 @@ fn grid_rows_show_distinct_classes() {
         }
     }
 }
+
+/// A grey dataset's grid is grey; with a mask its samples carry coloured overlays and a legend
+/// names the mask's values below; labels add a caption strip under every sample.
+#[test]
+fn grid_draws_masks_as_overlays_and_labels_as_captions() {
+    let t = tempfile::tempdir().unwrap();
+    let grid = |task: &str| {
+        let d = t.path().join(task);
+        run(
+            &[
+                "synth",
+                "--task",
+                task,
+                "--train",
+                "200",
+                "--test",
+                "20",
+                "--shape",
+                "1x16x16",
+                "--out",
+                d.to_str().unwrap(),
+                "--quiet",
+            ],
+            0,
+        );
+        let png = t.path().join(format!("{task}.png"));
+        run(
+            &[
+                "inspect",
+                d.to_str().unwrap(),
+                "--grid",
+                png.to_str().unwrap(),
+                "--per-class",
+                "4",
+                "--zoom",
+                "2",
+            ],
+            0,
+        );
+        image::open(&png).unwrap().to_rgb8()
+    };
+    let coloured = |img: &image::RgbImage, rows: std::ops::Range<u32>| {
+        img.enumerate_pixels()
+            .filter(|(_, y, p)| {
+                // Neither grey nor the picture's dark blue-grey ground.
+                rows.contains(y) && !(p[0] == p[1] && p[1] == p[2]) && p.0 != [40, 40, 48]
+            })
+            .count()
+    };
+    let class = grid("class");
+    assert_eq!(
+        coloured(&class, 0..class.height()),
+        0,
+        "a grey dataset draws grey"
+    );
+    let mask = grid("mask");
+    // Rows of 16 * 2 px cells and a 1 px gap, then the legend.
+    let rows = mask.height() - class.height();
+    assert!(rows >= 12, "a legend below the rows: {rows} px");
+    let cells = coloured(&mask, 0..class.height());
+    assert!(cells > 100, "mask overlays: {cells} coloured pixels");
+    assert!(
+        coloured(&mask, class.height()..mask.height()) > 0,
+        "legend swatches"
+    );
+    let labels = grid("labels");
+    assert!(
+        labels.height() > class.height(),
+        "a caption strip under each row"
+    );
+    assert_eq!(coloured(&labels, 0..labels.height()), 0);
+}
