@@ -1,6 +1,8 @@
 """Datasets whose samples carry fields (format version 3): every field through `split[i]` and
 `take`, in the order of prep's own reader, checked against the summaries prep wrote."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,29 @@ def test_batches_yield_every_field_in_the_order_of_the_samples(task_ds, seed, ep
         for (px, lb), b in zip(theirs, ours):
             assert np.array_equal(np.asarray(px), b["image"])
             assert np.array_equal(np.asarray(lb), b["class"])
+
+
+def test_metadata_comes_as_dicts(tmp_path):
+    """A `meta` field (from `meta_train.jsonl` beside .npy arrays): `split[i]` gives the sample's
+    dict, `take` and `batches()` lists of dicts in the order of the images."""
+    n = 64
+    x = (np.arange(n * 4 * 4) % 251).astype(np.uint8).reshape(n, 4, 4)
+    np.save(tmp_path / "x_train.npy", x)
+    np.save(tmp_path / "y_train.npy", (np.arange(n) % 2).astype(np.uint8))
+    lines = [{"source": f"scan{i // 8}", "slice": i % 8, "t": i / 4} for i in range(n)]
+    (tmp_path / "meta_train.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    out = tmp_path / "ds"
+    run_prep("convert", tmp_path, "--out", out, "--test-fraction", "0", "--block-samples", 16,
+             "--quiet")
+    ds = prep.open(out)
+    assert [f["kind"] for f in ds.fields] == ["meta"]
+    s = ds["train"]
+    for i in range(n):
+        one = s[i]
+        assert one["meta"] == lines[i]
+        assert np.array_equal(one["image"][0], x[i])
+    every = s.take(np.arange(n))
+    assert every["meta"] == lines
+    order = s.order(seed=1)
+    got = [m for b in s.batches(10, seed=1) for m in b["meta"]]
+    assert got == [lines[i] for i in order]

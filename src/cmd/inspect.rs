@@ -114,7 +114,8 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// One field's table: a mask's share of pixels per value, a labels field's samples per label,
-/// a values field's range, mean and standard deviation per name; a column per split.
+/// a values field's range, mean and standard deviation per name, a metadata field's samples per
+/// key; a column per split.
 fn print_field(
     s: &prep::format::inspect::Summary,
     i: usize,
@@ -126,6 +127,7 @@ fn print_field(
         FieldKind::Mask => "share of pixels",
         FieldKind::Labels => "samples with the label",
         FieldKind::Values => "min .. max, mean +- std",
+        FieldKind::Meta => "samples with the key",
     };
     outln!(
         "field {} ({} {} {}): {what}",
@@ -152,7 +154,7 @@ fn print_field(
                     let all: u64 = st.counts.iter().sum();
                     format!("{:.2}%", 100.0 * st.counts[k] as f64 / all.max(1) as f64)
                 }
-                FieldKind::Labels => thousands(st.counts[k]),
+                FieldKind::Labels | FieldKind::Meta => thousands(st.counts[k]),
                 FieldKind::Values => {
                     let n = sp.samples.max(1) as f64;
                     let mean = st.sum[k] / n;

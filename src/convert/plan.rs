@@ -145,6 +145,7 @@ fn plan_idx(o: &ConvertOptions) -> Result<Plan> {
         classes = classes.max(labels.iter().max().map_or(0, |&m| m as usize + 1));
         let a = Arc::new(Array {
             targets: None,
+            meta: None,
             name: name(&ip),
             n: im.dims[0],
             channels: 1,
@@ -206,6 +207,7 @@ fn plan_cifar(o: &ConvertOptions) -> Result<Plan> {
             max_label = max_label.max(*labels.iter().max().unwrap_or(&0));
             let a = Arc::new(Array {
                 targets: None,
+                meta: None,
                 name: name.clone(),
                 n,
                 channels: 3,
@@ -269,20 +271,30 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
             }
         };
         max_label = max_label.max(labels.iter().copied().max().unwrap_or(0));
+        let mp = crate::source::meta::beside(lp);
+        let meta = if mp.exists() {
+            let m = crate::source::meta::read(&mp, im.n)
+                .map_err(|r| fail(input, &file_name(&mp), r))?;
+            Ok(Arc::new(m))
+        } else {
+            Err(mp)
+        };
         native = Some((
             (im.channels.min(3)) as u8,
             (im.height as u32, im.width as u32),
             im.dtype,
         ));
-        read.push((split, ip, im, labels, targets));
+        read.push((split, ip, im, labels, targets, meta));
     }
-    for (split, ip, im, labels, mut targets) in read {
+    let meta_field = meta_field(input, &read)?;
+    for (split, ip, im, labels, mut targets, meta) in read {
         // Every mask is read as the field's dtype (u16 where any split's values need it).
         if let (Some(npy::Targets::Mask { array, .. }), Some(f)) = (&mut targets, &field) {
             array.dtype = f.dtype;
         }
         let a = Arc::new(Array {
             targets,
+            meta: meta.ok().zip(meta_field.clone()),
             name: file_name(ip),
             n: im.n,
             channels: im.channels,
@@ -313,7 +325,7 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
         None => (0..=max_label).map(|k| k.to_string()).collect(),
     };
     Ok(Plan {
-        fields: Fields(field.into_iter().collect()),
+        fields: Fields(field.into_iter().chain(meta_field).collect()),
         kind: Kind::Npy,
         classes,
         splits,
@@ -325,6 +337,48 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
         split_key: None,
         stored: None,
     })
+}
+
+/// The metadata field of the .npy pairs' metadata files (`meta_<split>.jsonl`): every key of
+/// any, room for the largest line. Some splits with a file and others without is an error:
+/// their samples would carry nothing without a word.
+#[allow(clippy::type_complexity)]
+fn meta_field(
+    input: &Path,
+    read: &[(
+        &String,
+        &PathBuf,
+        npy::NpyImages,
+        Vec<u32>,
+        Option<npy::Targets>,
+        std::result::Result<Arc<crate::source::meta::MetaLines>, PathBuf>,
+    )],
+) -> Result<Option<Field>> {
+    let with: Vec<_> = read.iter().filter_map(|r| r.5.as_ref().ok()).collect();
+    if with.is_empty() {
+        return Ok(None);
+    }
+    if let Some(Err(missing)) = read.iter().map(|r| &r.5).find(|m| m.is_err()) {
+        return Err(Error::Invalid(format!(
+            "{}: {} holds metadata but there is no {}: give every split its metadata file or none",
+            tree::shown_path(input),
+            file_name(&with[0].path),
+            file_name(missing),
+        )));
+    }
+    let mut keys: Vec<String> = Vec::new();
+    for m in &with {
+        for k in &m.keys {
+            if !keys.contains(k) {
+                keys.push(k.clone());
+            }
+        }
+    }
+    let bytes = with.iter().map(|m| m.bytes).max().unwrap_or(2);
+    if keys.is_empty() {
+        keys.push("none".into());
+    }
+    Ok(Some(Field::meta("meta", keys, bytes)))
 }
 
 fn file_name(p: &Path) -> String {

@@ -89,8 +89,10 @@ pub(super) struct Array {
     pub(super) dtype: Dtype,
     pub(super) data: ArrayData,
     pub(super) labels: Vec<u32>,
-    /// A .npy `y` array that is not classes: each sample's field (the plan's one field).
+    /// A .npy `y` array that is not classes: each sample's field (the plan's first field).
     pub(super) targets: Option<npy::Targets>,
+    /// A metadata file beside the arrays, and the plan's metadata field (its last).
+    pub(super) meta: Option<(Arc<crate::source::meta::MetaLines>, Field)>,
 }
 
 /// An array's values: in memory (IDX and CIFAR files are read whole; they are small), or read a
@@ -161,6 +163,9 @@ impl Array {
                     labels.push(self.labels[i]);
                     if let Some(t) = &targets {
                         t.push(i - start, fields);
+                    }
+                    if let Some((m, f)) = &self.meta {
+                        fields.extend(m.encode(i, f)?);
                     }
                 }
                 Err(why) => rejects.push(RejectEntry {

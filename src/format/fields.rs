@@ -8,8 +8,10 @@
 use super::shard::Dtype;
 use serde::{Deserialize, Serialize};
 
-/// Most names a field declares (mask values, labels, values).
+/// Most names a field declares (mask values, labels, values, metadata keys).
 pub const MAX_NAMES: usize = 1 << 16;
+/// Most bytes a sample's metadata takes.
+pub const MAX_META_BYTES: usize = 4096;
 pub use super::shard::format::MAX_FIELDS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,6 +24,10 @@ pub enum FieldKind {
     Labels,
     /// K named float32 targets (regression): finite.
     Values,
+    /// Small per-sample facts (source path, patient, series, slice, frame time): a compact
+    /// JSON object of strings, numbers, booleans or nulls under the declared keys (`names`),
+    /// zero-padded to the field's size (`shape = [bytes]`); all zeros is no metadata.
+    Meta,
 }
 
 impl FieldKind {
@@ -30,6 +36,7 @@ impl FieldKind {
             FieldKind::Mask => "mask",
             FieldKind::Labels => "labels",
             FieldKind::Values => "values",
+            FieldKind::Meta => "meta",
         }
     }
 }
@@ -74,6 +81,68 @@ impl Field {
             names,
         }
     }
+    /// Metadata under `keys`, each sample's at most `bytes` bytes of JSON.
+    pub fn meta(name: &str, keys: Vec<String>, bytes: usize) -> Field {
+        Field {
+            name: name.into(),
+            kind: FieldKind::Meta,
+            dtype: Dtype::U8,
+            shape: vec![bytes as u32],
+            names: keys,
+        }
+    }
+
+    /// One sample's metadata as this field stores it: compact JSON, zero-padded. Err: a key not
+    /// declared, a value that is not a string, number, boolean or null, or too many bytes.
+    pub fn encode_meta(
+        &self,
+        obj: &serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<Vec<u8>, String> {
+        if let Some(why) = self.meta_rule(obj) {
+            return Err(why);
+        }
+        let mut v = serde_json::to_vec(obj).map_err(|e| e.to_string())?;
+        if v.len() > self.bytes() {
+            return Err(format!(
+                "metadata of {} bytes, over the {} of field {}",
+                v.len(),
+                self.bytes(),
+                self.name
+            ));
+        }
+        v.resize(self.bytes(), 0);
+        Ok(v)
+    }
+
+    /// One sample's metadata back (empty for all zeros); None if the bytes break the rules.
+    pub fn decode_meta(&self, v: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
+        let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+        if v[end..].iter().any(|&b| b != 0) {
+            return None;
+        }
+        if end == 0 {
+            return Some(Default::default());
+        }
+        let obj: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&v[..end]).ok()?;
+        self.meta_rule(&obj).is_none().then_some(obj)
+    }
+
+    fn meta_rule(&self, obj: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+        use serde_json::Value;
+        obj.iter().find_map(|(k, v)| {
+            if !self.names.iter().any(|n| n == k) {
+                Some(format!("metadata key {k:?} is not one of the field's keys"))
+            } else if matches!(v, Value::Array(_) | Value::Object(_)) {
+                Some(format!(
+                    "metadata {k:?} is not a string, number, boolean or null"
+                ))
+            } else {
+                None
+            }
+        })
+    }
+
     /// Values per sample.
     pub fn elems(&self) -> usize {
         self.shape.iter().map(|&d| d as usize).product()
@@ -126,6 +195,19 @@ impl Field {
                         "field {n} (mask) is {:?}, the images' spatial shape is {:?}",
                         self.shape,
                         &image_shape[1..]
+                    ));
+                }
+            }
+            FieldKind::Meta => {
+                if self.dtype != Dtype::U8 {
+                    return Err(format!("field {n} (meta) is {}, expected u8", self.dtype));
+                }
+                let ok =
+                    matches!(self.shape.as_slice(), [b] if (2..=MAX_META_BYTES as u32).contains(b));
+                if !ok {
+                    return Err(format!(
+                        "field {n} (meta) has shape {:?}, expected [bytes] of 2 to {MAX_META_BYTES}",
+                        self.shape
                     ));
                 }
             }
@@ -187,6 +269,16 @@ impl Field {
                 let (i, v) = super::shard::first_non_finite(Dtype::F32, values)?;
                 let (s, p) = at(i);
                 Some((s, p, format!("value {v} is not finite")))
+            }
+            (FieldKind::Meta, _) => {
+                let s = values
+                    .chunks_exact(e)
+                    .position(|v| self.decode_meta(v).is_none())?;
+                Some((
+                    s,
+                    0,
+                    "metadata that is not a JSON object of the field's keys, zero-padded".into(),
+                ))
             }
         }
     }
@@ -282,7 +374,7 @@ impl FieldStats {
     pub fn empty(f: &Field) -> Self {
         let k = f.names.len();
         match f.kind {
-            FieldKind::Mask | FieldKind::Labels => FieldStats {
+            FieldKind::Mask | FieldKind::Labels | FieldKind::Meta => FieldStats {
                 counts: vec![0; k],
                 ..Default::default()
             },
@@ -327,6 +419,16 @@ impl FieldStats {
                 for sample in values.chunks_exact(k) {
                     for (c, &v) in s.counts.iter_mut().zip(sample) {
                         *c += v as u64;
+                    }
+                }
+            }
+            (FieldKind::Meta, _) => {
+                // Samples that have each key.
+                for sample in values.chunks_exact(f.bytes()) {
+                    for key in f.decode_meta(sample).unwrap_or_default().keys() {
+                        if let Some(j) = f.names.iter().position(|n| n == key) {
+                            s.counts[j] += 1;
+                        }
                     }
                 }
             }
@@ -376,7 +478,7 @@ impl FieldStats {
                     && self.min.is_empty()
                     && super::shard::format::checked_sum(&self.counts) == pixels
             }
-            FieldKind::Labels => {
+            FieldKind::Labels | FieldKind::Meta => {
                 self.counts.len() == k
                     && self.min.is_empty()
                     && self.counts.iter().all(|&c| c <= samples)
@@ -462,6 +564,45 @@ mod tests {
             .flat_map(|x| x.to_le_bytes())
             .collect();
         assert!(vf.first_bad(&ok).is_none());
+    }
+
+    #[test]
+    fn metadata_is_a_padded_object_of_the_declared_keys() {
+        let f = Field::meta("meta", vec!["source".into(), "frame".into()], 48);
+        assert!(f.validate(&[1, 2, 2]).is_ok());
+        let obj = serde_json::json!({"source": "a/b.mp4", "frame": 3});
+        let v = f.encode_meta(obj.as_object().unwrap()).unwrap();
+        assert_eq!(v.len(), 48);
+        assert_eq!(f.decode_meta(&v).unwrap(), *obj.as_object().unwrap());
+        assert!(f.decode_meta(&[0; 48]).unwrap().is_empty());
+        let bad = serde_json::json!({"patient": "x"});
+        assert!(f
+            .encode_meta(bad.as_object().unwrap())
+            .unwrap_err()
+            .contains("patient"));
+        let nested = serde_json::json!({"frame": [1, 2]});
+        assert!(f.encode_meta(nested.as_object().unwrap()).is_err());
+        let long = serde_json::json!({"source": "x".repeat(60)});
+        assert!(f
+            .encode_meta(long.as_object().unwrap())
+            .unwrap_err()
+            .contains("over"));
+        // Two samples, the second with bytes after its padding starts, then one not JSON.
+        let mut two = v.clone();
+        two.extend(&v);
+        assert!(f.first_bad(&two).is_none());
+        two[48 + 40] = b'x';
+        assert_eq!(f.first_bad(&two).unwrap().0, 1);
+        let mut junk = vec![0u8; 48];
+        junk[..5].copy_from_slice(b"{\"so\"");
+        assert_eq!(f.first_bad(&junk).unwrap().0, 0);
+        let st = FieldStats::of(&f, &v);
+        assert_eq!(st.counts, vec![1, 1]);
+        assert!(st.fits(&f, 1) && !st.fits(&f, 0));
+        let e = Field::meta("meta", vec!["a".into()], 1 << 20)
+            .validate(&[1, 2, 2])
+            .unwrap_err();
+        assert!(e.contains("bytes"), "{e}");
     }
 
     #[test]

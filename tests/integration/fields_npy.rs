@@ -277,3 +277,105 @@ fn training_on_a_dataset_whose_only_target_is_a_field_is_refused_not_faked() {
     );
     assert!(!run_dir.join("summary.json").exists());
 }
+
+/// `meta_train.jsonl` beside the arrays: a `meta` field with every key of the file, each
+/// sample's object read back equal (file order; a sample left out takes its line with it), the
+/// summary counting samples per key; a bad line or a count that differs names the file.
+#[test]
+fn a_metadata_file_beside_the_arrays_becomes_a_meta_field() {
+    let d = tempfile::tempdir().unwrap();
+    images(d.path());
+    let labels: Vec<u8> = (0..N).map(|i| (i % 3) as u8).collect();
+    write_npy(&d.path().join("y_train.npy"), "|u1", &[N], &labels);
+    let lines: Vec<serde_json::Value> = (0..N)
+        .map(|i| {
+            if i % 4 == 0 {
+                serde_json::json!({"patient": format!("p{}", i / 10), "slice": i, "t": i as f64 * 0.25})
+            } else {
+                serde_json::json!({"patient": format!("p{}", i / 10), "slice": i, "ok": i % 2 == 0})
+            }
+        })
+        .collect();
+    let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
+    std::fs::write(d.path().join("meta_train.jsonl"), &text).unwrap();
+    let out = convert(d.path(), &["--test-fraction", "0"]);
+    let (got, ds) = read_fields(&out);
+    let f = &ds.manifest.fields.0[0];
+    assert_eq!(f.kind, FieldKind::Meta);
+    assert_eq!(f.names, ["patient", "slice", "t", "ok"]);
+    // Classes stay the classes: metadata is no target.
+    assert_eq!(ds.manifest.classes.len(), 3);
+    assert_eq!(got.len(), N);
+    for (i, v) in got.iter().enumerate() {
+        let obj = f.decode_meta(v).unwrap();
+        assert_eq!(serde_json::Value::Object(obj), lines[i], "sample {i}");
+    }
+    let o = run(&["inspect", out.to_str().unwrap(), "--json"], 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let train = v["splits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "train")
+        .unwrap();
+    assert_eq!(
+        train["fields"][0]["counts"],
+        serde_json::json!([N, N, N / 4 + 1, N - N / 4 - 1])
+    );
+    run(&["verify", out.to_str().unwrap()], 0);
+
+    // Bad files: a line that is no object, a nested value, a line too few; a split without.
+    for (text, want) in [
+        (
+            text.replacen("{", "[", 1),
+            "meta_train.jsonl: line 1: not a JSON object",
+        ),
+        (
+            text.replacen("\"ok\":false", "\"ok\":[1]", 1),
+            "holds a list or an object",
+        ),
+        (
+            text.lines().skip(1).map(|l| format!("{l}\n")).collect(),
+            "69 lines of metadata for the 70 samples",
+        ),
+    ] {
+        std::fs::write(d.path().join("meta_train.jsonl"), &text).unwrap();
+        let bad = d.path().join("bad");
+        let o = run(
+            &[
+                "convert",
+                d.path().to_str().unwrap(),
+                "--out",
+                bad.to_str().unwrap(),
+                "--quiet",
+            ],
+            1,
+        );
+        let e = stderr(&o);
+        assert!(e.contains(want), "{want}: {e}");
+        assert!(!bad.exists(), "nothing written");
+    }
+    std::fs::write(d.path().join("meta_train.jsonl"), &text).unwrap();
+    write_npy(
+        &d.path().join("x_test.npy"),
+        "|u1",
+        &[2, H, W],
+        &[0; 2 * H * W],
+    );
+    write_npy(&d.path().join("y_test.npy"), "|u1", &[2], &[0, 1]);
+    let bad = d.path().join("bad2");
+    let o = run(
+        &[
+            "convert",
+            d.path().to_str().unwrap(),
+            "--out",
+            bad.to_str().unwrap(),
+        ],
+        2,
+    );
+    assert!(
+        stderr(&o).contains("there is no meta_test.jsonl"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -186,6 +186,16 @@ class Dataset:
         return f"prep.Dataset({self.path!r}, {shape} {self.dtype}, {self.num_classes} classes, {counts})"
 
 
+def _meta_dict(a: np.ndarray) -> Dict[str, Any]:
+    """One sample's metadata field (its zero-padded JSON bytes) as a dict."""
+    text = a.tobytes().rstrip(b"\0")
+    return json.loads(text) if text else {}
+
+
+def _meta_list(a: np.ndarray) -> List[Dict[str, Any]]:
+    return [_meta_dict(row) for row in a]
+
+
 class Split:
     """One split of a dataset: ``len(split)``, ``split[i]`` by random access, ``split.batches()``
     in ``prep train``'s order."""
@@ -197,6 +207,15 @@ class Split:
         self.shape: Tuple[int, ...] = dataset.shape
         self.dtype: np.dtype = dataset.dtype
         self._field_names: List[str] = self._native.field_names()
+        # Metadata fields come out as dicts (one sample) or lists of dicts (a batch).
+        self._meta = [f["kind"] == "meta" for f in dataset.fields]
+
+    def _fields(self, fields: Sequence[Any], batch: bool, raw: bool = False) -> Dict[str, Any]:
+        out = {}
+        for name, meta, f in zip(self._field_names, self._meta, fields):
+            a = np.asarray(f)
+            out[name] = (_meta_list(a) if batch else _meta_dict(a)) if meta and not raw else a
+        return out
 
     def __len__(self) -> int:
         return len(self._native)
@@ -212,7 +231,7 @@ class Split:
         if not self._field_names:
             return np.asarray(pixels), label
         out: Dict[str, Any] = {"image": np.asarray(pixels), "class": label}
-        out.update(zip(self._field_names, (np.asarray(f) for f in fields)))
+        out.update(self._fields(fields, batch=False))
         return out
 
     def __iter__(self) -> Iterator[Tuple[np.ndarray, int]]:
@@ -242,7 +261,7 @@ class Split:
         if not self._field_names:
             return np.asarray(pixels), np.asarray(labels)
         out: Dict[str, Any] = {"image": np.asarray(pixels), "class": np.asarray(labels)}
-        out.update(zip(self._field_names, (np.asarray(f) for f in fields)))
+        out.update(self._fields(fields, batch=True))
         return out
 
     def order(self, seed: int = 0, epoch: int = 0, shuffle: bool = True, rank: int = 0,
@@ -326,6 +345,8 @@ class Batches:
         self._args = args
         self.position = start
         self.skip_damaged = skip_damaged
+        # Metadata as the stored bytes (uint8 arrays), for prep.torch's shared-memory ring.
+        self._raw_meta = False
         self._native = split._native.batches(
             args["batch_size"], args["shuffle"], args["seed"], args["epoch"], args["rank"],
             args["world_size"], args["drop_last"], start, threads, skip_damaged)
@@ -344,7 +365,7 @@ class Batches:
         if not self.split._field_names:
             return np.asarray(pixels), np.asarray(labels)
         out = {"image": np.asarray(pixels), "class": np.asarray(labels)}
-        out.update(zip(self.split._field_names, (np.asarray(f) for f in fields)))
+        out.update(self.split._fields(fields, batch=True, raw=self._raw_meta))
         return out
 
     def __len__(self) -> int:

@@ -294,11 +294,13 @@ class ShardDataset(torch.utils.data.IterableDataset):
                            epoch=self.epoch, rank=share, world_size=count,
                            drop_last=self.drop_last, threads=threads, start=start,
                            skip_damaged=self.skip_damaged)
+        it._raw_meta = True
         if self._ring is not None and info is not None:
             yield from self._into_ring(it, stop - start, info.id)
             return
 
         names = _batch_names(split)
+        meta = _meta_parts(split)
 
         def tensors():
             for _ in range(stop - start):
@@ -306,7 +308,7 @@ class ShardDataset(torch.utils.data.IterableDataset):
                     parts = _parts(next(it), names)
                 except StopIteration:
                     return
-                yield [_to_tensor(a) for a in parts]
+                yield [_meta_list(a) if m else _to_tensor(a) for a, m in zip(parts, meta)]
 
         # Pinning copies each batch into page-locked memory, about a millisecond for 1.5 MiB: in
         # the training thread that is time taken from launching kernels, so a thread of its own
@@ -385,8 +387,10 @@ class _RingLayout:
     Picklable: workers open them by path."""
 
     def __init__(self, folder: str, workers: int, slots: int, batch: int,
-                 parts: List[Tuple[Tuple[int, ...], np.dtype]]) -> None:
+                 parts: List[Tuple[Tuple[int, ...], np.dtype]], meta: List[bool]) -> None:
         self.folder, self.workers, self.slots, self.batch = folder, workers, slots, batch
+        # Which parts are metadata: read from the ring as dicts, not copied to the GPU.
+        self.meta = meta
         self.path = os.path.join(folder, "ring")
         # (sample shape, dtype, bytes a sample, offset in the slot) of each part.
         self.parts = []
@@ -501,10 +505,15 @@ class _ToDevice:
         _, _, per, at = L.parts[-1]
         if n != L.batch:
             slot = slot[:at + per * n]
+        # Metadata is read here, before the slot can be handed back to its worker.
+        meta = {j: _meta_list(self.ring.part(w, s, j)[:n]) for j, m in enumerate(L.meta) if m}
         buf = slot.to(self.device, non_blocking=True)
         self._states[i].copy_(self._zero, non_blocking=True)
-        out = []
-        for (shape, _, per, at), dt in zip(L.parts, self._dtypes):
+        out: List[Any] = []
+        for j, ((shape, _, per, at), dt) in enumerate(zip(L.parts, self._dtypes)):
+            if j in meta:
+                out.append(meta[j])
+                continue
             t = buf[at:at + n * per].view(dt).view((n,) + shape)
             if dt is torch.int16:  # uint16 on a PyTorch without torch.uint16
                 t = t.to(torch.int32) & 0xFFFF
@@ -519,6 +528,19 @@ class _ToDevice:
             self._base = self._state = None  # type: ignore[assignment]
             self._slots = self._states = []
         self.ring.close()
+
+
+def _meta_parts(split: "_prep_pkg.Split") -> List[bool]:
+    """Which parts of a batch (image, class, fields) are metadata."""
+    return [False, False] + list(split._meta)
+
+
+def _meta_list(a: Any) -> List[Dict[str, Any]]:
+    return _prep_pkg._meta_list(np.asarray(a))
+
+
+def _to(t: Any, device: torch.device) -> Any:
+    return t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t
 
 
 def _batch_names(split: "_prep_pkg.Split") -> Optional[List[str]]:
@@ -586,7 +608,8 @@ class _Pinned:
     def _run(self) -> None:
         try:
             for parts in self._source:
-                if not self._put([self._pin(t) for t in parts]):
+                pinned = [self._pin(t) if isinstance(t, torch.Tensor) else t for t in parts]
+                if not self._put(pinned):
                     return
             self._put(self._END)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
@@ -702,9 +725,9 @@ class DataLoader(torch.utils.data.DataLoader):
             try:
                 for b in super().__iter__():
                     if isinstance(b, dict):
-                        yield {k: t.to(self.device, non_blocking=True) for k, t in b.items()}
+                        yield {k: _to(t, self.device) for k, t in b.items()}
                     else:
-                        yield tuple(t.to(self.device, non_blocking=True) for t in b)
+                        yield tuple(_to(t, self.device) for t in b)
             finally:
                 ds.pin_memory = pin
             return
@@ -716,12 +739,12 @@ class DataLoader(torch.utils.data.DataLoader):
         names = _batch_names(split)
         parts = [(split.shape, split.dtype), ((), np.int64)] + [
             (tuple(f["shape"]), np.dtype(_prep_pkg._DTYPES[f["dtype"]])) for f in split.dataset.fields]
-        layout = _RingLayout(folder, workers, 1, ds.batch_size, parts)
+        layout = _RingLayout(folder, workers, 1, ds.batch_size, parts, _meta_parts(split))
         # Deep enough to ride out a worker's hiccup (a garbage collection, a slow block) where
         # batches are small, at most `prefetch_factor + 1` a worker where they are large.
         slots = max((self.prefetch_factor or 2) + 1,
                     min(_RING_MAX_SLOTS, _RING_BYTES // (workers * layout.slot_bytes)))
-        layout = _RingLayout(folder, workers, slots, ds.batch_size, parts)
+        layout = _RingLayout(folder, workers, slots, ds.batch_size, parts, _meta_parts(split))
         if self.reserve_core:
             layout.worker_cpus = _worker_cpus(workers)
         to_device = it = None
