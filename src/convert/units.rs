@@ -119,7 +119,12 @@ impl Array {
         fields: &mut Vec<u8>,
     ) -> Result<Vec<RejectEntry>, Reject> {
         let sb = self.sample_bytes();
+        // Room for every sample at once: growing by doubling copies and faults in pages again.
+        out.reserve(len * t.sample_bytes());
         let targets = self.read_targets(start, len)?;
+        let per = targets.as_ref().map_or(0, ChunkTargets::bytes)
+            + self.meta.as_ref().map_or(0, |(_, f)| f.bytes());
+        fields.reserve(len * per);
         let block: std::borrow::Cow<[u8]> = match &self.data {
             ArrayData::Bytes(b) => b[start * sb..(start + len) * sb].into(),
             ArrayData::Npy(a) => {
@@ -254,6 +259,15 @@ impl ChunkTargets {
             }
         }
         Ok(())
+    }
+
+    /// Field bytes a sample.
+    fn bytes(&self) -> usize {
+        match self {
+            ChunkTargets::Mask { bytes, .. } => *bytes,
+            ChunkTargets::Labels { k, .. } => *k,
+            ChunkTargets::Values { k, .. } => 4 * k,
+        }
     }
 
     /// Append sample `j`'s field bytes.

@@ -107,6 +107,9 @@ struct Blocks<'a> {
     labels: Vec<u32>,
     /// Each sample's field bytes in turn (`Fields::bytes` a sample).
     fields: Vec<u8>,
+    /// The buffers of blocks written, filled again: fresh ones of several MiB each cost the
+    /// kernel a page fault and a page cleared per 4 KiB.
+    spare: Vec<Vec<u8>>,
 }
 
 impl<'a> Blocks<'a> {
@@ -118,6 +121,7 @@ impl<'a> Blocks<'a> {
             px: Vec::new(),
             labels: Vec::new(),
             fields: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -126,13 +130,18 @@ impl<'a> Blocks<'a> {
         self.labels.extend_from_slice(labels);
         self.fields.extend_from_slice(fields);
         let bs = self.job.bs as usize;
-        while self.labels.len() >= bs {
-            let b = self.make_block(bs);
+        // Blocks are cut from the front, and what is left moved down once: cutting one at a
+        // time moved the rest after every block.
+        let mut taken = 0;
+        while self.labels.len() - taken >= bs {
+            let b = self.make_block(taken, bs);
+            taken += bs;
             self.pending.push(b);
             if self.pending.len() >= self.threads {
                 self.flush(w)?;
             }
         }
+        self.take_off(taken);
         Ok(())
     }
 
@@ -144,7 +153,8 @@ impl<'a> Blocks<'a> {
             .par_iter()
             .map(|b| b.encode_fields(spec, k, codec, fields))
             .collect::<Result<Vec<_>>>()?;
-        self.pending.clear();
+        self.spare
+            .extend(self.pending.drain(..).map(Block::into_data));
         enc.iter().try_for_each(|e| w.push(e))
     }
 
@@ -152,7 +162,7 @@ impl<'a> Blocks<'a> {
     fn finish(mut self, w: &mut SplitWriter) -> Result<()> {
         if !self.labels.is_empty() {
             let n = self.labels.len();
-            let b = self.make_block(n);
+            let b = self.make_block(0, n);
             self.pending.push(b);
         }
         self.flush(w)
@@ -160,28 +170,36 @@ impl<'a> Blocks<'a> {
 }
 
 impl Blocks<'_> {
-    /// The first `n` samples gathered into a block (fields from sample-major to the block's
-    /// field-major layout), and taken off.
-    fn make_block(&mut self, n: usize) -> Block {
+    /// Samples `s0..s0 + n` gathered into a block (fields from sample-major to the block's
+    /// field-major layout).
+    fn make_block(&mut self, s0: usize, n: usize) -> Block {
         let (sb, fields) = (self.job.spec.bytes(), &self.job.fields);
         let fb = fields.bytes();
-        let mut b = Block::with_fields(n, sb, fb);
-        b.pixels_mut().copy_from_slice(&self.px[..n * sb]);
-        for (i, &l) in self.labels[..n].iter().enumerate() {
+        let buf = self.spare.pop().unwrap_or_default();
+        let mut b = Block::reuse_with_fields(buf, n, sb, fb);
+        b.pixels_mut()
+            .copy_from_slice(&self.px[s0 * sb..(s0 + n) * sb]);
+        for (i, &l) in self.labels[s0..s0 + n].iter().enumerate() {
             b.set_label(i, l);
         }
         let mut at = 0;
         for (f, field) in fields.iter().enumerate() {
             let size = field.bytes();
             for i in 0..n {
-                let src = &self.fields[i * fb + at..i * fb + at + size];
-                b.field_mut(fields, f, i).copy_from_slice(src);
+                let src = (s0 + i) * fb + at;
+                b.field_mut(fields, f, i)
+                    .copy_from_slice(&self.fields[src..src + size]);
             }
             at += size;
         }
+        b
+    }
+
+    /// Drop the first `n` samples, made into blocks.
+    fn take_off(&mut self, n: usize) {
+        let (sb, fb) = (self.job.spec.bytes(), self.job.fields.bytes());
         self.px.drain(..n * sb);
         self.labels.drain(..n);
         self.fields.drain(..n * fb);
-        b
     }
 }

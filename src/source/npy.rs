@@ -314,15 +314,14 @@ impl NpyImages {
         use std::os::unix::fs::FileExt;
         if !s.fortran {
             // One run: the block's samples lie one after another.
-            let mut buf = vec![0u8; len * per * size];
-            s.file
-                .read_exact_at(&mut buf, s.data_at + (start * per * size) as u64)
-                .map_err(bad)?;
+            let from = s.data_at + (start * per * size) as u64;
             if s.elem.kind != 'f' && !s.elem.big_endian && size == self.dtype.size() {
-                // Little-endian integers of the output's width: the bytes as they are.
-                dst.copy_from_slice(&buf);
-                return Ok(());
+                // Little-endian integers of the output's width: the bytes as they are, read
+                // straight into place.
+                return s.file.read_exact_at(dst, from).map_err(bad);
             }
+            let mut buf = vec![0u8; len * per * size];
+            s.file.read_exact_at(&mut buf, from).map_err(bad)?;
             for (k, raw) in buf.chunks_exact(size).enumerate() {
                 put(dst, k, raw);
             }

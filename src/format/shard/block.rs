@@ -65,14 +65,23 @@ impl Block {
     }
     /// A block for `n` samples in the allocation of `buf` (its contents are not kept), to be
     /// filled like a `zeroed` one.
-    pub fn reuse(mut buf: Vec<u8>, n: usize, sample_bytes: usize) -> Self {
+    pub fn reuse(buf: Vec<u8>, n: usize, sample_bytes: usize) -> Self {
+        Self::reuse_with_fields(buf, n, sample_bytes, 0)
+    }
+    /// `reuse`, with `field_bytes` of fields a sample.
+    pub fn reuse_with_fields(
+        mut buf: Vec<u8>,
+        n: usize,
+        sample_bytes: usize,
+        field_bytes: usize,
+    ) -> Self {
         buf.clear();
-        buf.resize(n * (sample_bytes + LABEL_BYTES), 0);
+        buf.resize(n * (sample_bytes + LABEL_BYTES + field_bytes), 0);
         Block {
             data: buf,
             num_samples: n,
             sample_bytes,
-            field_bytes: 0,
+            field_bytes,
         }
     }
     pub fn len(&self) -> usize {
