@@ -384,6 +384,9 @@ if has python; then
     rc=$?
     tail -8 "$LOGS/pytest.log"
     row "python tests (torch included)" "$(tail -1 "$LOGS/pytest.log" | tr -d = | cut -c1-48)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
+fi
+# PY_BENCH=0: the Python tests alone, without the loader benchmark that follows them.
+if has python && [ "${PY_BENCH:-1}" != 0 ]; then
     synth s1m 1000000
     # The loop is bound by its launching thread, whose speed moves by 10-20% from one run to the
     # next on this host: many short rounds, the feeds taking turns.
