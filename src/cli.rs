@@ -247,6 +247,8 @@ pub enum KindArg {
     Nifti,
     Tiff,
     Npy,
+    /// A Medical Segmentation Decathlon / nnU-Net folder: dataset.json, imagesTr/, labelsTr/.
+    Msd,
     /// images_<split>.bin + labels_<split>.bin (float32 feature-major, int32), with or without
     /// prep's manifest.
     Colmajor,
@@ -338,6 +340,10 @@ pub struct ConvertArgs {
     /// 0.5-99.5 percentile window.
     #[arg(long, value_name = "LOW:HIGH", allow_hyphen_values = true)]
     pub window: Option<String>,
+    /// Scans with label volumes (MSD / nnU-Net folders): leave out slices whose mask is all
+    /// background (value 0); a line on stderr counts them.
+    #[arg(long)]
+    pub skip_empty_masks: bool,
     #[command(flatten)]
     pub store: StoreArgs,
     /// Convert part I (from 0) of N of the input, for a job array: every part plans the whole

@@ -58,6 +58,12 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
             };
         }
     };
+    if let Some(note) = super::msd::skipped_note(&plan) {
+        if !o.quiet {
+            eprintln!("{note}");
+        }
+        notes.push(note);
+    }
     if job.auto_u8 {
         let note = "dtype: u8 (every value is a u8 pixel / 255)".to_string();
         if !o.quiet {
@@ -227,6 +233,9 @@ fn cut_part(o: &ConvertOptions, plan: &mut Plan, job: &Layout, p: PartSpec) -> R
         // Only where there are fields: the jobs of datasets without keep their digests.
         digest["fields"] = serde_json::json!(job.fields);
     }
+    if o.skip_empty_masks {
+        digest["skip_empty_masks"] = true.into();
+    }
     Ok(take_part(plan, p, &digest))
 }
 
@@ -271,6 +280,9 @@ fn provenance(
             source["split_folders"] = serde_json::json!(ts.folders);
             source["test_fraction"] = serde_json::Value::Null;
         }
+    }
+    if o.skip_empty_masks {
+        source["skip_empty_masks"] = true.into();
     }
     if let Some(p) = o.part {
         // Taken out again by `prep merge`, with `rejects` summed over the parts.

@@ -27,6 +27,13 @@ pub(super) enum Unit {
         /// What it will give, from its headers.
         probe: Probe,
     },
+    /// One case of an MSD / nnU-Net dataset: its channel volumes and label volume, sliced
+    /// (`convert::msd`). Named by its first image file.
+    Case {
+        name: String,
+        case: Arc<crate::source::msd::Case>,
+        job: Arc<super::msd::CaseJob>,
+    },
     /// Block `start` of a shard, or samples `start..start + len` of a column-major split.
     Stored {
         name: String,
@@ -60,6 +67,7 @@ impl Unit {
             Unit::File { rel, .. } => rel,
             Unit::Array { name, .. } | Unit::Stored { name, .. } => name,
             Unit::Series { name, .. } => name,
+            Unit::Case { name, .. } => name,
         }
     }
 

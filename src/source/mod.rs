@@ -17,6 +17,7 @@ pub mod cifar;
 pub mod dicom;
 pub mod idx;
 pub mod images;
+pub mod msd;
 pub mod nifti;
 pub mod npy;
 pub mod tiff;
