@@ -35,7 +35,8 @@ tools: killed by SIGPIPE, status 141 in a shell.";
 pub enum Command {
     /// Generate a learnable synthetic image dataset of any size.
     Synth(SynthArgs),
-    /// Convert real data (IDX, CIFAR, image folders, video, DICOM, NIfTI, TIFF, .npy) into a dataset.
+    /// Convert real data (IDX, CIFAR, image folders, video, DICOM, NIfTI, TIFF, .npy, MSD /
+    /// nnU-Net scans with label volumes) into a dataset.
     Convert(ConvertArgs),
     /// Train the CNN on a dataset (CPU reference backend; CUDA where built).
     Train(TrainArgs),
@@ -279,7 +280,8 @@ pub struct ConvertArgs {
     /// Output directory.
     #[arg(long, short, value_name = "DIR", default_value = "shards")]
     pub out: PathBuf,
-    /// What the input is (auto: a prep dataset by its manifest.json; column-major, IDX, CIFAR and
+    /// What the input is (auto: a prep dataset by its manifest.json; a Medical Segmentation
+    /// Decathlon / nnU-Net folder by dataset.json beside imagesTr/; column-major, IDX, CIFAR and
     /// .npy datasets by their file names; else a tree of images, videos and scans by extension).
     #[arg(long, value_enum, default_value = "auto")]
     pub kind: KindArg,

@@ -135,7 +135,7 @@ fn notes(
         _ => "one file per case (MSD) and one per channel (nnU-Net)",
     };
     let mut notes = vec![format!(
-        "msd: {} ({layout}), channels {}, mask values {}",
+        "msd: {}, {layout}; channels {}; mask values {}",
         count(found.cases.len(), "training case"),
         desc.channels.join(", "),
         super::output::shown_list(&desc.labels)

@@ -78,12 +78,12 @@ impl Grid {
     }
 }
 
+/// Receives a file's volumes one at a time: (index, grid, voxels).
+pub type EachVolume<'a> = dyn FnMut(usize, Grid, &[f32]) -> Result<(), Reject> + 'a;
+
 /// Every 3-D volume of a file in order, as scaled float32 voxels (x fastest), handed to
 /// `each(index, grid, voxels)` one at a time: memory holds one volume. Returns the grid.
-pub fn read_volumes(
-    path: &Path,
-    each: &mut dyn FnMut(usize, Grid, &[f32]) -> Result<(), Reject>,
-) -> Result<Grid, Reject> {
+pub fn read_volumes(path: &Path, each: &mut EachVolume) -> Result<Grid, Reject> {
     let file = super::open_input(path)?;
     let file_len = file.metadata().map(|m| m.len()).ok();
     let mut buffered = BufReader::with_capacity(1 << 16, file);
@@ -164,7 +164,7 @@ impl Layout {
 fn read_stream<R: Read>(
     mut r: R,
     file_len: Option<u64>,
-    each: &mut dyn FnMut(usize, Grid, &[f32]) -> Result<(), Reject>,
+    each: &mut EachVolume,
 ) -> Result<Grid, Reject> {
     let mut hdr = [0u8; 348];
     read_full(&mut r, &mut hdr).map_err(|e| match e {

@@ -290,7 +290,7 @@ pub fn relative(s: &str) -> std::result::Result<String, String> {
 pub fn split_ending<'a>(name: &'a str, ending: Option<&str>) -> Option<(&'a str, &'a str)> {
     let lower = name.to_ascii_lowercase();
     let ends: &[&str] = match ending {
-        Some(e) if e == ".nii" => &[".nii"],
+        Some(".nii") => &[".nii"],
         Some(_) => &[".nii.gz"],
         None => &[".nii.gz", ".nii"],
     };
