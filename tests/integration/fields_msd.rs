@@ -164,6 +164,30 @@ fn nnunet(dir: &Path) {
     );
 }
 
+/// nnU-Net v1: one file per channel, and dataset.json in MSD's style listing `x.nii.gz` for
+/// the files `x_0000.nii.gz`, `x_0001.nii.gz`.
+fn nnunet_v1(dir: &Path) {
+    nnunet(dir);
+    let training: Vec<serde_json::Value> = (0..CASES)
+        .map(|i| {
+            serde_json::json!({
+                "image": format!("./imagesTr/{}.nii.gz", id(i)),
+                "label": format!("./labelsTr/{}.nii.gz", id(i))
+            })
+        })
+        .collect();
+    json(
+        dir,
+        &serde_json::json!({
+            "modality": {"0": "FLAIR", "1": "T1w"},
+            "labels": {"0": "background", "1": "edema", "2": "tumour"},
+            "numTraining": CASES,
+            "training": training,
+            "test": ["./imagesTs/case_050.nii.gz"]
+        }),
+    );
+}
+
 fn json(dir: &Path, v: &serde_json::Value) {
     std::fs::write(
         dir.join("dataset.json"),
@@ -232,12 +256,13 @@ fn rejects(out: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn both_layouts_give_every_slice_with_its_mask_split_by_case() {
-    for layout in ["msd", "nnunet"] {
+    for layout in ["msd", "nnunet", "nnunet-v1"] {
         let t = tempfile::tempdir().unwrap();
         let input = t.path().join("Task01");
         match layout {
             "msd" => msd(&input),
-            _ => nnunet(&input),
+            "nnunet" => nnunet(&input),
+            _ => nnunet_v1(&input),
         }
         let out = t.path().join("out");
         let o = convert(
@@ -614,5 +639,53 @@ fn a_dataset_json_that_cannot_be_used_stops_the_run_naming_it() {
             "{what}: {e}"
         );
         assert!(!out.exists(), "{what}: nothing written");
+    }
+}
+
+#[test]
+fn more_than_256_label_names_make_a_u16_mask() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("Task05");
+    nnunet(&input);
+    let labels: serde_json::Map<String, serde_json::Value> =
+        (0..300).map(|k| (format!("l{k}"), k.into())).collect();
+    json(
+        &input,
+        &serde_json::json!({
+            "channel_names": {"0": "FLAIR", "1": "T1w"},
+            "labels": labels,
+            "file_ending": ".nii.gz"
+        }),
+    );
+    let mut l: Vec<u16> = label(2).iter().map(|&v| v as u16).collect();
+    l[7] = 299;
+    nifti(
+        &input.join("labelsTr/case_002.nii.gz"),
+        &[X, Y, Z],
+        &Vox::I16(l.iter().map(|&v| v as i16).collect()),
+    );
+    let out = t.path().join("out");
+    convert(
+        &input,
+        &out,
+        &["--quiet", "--test-fraction", "0", "--dtype", "f32"],
+        0,
+    );
+    let d = Dataset::open(&out).unwrap();
+    assert_eq!(d.manifest.fields.0[0].dtype, Dtype::U16);
+    assert_eq!(d.manifest.fields.0[0].names.len(), 300);
+    let all = samples(&out);
+    for (k, (_, _, mask)) in all.iter().enumerate() {
+        let (i, z) = (k / Z, k % Z);
+        let src = if i == 2 {
+            l.clone()
+        } else {
+            label(i).iter().map(|&v| v as u16).collect()
+        };
+        let want: Vec<u8> = slice(&src, z)
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(mask, &want, "case {i} slice {z}");
     }
 }
