@@ -173,8 +173,9 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
     })
 }
 
-/// Fields the output cannot hold: none in column-major files; a mask only at its own size
-/// (the images are not resized or cropped where they have one).
+/// Fields the output cannot hold: none in column-major files; a mask only at the target size.
+/// A .npy mask is declared at its own size (its images are not resized); an MSD mask at the
+/// target's, brought there with its image's placement (`transform::fit_mask`).
 fn refuse_fields_here(o: &ConvertOptions, plan: &Plan, t: &Target) -> Result<()> {
     let Some(first) = plan.fields.iter().next() else {
         return Ok(());
