@@ -123,6 +123,12 @@ fn msd(dir: &Path) {
         &[X, Y, Z, 2],
         &Vox::I16(both),
     );
+    // A file the list does not name is left out, with a note.
+    std::fs::copy(
+        dir.join("imagesTr/case_000.nii.gz"),
+        dir.join("imagesTr/stray.nii.gz"),
+    )
+    .unwrap();
     // macOS leaves ._ files in the Decathlon's archives: hidden, never a case.
     std::fs::write(dir.join("imagesTr/._case_000.nii.gz"), b"resource fork").unwrap();
     json(
@@ -280,6 +286,12 @@ fn both_layouts_give_every_slice_with_its_mask_split_by_case() {
             "{layout}: {notes}"
         );
         assert!(notes.contains("split by case id"), "{notes}");
+        if layout == "msd" {
+            assert!(
+                notes.contains("1 file in imagesTr/ not in dataset.json's training list, left out (e.g. imagesTr/stray.nii.gz)"),
+                "{notes}"
+            );
+        }
         assert!(rejects(&out).is_empty(), "{layout}: {:?}", rejects(&out));
 
         // The mask's names are dataset.json's, in value order.
@@ -334,35 +346,50 @@ fn default_pixels_are_windowed_as_the_nifti_source_windows_each_channel() {
     let t = tempfile::tempdir().unwrap();
     let input = t.path().join("Task02");
     nnunet(&input);
-    let out = t.path().join("out");
-    let r = report(&convert(&input, &out, &["--test-fraction", "0"], 0));
-    assert_eq!(r["dtype"], "u8", "the NIfTI source's default");
-    // Each channel file converted on its own by the NIfTI source gives that channel's planes.
-    let all = samples(&out);
-    for c in 0..2 {
-        let single = t.path().join(format!("single{c}"));
-        let file = input.join(format!("imagesTr/case_003_{c:04}.nii.gz"));
-        run(
-            &[
-                "convert",
-                file.to_str().unwrap(),
-                "--out",
-                single.to_str().unwrap(),
-                "--test-fraction",
-                "0",
-                "--quiet",
-            ],
+    // Along z (the default) and along x, where slices are Z high and Y wide.
+    for (axis, n, plane) in [("2", Z, [Y, X]), ("0", X, [Z, Y])] {
+        let out = t.path().join(format!("out{axis}"));
+        let r = report(&convert(
+            &input,
+            &out,
+            &["--test-fraction", "0", "--axis", axis],
             0,
-        );
-        let want = samples_px(&single);
-        assert_eq!(want.len(), Z);
-        for (z, w) in want.iter().enumerate() {
-            let got = &all[3 * Z + z].1;
-            assert_eq!(
-                &got[c * X * Y..][..X * Y],
-                &w[..],
-                "case 3 slice {z} channel {c}"
+        ));
+        assert_eq!(r["dtype"], "u8", "the NIfTI source's default");
+        assert_eq!(r["shape"], serde_json::json!([2, plane[0], plane[1]]));
+        let size = plane[0] * plane[1];
+        // Each channel file converted on its own by the NIfTI source gives that channel's
+        // planes.
+        let all = samples(&out);
+        assert_eq!(all.len(), CASES * n);
+        for c in 0..2 {
+            let single = t.path().join(format!("single{c}-{axis}"));
+            let file = input.join(format!("imagesTr/case_003_{c:04}.nii.gz"));
+            let (f, s) = (file.to_str().unwrap(), single.to_str().unwrap());
+            run(
+                &[
+                    "convert",
+                    f,
+                    "--out",
+                    s,
+                    "--test-fraction",
+                    "0",
+                    "--axis",
+                    axis,
+                    "--quiet",
+                ],
+                0,
             );
+            let want = samples_px(&single);
+            assert_eq!(want.len(), n);
+            for (k, w) in want.iter().enumerate() {
+                let got = &all[3 * n + k].1;
+                assert_eq!(
+                    &got[c * size..][..size],
+                    &w[..],
+                    "axis {axis}: case 3 slice {k} channel {c}"
+                );
+            }
         }
     }
 }
@@ -513,6 +540,19 @@ fn files_that_disagree_with_dataset_json_or_each_other_reject_their_case() {
         },
         "imagesTr/case_099.nii.gz",
         "missing: dataset.json lists it (training[10])",
+        CASES,
+    );
+    // numTraining that is not the number of cases: all of them are converted.
+    expect_reject(
+        nnunet_,
+        |d| {
+            let mut v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(d.join("dataset.json")).unwrap()).unwrap();
+            v["numTraining"] = 12.into();
+            json(d, &v);
+        },
+        "dataset.json",
+        "numTraining is 12, but imagesTr/ holds 10 cases",
         CASES,
     );
     // A label missing, in both layouts.
