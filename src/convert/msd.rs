@@ -3,17 +3,10 @@
 //! case's slices are never in two splits), one class (`all`) and a `mask` field named by
 //! dataset.json's labels. imagesTs/ has no labels: it is left out, with a note.
 
-use super::units::{Plan, TreeSplit, Unit};
+use super::units::{CaseJob, Plan, TreeSplit, Unit};
 use super::*;
 use crate::source::msd::{self, Case, CaseOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// What every case of one conversion shares: how it is decoded, and the slices left out for
-/// an all-background mask so far (for the note after the run).
-pub(super) struct CaseJob {
-    pub(super) options: CaseOptions,
-    pub(super) skipped: AtomicU64,
-}
 
 pub(super) fn plan_msd(o: &ConvertOptions) -> Result<Plan> {
     let root = &o.input;

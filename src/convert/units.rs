@@ -32,7 +32,7 @@ pub(super) enum Unit {
     Case {
         name: String,
         case: Arc<crate::source::msd::Case>,
-        job: Arc<super::msd::CaseJob>,
+        job: Arc<CaseJob>,
     },
     /// Block `start` of a shard, or samples `start..start + len` of a column-major split.
     Stored {
@@ -41,6 +41,13 @@ pub(super) enum Unit {
         start: usize,
         len: usize,
     },
+}
+
+/// What every case of one MSD conversion shares: how it is decoded, and the slices left out
+/// for an all-background mask so far (for the note after the run).
+pub(super) struct CaseJob {
+    pub(super) options: crate::source::msd::CaseOptions,
+    pub(super) skipped: std::sync::atomic::AtomicU64,
 }
 
 /// A dataset prep reads back: one shard of a prep dataset, or one split of column-major files.
