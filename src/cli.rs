@@ -35,7 +35,8 @@ tools: killed by SIGPIPE, status 141 in a shell.";
 pub enum Command {
     /// Generate a learnable synthetic image dataset of any size.
     Synth(SynthArgs),
-    /// Convert real data (IDX, CIFAR, image folders, video, DICOM, NIfTI, TIFF, .npy) into a dataset.
+    /// Convert real data (IDX, CIFAR, image folders, video, DICOM, NIfTI, TIFF, .npy, MSD /
+    /// nnU-Net scans with label volumes) into a dataset.
     Convert(ConvertArgs),
     /// Train the CNN on a dataset (CPU reference backend; CUDA where built).
     Train(TrainArgs),
@@ -247,6 +248,8 @@ pub enum KindArg {
     Nifti,
     Tiff,
     Npy,
+    /// A Medical Segmentation Decathlon / nnU-Net folder: dataset.json, imagesTr/, labelsTr/.
+    Msd,
     /// images_<split>.bin + labels_<split>.bin (float32 feature-major, int32), with or without
     /// prep's manifest.
     Colmajor,
@@ -277,7 +280,8 @@ pub struct ConvertArgs {
     /// Output directory.
     #[arg(long, short, value_name = "DIR", default_value = "shards")]
     pub out: PathBuf,
-    /// What the input is (auto: a prep dataset by its manifest.json; column-major, IDX, CIFAR and
+    /// What the input is (auto: a prep dataset by its manifest.json; a Medical Segmentation
+    /// Decathlon / nnU-Net folder by dataset.json beside imagesTr/; column-major, IDX, CIFAR and
     /// .npy datasets by their file names; else a tree of images, videos and scans by extension).
     #[arg(long, value_enum, default_value = "auto")]
     pub kind: KindArg,
@@ -338,6 +342,10 @@ pub struct ConvertArgs {
     /// 0.5-99.5 percentile window.
     #[arg(long, value_name = "LOW:HIGH", allow_hyphen_values = true)]
     pub window: Option<String>,
+    /// Scans with label volumes (MSD / nnU-Net folders): leave out slices whose mask is all
+    /// background (value 0); a line on stderr counts them.
+    #[arg(long)]
+    pub skip_empty_masks: bool,
     #[command(flatten)]
     pub store: StoreArgs,
     /// Convert part I (from 0) of N of the input, for a job array: every part plans the whole

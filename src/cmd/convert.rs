@@ -144,6 +144,7 @@ fn convert_options(
             KindArg::Nifti => Kind::Nifti,
             KindArg::Tiff => Kind::Tiff,
             KindArg::Npy => Kind::Npy,
+            KindArg::Msd => Kind::Msd,
             KindArg::Colmajor => Kind::Colmajor,
             KindArg::Shards => Kind::Shards,
         },
@@ -177,6 +178,7 @@ fn convert_options(
         shard_blocks: a.store.shard_blocks,
         force: a.force,
         part: a.part,
+        skip_empty_masks: a.skip_empty_masks,
         quiet,
     }
 }

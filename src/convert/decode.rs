@@ -40,6 +40,16 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
                 return Err(Reject::new("holds no images").into());
             }
         }
+        Unit::Case { case, job, .. } => {
+            // A decoder bug must not take the whole run down: a panic becomes this case's reject.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                super::msd::decode_case(case, job, t, d, &mut px, &mut labels, &mut fields)
+            }));
+            left_out = match r {
+                Ok(left) => left,
+                Err(_) => return Err(Reject::new("the decoder crashed on this case").into()),
+            };
+        }
         Unit::Series { plan, label, .. } => {
             // Files that do not make it are named one by one, so a series never fails as a whole
             // here.

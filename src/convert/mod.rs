@@ -9,6 +9,7 @@ pub mod merge;
 
 mod decode;
 mod folders;
+mod msd;
 mod output;
 mod part;
 mod plan;
@@ -61,6 +62,8 @@ pub enum Kind {
     Nifti,
     Tiff,
     Npy,
+    /// A Medical Segmentation Decathlon / nnU-Net folder: dataset.json, imagesTr/, labelsTr/.
+    Msd,
     /// The column-major layout (`images_<split>.bin`, `labels_<split>.bin`), with or without
     /// prep's manifest.
     Colmajor,
@@ -105,6 +108,8 @@ pub struct ConvertOptions {
     pub force: bool,
     /// Convert only this part of the input (`crate::format::part`): a contiguous range of each split.
     pub part: Option<PartSpec>,
+    /// Volumes with label volumes (MSD): leave out slices whose mask is all background.
+    pub skip_empty_masks: bool,
     pub quiet: bool,
 }
 

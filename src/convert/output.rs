@@ -46,6 +46,10 @@ pub(super) fn request_key(o: &ConvertOptions) -> String {
         )
         .as_bytes(),
     );
+    // Only where given: the keys of earlier conversions stay as they were.
+    if o.skip_empty_masks {
+        h.update(b"skip_empty_masks");
+    }
     // Links are not followed into folders (a link loop would never end): a link to a folder
     // counts by where it points, a link to a file by that file.
     pub(super) fn walk(root: &Path, p: &Path, h: &mut Xxh3) {

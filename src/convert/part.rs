@@ -34,6 +34,13 @@ pub(super) fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -
                 }
                 Unit::Series { plan, label, .. } => [plan.files() as u64, u64::from(*label)],
                 Unit::Stored { len, .. } => [0, *len as u64],
+                Unit::Case { case, .. } => [
+                    std::iter::once(&case.label)
+                        .chain(&case.images)
+                        .map(|f| std::fs::metadata(&f.path).map_or(u64::MAX, |m| m.len()))
+                        .fold(0u64, u64::wrapping_add),
+                    case.images.len() as u64,
+                ],
             })
             .collect();
         for (u, sum) in units.iter().zip(sums) {

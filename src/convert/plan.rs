@@ -15,6 +15,9 @@ pub(super) fn detect(input: &Path) -> Kind {
                 _ => {}
             }
         }
+        if crate::source::msd::detect(input) {
+            return Kind::Msd;
+        }
         if crate::format::colmajor::looks_like_seed(input) {
             return Kind::Colmajor;
         }
@@ -60,7 +63,18 @@ pub(super) fn plan(o: &ConvertOptions) -> Result<Plan> {
     };
     refuse_shape(o, kind)?;
     refuse_labels(o, kind)?;
+    if o.skip_empty_masks && kind != Kind::Msd {
+        return Err(Error::Invalid(format!(
+            "{}: --skip-empty-masks leaves out the slices of volumes whose label slice is all background (a Medical Segmentation Decathlon / nnU-Net folder); this input is {}",
+            tree::shown_path(input),
+            match kind {
+                Kind::Auto => "a folder of files".to_string(),
+                k => format!("a {k:?} dataset"),
+            }
+        )));
+    }
     match kind {
+        Kind::Msd => super::msd::plan_msd(o),
         Kind::Idx => plan_idx(o),
         Kind::Cifar => plan_cifar(o),
         Kind::Npy => plan_npy(o),
@@ -96,7 +110,7 @@ fn refuse_shape(o: &ConvertOptions, kind: Kind) -> Result<()> {
 fn refuse_labels(o: &ConvertOptions, kind: Kind) -> Result<()> {
     if matches!(
         kind,
-        Kind::Idx | Kind::Cifar | Kind::Npy | Kind::Colmajor | Kind::Shards
+        Kind::Idx | Kind::Cifar | Kind::Npy | Kind::Msd | Kind::Colmajor | Kind::Shards
     ) {
         for (flag, given) in [
             ("--labels", o.labels.is_some()),

@@ -58,6 +58,12 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
             };
         }
     };
+    if let Some(note) = super::msd::skipped_note(&plan) {
+        if !o.quiet {
+            eprintln!("{note}");
+        }
+        notes.push(note);
+    }
     if job.auto_u8 {
         let note = "dtype: u8 (every value is a u8 pixel / 255)".to_string();
         if !o.quiet {
@@ -167,8 +173,9 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
     })
 }
 
-/// Fields the output cannot hold: none in column-major files; a mask only at its own size
-/// (the images are not resized or cropped where they have one).
+/// Fields the output cannot hold: none in column-major files; a mask only at the target size.
+/// A .npy mask is declared at its own size (its images are not resized); an MSD mask at the
+/// target's, brought there with its image's placement (`transform::fit_mask`).
 fn refuse_fields_here(o: &ConvertOptions, plan: &Plan, t: &Target) -> Result<()> {
     let Some(first) = plan.fields.iter().next() else {
         return Ok(());
@@ -227,6 +234,9 @@ fn cut_part(o: &ConvertOptions, plan: &mut Plan, job: &Layout, p: PartSpec) -> R
         // Only where there are fields: the jobs of datasets without keep their digests.
         digest["fields"] = serde_json::json!(job.fields);
     }
+    if o.skip_empty_masks {
+        digest["skip_empty_masks"] = true.into();
+    }
     Ok(take_part(plan, p, &digest))
 }
 
@@ -271,6 +281,9 @@ fn provenance(
             source["split_folders"] = serde_json::json!(ts.folders);
             source["test_fraction"] = serde_json::Value::Null;
         }
+    }
+    if o.skip_empty_masks {
+        source["skip_empty_masks"] = true.into();
     }
     if let Some(p) = o.part {
         // Taken out again by `prep merge`, with `rejects` summed over the parts.

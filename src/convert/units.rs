@@ -27,6 +27,13 @@ pub(super) enum Unit {
         /// What it will give, from its headers.
         probe: Probe,
     },
+    /// One case of an MSD / nnU-Net dataset: its channel volumes and label volume, sliced
+    /// (`convert::msd`). Named by its first image file.
+    Case {
+        name: String,
+        case: Arc<crate::source::msd::Case>,
+        job: Arc<CaseJob>,
+    },
     /// Block `start` of a shard, or samples `start..start + len` of a column-major split.
     Stored {
         name: String,
@@ -34,6 +41,13 @@ pub(super) enum Unit {
         start: usize,
         len: usize,
     },
+}
+
+/// What every case of one MSD conversion shares: how it is decoded, and the slices left out
+/// for an all-background mask so far (for the note after the run).
+pub(super) struct CaseJob {
+    pub(super) options: crate::source::msd::CaseOptions,
+    pub(super) skipped: std::sync::atomic::AtomicU64,
 }
 
 /// A dataset prep reads back: one shard of a prep dataset, or one split of column-major files.
@@ -60,6 +74,7 @@ impl Unit {
             Unit::File { rel, .. } => rel,
             Unit::Array { name, .. } | Unit::Stored { name, .. } => name,
             Unit::Series { name, .. } => name,
+            Unit::Case { name, .. } => name,
         }
     }
 

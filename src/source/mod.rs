@@ -18,6 +18,7 @@ pub mod dicom;
 pub mod idx;
 pub mod images;
 pub mod meta;
+pub mod msd;
 pub mod nifti;
 pub mod npy;
 pub mod tiff;

@@ -36,6 +36,54 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
     if opts.axis > 2 {
         return Err(Reject::new(format!("axis {} is not 0, 1 or 2", opts.axis)));
     }
+    let mut scratch: Vec<f32> = Vec::new();
+    read_volumes(path, &mut |_, grid, vol| {
+        if opts.float {
+            return emit_float_slices(vol, grid.dims, opts.axis, true, emit);
+        }
+        let (low, high) = match opts.window {
+            Some(w) => w,
+            None => percentile_window(vol, opts.percentiles, &mut scratch)?,
+        };
+        emit_slices(
+            vol,
+            grid.dims,
+            opts.axis,
+            true,
+            &|x| window_to_u16(x as f64, low, high),
+            emit,
+        )
+    })
+    .map(|_| ())
+}
+
+/// The voxel grid a file's header declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grid {
+    /// x, y, z of one 3-D volume (missing dimensions are 1).
+    pub dims: [usize; 3],
+    /// Number of 3-D volumes (the product of dimensions 4 to 7: a 4-D file's 4th axis).
+    pub volumes: usize,
+}
+
+impl Grid {
+    /// "240x240x155", or "240x240x155x4" for several volumes.
+    pub fn shown(&self) -> String {
+        let [x, y, z] = self.dims;
+        if self.volumes == 1 {
+            format!("{x}x{y}x{z}")
+        } else {
+            format!("{x}x{y}x{z}x{}", self.volumes)
+        }
+    }
+}
+
+/// Receives a file's volumes one at a time: (index, grid, voxels).
+pub type EachVolume<'a> = dyn FnMut(usize, Grid, &[f32]) -> Result<(), Reject> + 'a;
+
+/// Every 3-D volume of a file in order, as scaled float32 voxels (x fastest), handed to
+/// `each(index, grid, voxels)` one at a time: memory holds one volume. Returns the grid.
+pub fn read_volumes(path: &Path, each: &mut EachVolume) -> Result<Grid, Reject> {
     let file = super::open_input(path)?;
     let file_len = file.metadata().map(|m| m.len()).ok();
     let mut buffered = BufReader::with_capacity(1 << 16, file);
@@ -43,20 +91,22 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
         .fill_buf()
         .map_err(|e| Reject::new(format!("cannot read: {e}")))?;
     if head.len() >= 2 && head[0] == 0x1f && head[1] == 0x8b {
-        decode_stream(
-            flate2::read::MultiGzDecoder::new(buffered),
-            None,
-            opts,
-            emit,
-        )
+        read_stream(flate2::read::MultiGzDecoder::new(buffered), None, each)
     } else {
-        decode_stream(buffered, file_len, opts, emit)
+        read_stream(buffered, file_len, each)
     }
 }
 
-/// A volume is grey; the slice size comes from the header alone (only its 348 bytes are read,
-/// un-gzipped where needed).
-pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
+/// The grid of a file from its header alone (348 bytes, un-gzipped where needed).
+pub fn grid(path: &Path) -> Result<Grid, Reject> {
+    let l = read_header(path)?;
+    Ok(Grid {
+        dims: l.dims,
+        volumes: l.volumes,
+    })
+}
+
+fn read_header(path: &Path) -> Result<Layout, Reject> {
     let file = super::open_input(path)?;
     let mut buffered = BufReader::with_capacity(1 << 12, file);
     let head = buffered
@@ -70,7 +120,13 @@ pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
         read_full(&mut buffered, &mut hdr)
     };
     read.map_err(|_| Reject::new("cannot read a NIfTI-1 header"))?;
-    let [x, y, z] = parse_header(&hdr)?.dims.map(|d| d as u32);
+    parse_header(&hdr)
+}
+
+/// A volume is grey; the slice size comes from the header alone (only its 348 bytes are read,
+/// un-gzipped where needed).
+pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
+    let [x, y, z] = read_header(path)?.dims.map(|d| d as u32);
     // As `emit_slices` cuts them: (height, width) per axis.
     let size = match opts.axis {
         0 => (z, y),
@@ -103,13 +159,13 @@ impl Layout {
     }
 }
 
-/// Decode a NIfTI-1 byte stream (already un-gzipped); `file_len` is the stream's length when known.
-fn decode_stream<R: Read>(
+/// Read a NIfTI-1 byte stream (already un-gzipped) volume by volume; `file_len` is the stream's
+/// length when known.
+fn read_stream<R: Read>(
     mut r: R,
     file_len: Option<u64>,
-    opts: &DecodeOptions,
-    emit: &mut Emit,
-) -> Result<(), Reject> {
+    each: &mut EachVolume,
+) -> Result<Grid, Reject> {
     let mut hdr = [0u8; 348];
     read_full(&mut r, &mut hdr).map_err(|e| match e {
         ReadFail::Eof(n) => Reject::new(format!(
@@ -145,9 +201,12 @@ fn decode_stream<R: Read>(
     }
 
     let n = layout.volume_voxels();
+    let grid = Grid {
+        dims: layout.dims,
+        volumes: layout.volumes,
+    };
     // Grows as voxels arrive (a short gzip stream never claims its declared size).
     let mut vol: Vec<f32> = Vec::new();
-    let mut scratch: Vec<f32> = Vec::new();
     for v in 0..layout.volumes {
         read_volume(&mut r, &layout, n, &mut vol).map_err(|e| match e {
             ReadFail::Eof(got) => Reject::new(format!(
@@ -157,24 +216,9 @@ fn decode_stream<R: Read>(
             ReadFail::Io(e) => io_reject("cannot read NIfTI voxel data", e),
             ReadFail::Alloc => Reject::new(format!("cannot allocate a volume of {n} voxels")),
         })?;
-        if opts.float {
-            emit_float_slices(&vol, layout.dims, opts.axis, true, emit)?;
-            continue;
-        }
-        let (low, high) = match opts.window {
-            Some(w) => w,
-            None => percentile_window(&vol, opts.percentiles, &mut scratch)?,
-        };
-        emit_slices(
-            &vol,
-            layout.dims,
-            opts.axis,
-            true,
-            &|x| window_to_u16(x as f64, low, high),
-            emit,
-        )?;
+        each(v, grid, &vol)?;
     }
-    Ok(())
+    Ok(grid)
 }
 
 fn parse_header(hdr: &[u8; 348]) -> Result<Layout, Reject> {

@@ -7,6 +7,7 @@ mod convert;
 mod corruption;
 mod fashion;
 mod fields;
+mod fields_msd;
 mod fields_npy;
 mod fixtures;
 mod float;
