@@ -135,6 +135,125 @@ pub fn read(path: &Path, n: usize) -> Result<MetaLines, Reject> {
     })
 }
 
+/// The keys of the metadata `prep convert --meta` gives the samples of a tree's files.
+pub const FILE_KEYS: [&str; 9] = [
+    "source", "frame", "time", "slice", "patient", "series", "spacing_x", "spacing_y", "spacing_z",
+];
+
+/// Longest patient or series identifier kept (DICOM's LO and UI values are at most 64).
+const ID_CHARS: usize = 64;
+
+/// Bytes of a `FILE_KEYS` metadata field whose longest source path is `source` bytes as JSON:
+/// the path, and room for every other key at its longest (numbers of 24 characters, identifiers
+/// of 64 written out in full).
+pub fn file_bytes(source: usize) -> usize {
+    let keys: usize = FILE_KEYS.iter().map(|k| k.len() + 4).sum();
+    (2 + keys + source + 2 * (6 * ID_CHARS + 2) + 6 * 24).min(MAX_META_BYTES)
+}
+
+/// What a file says of each image it gives: its own facts (source path, patient, series, voxel
+/// size), and where the `k`-th image comes from (a page or frame number, a video frame's time, a
+/// volume's slice).
+pub struct FileFacts {
+    fixed: Map<String, Value>,
+    per: PerImage,
+}
+
+enum PerImage {
+    Frame,
+    Video { rate: Option<f64> },
+    Slice,
+}
+
+impl FileFacts {
+    /// The facts of `path` (shown as `rel`), as far as its header gives them: a header that
+    /// cannot be read leaves them out (decoding then says why the file is refused).
+    pub fn of(kind: super::FileKind, path: &Path, rel: &str) -> FileFacts {
+        use super::FileKind;
+        let mut fixed = Map::new();
+        fixed.insert("source".into(), rel.into());
+        let mut spacing = |xyz: [Option<f64>; 3]| {
+            for (k, v) in ["spacing_x", "spacing_y", "spacing_z"].iter().zip(xyz) {
+                if let Some(v) = v.and_then(serde_json::Number::from_f64) {
+                    fixed.insert(k.to_string(), Value::Number(v));
+                }
+            }
+        };
+        let per = match kind {
+            FileKind::Video => PerImage::Video {
+                rate: super::video::frame_rate(path),
+            },
+            FileKind::Nifti => {
+                spacing(super::nifti::spacing(path).unwrap_or([None; 3]));
+                PerImage::Slice
+            }
+            FileKind::Dicom => {
+                let h = super::dicom::read_header(path).ok();
+                if let Some(h) = &h {
+                    let ps = h.pixel_spacing;
+                    spacing([ps.map(|p| p[1]), ps.map(|p| p[0]), None]);
+                }
+                let h = h.unwrap_or_default();
+                Self::ids(&mut fixed, h.patient_id, h.series_uid);
+                PerImage::Slice
+            }
+            FileKind::Image | FileKind::Tiff => PerImage::Frame,
+        };
+        FileFacts { fixed, per }
+    }
+
+    /// A DICOM series read as one volume: its first file's facts, slices numbered in order.
+    pub fn of_series(rel: &str, h: &super::dicom::SeriesHeader, spacing_z: Option<f64>) -> Self {
+        let mut fixed = Map::new();
+        fixed.insert("source".into(), rel.into());
+        Self::ids(&mut fixed, h.patient_id.clone(), h.series_uid.clone());
+        let ps = h.pixel_spacing;
+        for (k, v) in ["spacing_x", "spacing_y", "spacing_z"]
+            .iter()
+            .zip([ps.map(|p| p[1]), ps.map(|p| p[0]), spacing_z])
+        {
+            if let Some(v) = v.and_then(serde_json::Number::from_f64) {
+                fixed.insert(k.to_string(), Value::Number(v));
+            }
+        }
+        FileFacts {
+            fixed,
+            per: PerImage::Slice,
+        }
+    }
+
+    fn ids(fixed: &mut Map<String, Value>, patient: Option<String>, series: Option<String>) {
+        for (k, v) in [("patient", patient), ("series", series)] {
+            if let Some(v) = v {
+                fixed.insert(k.into(), v.chars().take(ID_CHARS).collect::<String>().into());
+            }
+        }
+    }
+
+    /// The metadata of the `k`-th image of the file.
+    pub fn image(&self, k: usize, opts: &super::DecodeOptions) -> Map<String, Value> {
+        let mut m = self.fixed.clone();
+        match self.per {
+            PerImage::Frame => {
+                m.insert("frame".into(), k.into());
+            }
+            PerImage::Slice => {
+                m.insert("slice".into(), k.into());
+            }
+            PerImage::Video { rate } => {
+                let (frame, time) = super::video::frame_at(k, opts, rate);
+                if let Some(f) = frame {
+                    m.insert("frame".into(), f.into());
+                }
+                if let Some(t) = time.and_then(serde_json::Number::from_f64) {
+                    m.insert("time".into(), Value::Number(t));
+                }
+            }
+        }
+        m
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

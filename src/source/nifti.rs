@@ -123,6 +123,11 @@ fn read_header(path: &Path) -> Result<Layout, Reject> {
     parse_header(&hdr)
 }
 
+/// Voxel size along x, y, z from the header alone (see `Layout::spacing`).
+pub fn spacing(path: &Path) -> Result<[Option<f64>; 3], Reject> {
+    Ok(read_header(path)?.spacing)
+}
+
 /// A volume is grey; the slice size comes from the header alone (only its 348 bytes are read,
 /// un-gzipped where needed).
 pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
@@ -151,6 +156,9 @@ struct Layout {
     vox_offset: u64,
     slope: f64,
     inter: f64,
+    /// Voxel size along x, y, z (pixdim 1 to 3, in the file's units, mm for most scans);
+    /// None where the header gives no positive finite size.
+    spacing: [Option<f64>; 3],
 }
 
 impl Layout {
@@ -305,6 +313,10 @@ fn parse_header(hdr: &[u8; 348]) -> Result<Layout, Reject> {
         vox_offset: vo as u64,
         slope,
         inter,
+        spacing: [1, 2, 3].map(|i| {
+            let v = h.pixdim[i].abs() as f64;
+            (v.is_finite() && v > 0.0).then_some(v)
+        }),
     })
 }
 

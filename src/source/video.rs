@@ -334,6 +334,36 @@ pub fn probe(path: &Path) -> Result<Probe, Reject> {
     probe(w, h, parse_ffmpeg_pix_fmt(&text).as_deref())
 }
 
+/// The first video stream's average frame rate (ffprobe's `avg_frame_rate`, e.g. "30000/1001"),
+/// for the time of a frame; None without ffprobe or a rate it can give.
+pub fn frame_rate(path: &Path) -> Option<f64> {
+    let ffprobe = ffprobe_next_to(&ffmpeg().ok()?)?;
+    let out = Command::new(&ffprobe)
+        .args(["-v", "error", "-select_streams", "v:0", "-show_entries"])
+        .args(["stream=avg_frame_rate", "-of", "default=noprint_wrappers=1:nokey=1"])
+        .arg(ffmpeg_input(path))
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (n, d) = text.trim().split_once('/').unwrap_or((text.trim(), "1"));
+    let r = n.parse::<f64>().ok()? / d.parse::<f64>().ok()?;
+    (r.is_finite() && r > 0.0).then_some(r)
+}
+
+/// Which decoded frame the `k`-th emitted one is, and its time in seconds where it is known:
+/// `--fps F` gives `k / F`; `--every N` frame `k * N` at the stream's average rate.
+pub fn frame_at(k: usize, opts: &DecodeOptions, rate: Option<f64>) -> (Option<u64>, Option<f64>) {
+    match Select::from_options(opts) {
+        Ok(Select::Fps(f)) => (None, Some(k as f64 / f)),
+        Ok(Select::Every(n)) => {
+            let frame = k as u64 * n as u64;
+            (Some(frame), rate.map(|r| frame as f64 / r))
+        }
+        Err(_) => (None, None),
+    }
+}
+
 fn is_grey_pix_fmt(f: &str) -> bool {
     f.starts_with("gray") || f.starts_with("ya") || f.starts_with("mono")
 }
