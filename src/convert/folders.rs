@@ -1,6 +1,7 @@
 //! A tree of files: how it is labelled (class folders, a labels CSV or a regex), its split folders,
 //! and its units (DICOM files grouped into series).
 
+use super::tree_fields::{self, FileFields};
 use super::units::{Plan, TreeSplit, Unit};
 use super::*;
 
@@ -19,30 +20,75 @@ pub(super) fn labelling(o: &ConvertOptions) -> Result<Labelling> {
                 "--labels and --label-from both say how files are labelled; give one".into(),
             ))
         }
-        (Some(p), None) => Labelling::Csv(tree::read_labels_csv(p).map_err(Error::Invalid)?),
+        (Some(p), None) => {
+            Labelling::Csv(tree::read_labels_csv(p, &o.values).map_err(Error::Invalid)?)
+        }
         (None, Some(re)) => Labelling::Regex(tree::LabelRegex::new(re).map_err(Error::Invalid)?),
+        (None, None) if !o.values.is_empty() => {
+            return Err(Error::Invalid(
+                "--values names columns of the labels CSV: give it with --labels FILE.csv".into(),
+            ))
+        }
         (None, None) => Labelling::Layout,
     })
 }
 
-/// A tree of files: which are usable, their classes and splits, and its units.
+/// A tree of files: which are usable, their classes and splits, their fields, and its units.
 pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
-    let tree = tree::walk(&o.input)?;
+    let masks = tree_fields::mask_source(o)?;
+    // A dataset laid out as images/ beside masks/: the tree is its images folder.
+    let in_images;
+    let (o, dataset) = match &masks {
+        Some(
+            m @ tree_fields::MaskSource {
+                layout: Some((ds, _)),
+                ..
+            },
+        ) => {
+            in_images = ConvertOptions {
+                input: m.images.clone(),
+                ..o.clone()
+            };
+            (&in_images, Some(ds))
+        }
+        _ => (o, None),
+    };
+    let mut tree = tree::walk(&o.input)?;
+    if let Some(ds) = dataset {
+        tree.named = Some(tree::Tree::own_name(&tree, ds));
+    }
+    if let Some(m) = &masks {
+        leave_out_masks(&mut tree, &m.masks);
+    }
     let labelling = labelling(o)?;
     let mut rejects = Vec::new();
     let mut notes = Vec::new();
     let usable = usable_files(&tree, &labelling, kind, &mut rejects);
     reject_special_entries(&tree, &labelling, &mut rejects, &mut notes);
     let (chosen, folders) = label_files(o, &tree, &labelling, usable, &mut rejects, &mut notes)?;
+    let csv = match &labelling {
+        Labelling::Csv(m) => Some(m),
+        _ => None,
+    };
+    let mut mask_rejects = Vec::new();
+    let (chosen, fields, with) = tree_fields::attach(
+        o,
+        masks.as_ref(),
+        csv,
+        chosen,
+        &mut rejects,
+        &mut mask_rejects,
+        &mut notes,
+    )?;
     note_splits(o, &labelling, &chosen, &folders, &mut notes)?;
     let classes = sorted_classes(o, &chosen, &rejects)?;
     let kind = found_kind(kind, &chosen);
-    let inputs = chosen.len() + rejects.len();
-    let tu = tree_units(o, chosen, &classes, &folders);
+    let inputs = chosen.len() + rejects.len() + mask_rejects.len();
+    let tu = tree_units(o, chosen, &classes, &folders, &with);
     rejects.extend(tu.rejects);
     notes.extend(tu.notes);
-    Ok(Plan {
-        fields: Default::default(),
+    let mut plan = Plan {
+        fields,
         kind,
         classes,
         splits: tu.splits,
@@ -60,7 +106,50 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             },
         }),
         stored: None,
-    })
+    };
+    if let Some(ds) = dataset {
+        from_dataset_folder(&mut plan, ds);
+    }
+    plan.rejects.extend(mask_rejects);
+    Ok(plan)
+}
+
+/// With `--masks` inside the input, the masks are not images of the tree.
+fn leave_out_masks(tree: &mut tree::Tree, masks: &Path) {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let Ok(inside) = canon(masks)
+        .strip_prefix(canon(&tree.root))
+        .map(Path::to_path_buf)
+    else {
+        return;
+    };
+    let prefix = format!("{}/", inside.to_string_lossy());
+    if prefix == "/" {
+        return;
+    }
+    let keep = |rel: &str| !rel.starts_with(&prefix);
+    tree.files.retain(|f| keep(&f.rel));
+    tree.folder_links.retain(|r| keep(r));
+    tree.dangling.retain(|r| keep(r));
+    tree.special.retain(|(r, _)| keep(r));
+}
+
+/// A plan of the images folder of a dataset laid out as images/ beside masks/ names its files
+/// from the dataset folder, as its masks are named.
+fn from_dataset_folder(plan: &mut Plan, ds: &Path) {
+    let images = plan
+        .root
+        .file_name()
+        .map(tree::name_text)
+        .unwrap_or_default();
+    let from_ds = |rel: &mut String| *rel = format!("{images}/{rel}");
+    for u in plan.splits.values_mut().flatten() {
+        if let Unit::File { rel, .. } = u {
+            from_ds(rel);
+        }
+    }
+    plan.rejects.iter_mut().for_each(|r| from_ds(&mut r.path));
+    plan.root = ds.to_path_buf();
 }
 
 /// A file of the input that is not part of the dataset, with the reason.
@@ -154,10 +243,19 @@ fn label_files<'t>(
     notes: &mut Vec<String>,
 ) -> Result<(Vec<(&'t tree::TreeFile, String)>, tree::SplitFolders)> {
     let (chosen, mut folders) = match labelling {
-        Labelling::Csv(m) => (
-            csv_classes(o, tree, m, usable, rejects),
-            tree::SplitFolders::None,
-        ),
+        Labelling::Csv(m) => {
+            if !m.has_class {
+                notes.push(format!(
+                    "one class {}: {} has no label or class column",
+                    json_str(&tree.own_name(&o.input)),
+                    tree::shown_path(o.labels.as_deref().unwrap_or(Path::new("")))
+                ));
+            }
+            (
+                csv_classes(o, tree, m, usable, rejects),
+                tree::SplitFolders::None,
+            )
+        }
         Labelling::Regex(re) => (regex_classes(re, usable, rejects), tree::SplitFolders::None),
         Labelling::Layout => layout_classes(o, tree, usable, notes)?,
     };
@@ -177,12 +275,13 @@ fn csv_classes<'t>(
     usable: Vec<&'t tree::TreeFile>,
     rejects: &mut Vec<RejectEntry>,
 ) -> Vec<(&'t tree::TreeFile, String)> {
+    // Without a class column, every file is one class named after the input.
+    let one = (!m.has_class).then(|| tree.own_name(&o.input));
     let mut chosen = Vec::new();
-    chosen.extend(
-        usable
-            .into_iter()
-            .map(|f| (f, m.rows[&f.rel].label.clone())),
-    );
+    chosen.extend(usable.into_iter().map(|f| {
+        let label = &m.rows[&f.rel].label;
+        (f, one.clone().unwrap_or_else(|| label.clone()))
+    }));
     // Rows that name no file of the tree: missing, or not walked (hidden, behind a
     // link to a folder, not a regular file), or outside it.
     let csv = o
@@ -206,7 +305,7 @@ fn csv_classes<'t>(
             );
         }
     }
-    for (raw, why) in &m.outside {
+    for (raw, why) in m.outside.iter().chain(&m.bad) {
         reject(rejects, raw, why.clone());
     }
     chosen
@@ -465,12 +564,14 @@ pub(super) fn tree_units(
     chosen: Vec<(&tree::TreeFile, String)>,
     classes: &[String],
     folders: &tree::SplitFolders,
+    with: &BTreeMap<String, Arc<FileFields>>,
 ) -> TreeUnits {
     let s = Sorter {
         o,
         classes,
         folders,
         by_folder: matches!(folders, tree::SplitFolders::Splits(_)),
+        with,
     };
     let headers = read_dicom_headers(o, &chosen);
     let mut made = Made::default();
@@ -497,6 +598,7 @@ pub(super) fn tree_units(
             .rejects
             .into_iter()
             .map(|(path, reason)| RejectEntry { path, reason })
+            .chain(made.field_rejects)
             .collect(),
         notes,
     }
@@ -509,6 +611,8 @@ struct Sorter<'a> {
     folders: &'a tree::SplitFolders,
     /// The tree's own split folders split it.
     by_folder: bool,
+    /// Each file's fields, where the plan has fields.
+    with: &'a BTreeMap<String, Arc<FileFields>>,
 }
 
 impl Sorter<'_> {
@@ -540,6 +644,7 @@ impl Sorter<'_> {
             path: f.path.clone(),
             kind: f.kind,
             label: Some(self.label(c)),
+            with: self.with.get(&f.rel).cloned(),
         }
     }
 }
@@ -551,6 +656,8 @@ struct Made {
     units: Vec<(usize, String, Unit)>,
     split_keys: BTreeMap<String, usize>,
     dicom_keys: std::collections::BTreeSet<&'static str>,
+    /// Files of series that cannot carry the plan's fields.
+    field_rejects: Vec<RejectEntry>,
 }
 
 /// Every DICOM header, read in parallel up to the pixel data.
@@ -633,11 +740,25 @@ fn series_units(
         *made.split_keys.entry(key.into()).or_default() += 1;
         let unit = match group.what {
             series::What::File { rel, path } => Unit::File {
+                with: s.with.get(&rel).cloned(),
                 rel,
                 path,
                 kind: Some(FileKind::Dicom),
                 label: Some(s.label(&group.class)),
             },
+            // A labels CSV's columns label single files; a series is one volume of many.
+            series::What::Series(plan) if !s.with.is_empty() => {
+                for f in plan.slots.iter().flatten() {
+                    made.field_rejects.push(RejectEntry {
+                        path: f.rel.clone(),
+                        reason: format!(
+                            "in DICOM series {}, one volume: the labels CSV's label and value columns label single files (convert the series without them)",
+                            plan.uid
+                        ),
+                    });
+                }
+                continue;
+            }
             series::What::Series(plan) => {
                 n_series += 1;
                 n_files += plan.files();

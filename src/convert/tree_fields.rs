@@ -1,0 +1,451 @@
+//! What the files of a tree carry beside their images: a mask each (`--masks DIR`, or a dataset
+//! laid out as `images/` beside `masks/` or `labels/`), paired by relative path and stem, and the
+//! labels and values of a labels CSV's other columns. Declared here when the tree is planned,
+//! read file by file as it is decoded (`FileFields`), and the mask's value names settled from
+//! the values seen once everything is written.
+//!
+//! A tree's mask field is planned with an empty shape (it is the target's, decided later: a
+//! mask is brought to the target with its image by `fit_mask`) and, without `--mask-names`,
+//! empty names: `fill` gives it every value of its dtype while blocks are written, and
+//! `settle_mask_names` keeps "0".."max" of the values seen (block headers carry only sizes; the
+//! names live in the manifest), so masks are decoded once.
+
+use super::folders::count;
+use super::*;
+use crate::format::fields::FieldKind;
+use crate::source::mask::{self, MaskFrame, MaskValues};
+use crate::source::transform::fit_mask;
+
+/// Where a tree's masks are.
+pub(super) struct MaskSource {
+    /// The folder of images, which is walked as the tree.
+    pub(super) images: PathBuf,
+    pub(super) masks: PathBuf,
+    /// Found from the input's layout (no `--masks`): the input folder around both, and its
+    /// other entries.
+    pub(super) layout: Option<(PathBuf, Vec<String>)>,
+}
+
+impl MaskSource {
+    /// A mask as reports name it: relative to the folder reports start from (the input with
+    /// `--masks` inside it, the dataset folder of a layout), else its absolute path.
+    fn shown(&self, rel: &str) -> String {
+        let base = match &self.layout {
+            Some((ds, _)) => ds.clone(),
+            None => self.images.clone(),
+        };
+        let full = self.masks.join(rel);
+        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        match abs(&full).strip_prefix(abs(&base)) {
+            Ok(r) => r.to_string_lossy().into_owned(),
+            Err(_) => abs(&full).to_string_lossy().into_owned(),
+        }
+    }
+}
+
+/// `--masks DIR`, else the `images/` + `masks/` layout of the input, else none.
+pub(super) fn mask_source(o: &ConvertOptions) -> Result<Option<MaskSource>> {
+    if let Some(m) = &o.masks {
+        if !m.is_dir() {
+            return Err(Error::Invalid(format!(
+                "--masks {}: not a folder",
+                tree::shown_path(m)
+            )));
+        }
+        return Ok(Some(MaskSource {
+            images: o.input.clone(),
+            masks: m.clone(),
+            layout: None,
+        }));
+    }
+    if !o.input.is_dir() {
+        return Ok(None);
+    }
+    Ok(
+        tree::mask_layout(&o.input).map(|(images, masks, others)| MaskSource {
+            images,
+            masks,
+            layout: Some((o.input.clone(), others)),
+        }),
+    )
+}
+
+/// How a tree's masks are stored: the field's dtype, and with `--mask-names` how many values
+/// it names (a value at or beyond rejects its file).
+#[derive(Debug)]
+pub(super) struct MaskRule {
+    dtype: Dtype,
+    names: Option<usize>,
+}
+
+/// What one file's samples carry beside image and class.
+#[derive(Debug)]
+pub(super) struct FileFields {
+    /// Its mask: (path, as reports name it, the field's rules).
+    mask: Option<(PathBuf, String, Arc<MaskRule>)>,
+    /// Its labels and values from the labels CSV, the same for every frame.
+    csv: Box<[u8]>,
+}
+
+impl FileFields {
+    /// The mask's frames, decoded once for the whole file (None without a mask).
+    pub(super) fn read_mask(&self) -> Result<Option<Vec<MaskFrame>>, Reject> {
+        match &self.mask {
+            None => Ok(None),
+            Some((path, shown, _)) => mask::read(path)
+                .map(Some)
+                .map_err(|why| Reject::new(format!("mask {shown}: {why}"))),
+        }
+    }
+
+    /// Append frame `i`'s field bytes; its image is `(height, width)` before it is brought to
+    /// the target `t`, and so must its mask be.
+    pub(super) fn push(
+        &self,
+        i: usize,
+        (h, w): (u32, u32),
+        masks: Option<&[MaskFrame]>,
+        t: &Target,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Reject> {
+        if let (Some((_, shown, rule)), Some(ms)) = (&self.mask, masks) {
+            let m = ms.get(i).ok_or_else(|| {
+                Reject::new(format!(
+                    "mask {shown} has {}, its image at least {}",
+                    frames(ms.len()),
+                    i + 1
+                ))
+            })?;
+            if (m.height, m.width) != (h, w) {
+                return Err(Reject::new(format!(
+                    "mask {shown} is {}x{}, its image {h}x{w} (height x width): a mask has its image's size",
+                    m.height, m.width
+                )));
+            }
+            push_mask(m, rule, shown, t, out)?;
+        }
+        out.extend_from_slice(&self.csv);
+        Ok(())
+    }
+
+    /// After the image's `n` frames: its mask must have had as many.
+    pub(super) fn check_frames(&self, n: usize, masks: Option<&[MaskFrame]>) -> Result<(), Reject> {
+        match (&self.mask, masks) {
+            (Some((_, shown, _)), Some(ms)) if ms.len() != n => Err(Reject::new(format!(
+                "mask {shown} has {}, its image {n}",
+                frames(ms.len())
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn frames(n: usize) -> String {
+    format!("{n} frame{}", if n == 1 { "" } else { "s" })
+}
+
+/// A mask frame brought to the target (nearest, with its image's placement) in the field's
+/// dtype; a value beyond `--mask-names` rejects its file.
+fn push_mask(
+    m: &MaskFrame,
+    rule: &MaskRule,
+    shown: &str,
+    t: &Target,
+    out: &mut Vec<u8>,
+) -> Result<(), Reject> {
+    let max = m.values.max();
+    if let Some(n) = rule.names {
+        if max as usize >= n {
+            return Err(Reject::new(format!(
+                "mask {shown} holds value {max}, beyond its {n} names (--mask-names)"
+            )));
+        }
+    }
+    let (w, h) = (m.width, m.height);
+    match (&m.values, rule.dtype) {
+        (MaskValues::U8(v), Dtype::U8) => out.extend_from_slice(&fit_mask(v, w, h, t)),
+        (MaskValues::U8(v), _) => {
+            for x in fit_mask(v, w, h, t) {
+                out.extend_from_slice(&(x as u16).to_le_bytes());
+            }
+        }
+        (MaskValues::U16(v), Dtype::U8) => {
+            // The headers promised 8 bits (the file changed since, or lied).
+            if max > 255 {
+                return Err(Reject::new(format!(
+                    "mask {shown} holds value {max}, but the masks are stored as u8 (their headers say 8 bits)"
+                )));
+            }
+            out.extend(fit_mask(v, w, h, t).into_iter().map(|x| x as u8));
+        }
+        (MaskValues::U16(v), _) => {
+            for x in fit_mask(v, w, h, t) {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A tree's fields: its mask (every image paired with its mask, images without one and masks
+/// without an image rejected), and its labels CSV's labels and values. Returns the files kept
+/// with their classes, the fields, and each kept file's field bytes (empty without fields).
+/// Images without masks go to `rejects`, masks without images to `mask_rejects` (named as
+/// `MaskSource::shown` names them).
+#[allow(clippy::type_complexity)]
+pub(super) fn attach<'t>(
+    o: &ConvertOptions,
+    ms: Option<&MaskSource>,
+    csv: Option<&tree::LabelsCsv>,
+    chosen: Vec<(&'t tree::TreeFile, String)>,
+    rejects: &mut Vec<RejectEntry>,
+    mask_rejects: &mut Vec<RejectEntry>,
+    notes: &mut Vec<String>,
+) -> Result<(
+    Vec<(&'t tree::TreeFile, String)>,
+    Fields,
+    BTreeMap<String, Arc<FileFields>>,
+)> {
+    if o.mask_names.is_some() && ms.is_none() {
+        return Err(Error::Invalid(format!(
+            "--mask-names names mask values, but {} has no masks (give --masks DIR, or lay it out as images/ beside masks/)",
+            tree::shown_path(&o.input)
+        )));
+    }
+    let mut fields = Vec::new();
+    let mut chosen = chosen;
+    let mut paired: BTreeMap<&str, (PathBuf, String)> = BTreeMap::new();
+    let mut rule = None;
+    if let Some(ms) = ms {
+        if o.part.is_some() && o.mask_names.is_none() {
+            return Err(Error::Invalid(format!(
+                "{}: with --part, masks need --mask-names: each part would otherwise name the mask values it saw, and the parts would not merge",
+                tree::shown_path(&o.input)
+            )));
+        }
+        let (kept, by) = pair(ms, chosen, rejects, mask_rejects, notes)?;
+        chosen = kept;
+        paired = by;
+        let wide = paired.par_iter().any(|(_, (p, _))| mask::wide(p));
+        let names = o.mask_names.clone();
+        let dtype = if wide || names.as_ref().is_some_and(|n| n.len() > 256) {
+            Dtype::U16
+        } else {
+            Dtype::U8
+        };
+        let r = Arc::new(MaskRule {
+            dtype,
+            names: names.as_ref().map(Vec::len),
+        });
+        rule = Some(r);
+        // Shape and (without --mask-names) names come later: see the module's notes.
+        fields.push(Field {
+            name: "mask".into(),
+            kind: FieldKind::Mask,
+            dtype,
+            shape: vec![],
+            names: names.unwrap_or_default(),
+        });
+    }
+    let csv = csv.filter(|c| !c.labels.is_empty() || !c.values.is_empty());
+    if let Some(c) = csv {
+        if !c.labels.is_empty() {
+            fields.push(Field::labels("labels", c.labels.clone()));
+        }
+        if !c.values.is_empty() {
+            fields.push(Field::values("values", c.values.clone()));
+        }
+    }
+    let mut per_file = BTreeMap::new();
+    if !fields.is_empty() {
+        for (f, _) in &chosen {
+            let mask = paired
+                .get(f.rel.as_str())
+                .zip(rule.as_ref())
+                .map(|((p, shown), r)| (p.clone(), shown.clone(), r.clone()));
+            let csv = csv.map_or_else(Box::default, |c| c.rows[&f.rel].fields.clone());
+            per_file.insert(f.rel.clone(), Arc::new(FileFields { mask, csv }));
+        }
+    }
+    Ok((chosen, Fields(fields), per_file))
+}
+
+/// Each image with the mask of its relative path and stem, in the masks folder.
+#[allow(clippy::type_complexity)]
+fn pair<'t>(
+    ms: &MaskSource,
+    chosen: Vec<(&'t tree::TreeFile, String)>,
+    rejects: &mut Vec<RejectEntry>,
+    mask_rejects: &mut Vec<RejectEntry>,
+    notes: &mut Vec<String>,
+) -> Result<(
+    Vec<(&'t tree::TreeFile, String)>,
+    BTreeMap<&'t str, (PathBuf, String)>,
+)> {
+    let mt = tree::walk(&ms.masks)?;
+    let mut by_stem: BTreeMap<&str, Vec<&tree::TreeFile>> = BTreeMap::new();
+    let mut not_images = 0;
+    for m in &mt.files {
+        if matches!(m.kind, Some(FileKind::Image | FileKind::Tiff)) {
+            by_stem.entry(tree::stem_key(&m.rel)).or_default().push(m);
+        } else {
+            not_images += 1;
+        }
+    }
+    let mut used = std::collections::BTreeSet::new();
+    let mut kept = Vec::new();
+    let mut paired = BTreeMap::new();
+    for (f, c) in chosen {
+        if !matches!(f.kind, Some(FileKind::Image | FileKind::Tiff)) {
+            rejects.push(RejectEntry {
+                path: f.rel.clone(),
+                reason: format!(
+                    "masks pair with images (PNG, JPEG, BMP, GIF, WebP, TIFF); this is a {} file",
+                    f.kind.map_or("other", FileKind::name)
+                ),
+            });
+            continue;
+        }
+        let key = tree::stem_key(&f.rel);
+        match by_stem.get(key).map(Vec::as_slice) {
+            Some([m]) => {
+                used.insert(key);
+                paired.insert(f.rel.as_str(), (m.path.clone(), ms.shown(&m.rel)));
+                kept.push((f, c));
+            }
+            Some(several) => {
+                used.insert(key);
+                let names: Vec<String> = several.iter().map(|m| ms.shown(&m.rel)).collect();
+                rejects.push(RejectEntry {
+                    path: f.rel.clone(),
+                    reason: format!(
+                        "{} masks pair with it: {}; keep one",
+                        names.len(),
+                        names.join(", ")
+                    ),
+                });
+            }
+            None => rejects.push(RejectEntry {
+                path: f.rel.clone(),
+                reason: format!(
+                    "no mask: nothing named {}.* in {}",
+                    ms.shown(key),
+                    tree::shown_path(&ms.masks)
+                ),
+            }),
+        }
+    }
+    for (key, ms_) in &by_stem {
+        if !used.contains(key) {
+            for m in ms_ {
+                mask_rejects.push(RejectEntry {
+                    path: ms.shown(&m.rel),
+                    reason: "a mask without an image (nothing of its relative path and stem among the images)".into(),
+                });
+            }
+        }
+    }
+    let n = paired.len();
+    let mut note = match &ms.layout {
+        Some((ds, others)) => {
+            let mut s = format!(
+                "masks: {} laid out as {}/ beside {}/, paired by relative path and stem ({}); paths are relative to {}",
+                tree::shown_path(ds),
+                name_of(&ms.images),
+                name_of(&ms.masks),
+                count(n, "pair"),
+                tree::shown_path(ds)
+            );
+            if !others.is_empty() {
+                s.push_str(&format!("; not read: {}", shown_list(others)));
+            }
+            s
+        }
+        None => format!(
+            "masks: from {}, paired by relative path and stem ({})",
+            tree::shown_path(&ms.masks),
+            count(n, "pair")
+        ),
+    };
+    if not_images > 0 {
+        note.push_str(&format!(
+            "; {} in the masks folder that are not images left alone",
+            count(not_images, "file")
+        ));
+    }
+    notes.push(note);
+    Ok((kept, paired))
+}
+
+fn name_of(p: &Path) -> String {
+    p.file_name().map(tree::name_text).unwrap_or_default()
+}
+
+fn shown_list(v: &[String]) -> String {
+    super::output::shown_list(v)
+}
+
+/// The fields as written: a tree's mask takes the target's spatial shape, and without
+/// `--mask-names` every value of its dtype as names until `settle_mask_names`.
+pub(super) fn fill(fields: &Fields, t: &Target) -> Fields {
+    Fields(
+        fields
+            .iter()
+            .map(|f| {
+                let mut f = f.clone();
+                if f.kind == FieldKind::Mask && f.shape.is_empty() {
+                    f.shape = vec![t.height, t.width];
+                    if f.names.is_empty() {
+                        let n = if f.dtype == Dtype::U8 { 256 } else { 65536 };
+                        f.names = (0..n).map(|v| v.to_string()).collect();
+                    }
+                }
+                f
+            })
+            .collect(),
+    )
+}
+
+/// A tree's mask planned without names is named "0".."max" of the values written, and its
+/// summaries cut to them; a note says so.
+pub(super) fn settle_mask_names(
+    planned: &Fields,
+    fields: &mut Fields,
+    infos: &mut BTreeMap<String, SplitInfo>,
+) -> Option<String> {
+    let f = planned
+        .iter()
+        .position(|f| f.kind == FieldKind::Mask && f.names.is_empty())?;
+    let seen = |counts: &[u64]| counts.iter().rposition(|&c| c > 0);
+    let max = infos
+        .values()
+        .filter_map(|s| s.fields.get(f).and_then(|st| seen(&st.counts)))
+        .max()
+        .unwrap_or(0);
+    fields.0[f].names.truncate(max + 1);
+    for s in infos.values_mut() {
+        let stats = s
+            .fields
+            .get_mut(f)
+            .into_iter()
+            .chain(s.shards.iter_mut().filter_map(|sh| sh.fields.get_mut(f)));
+        for st in stats {
+            st.counts.truncate(max + 1);
+        }
+    }
+    let total = |v: usize| -> u64 {
+        infos
+            .values()
+            .filter_map(|s| s.fields.get(f).and_then(|st| st.counts.get(v)))
+            .sum()
+    };
+    let mut note =
+        format!("mask values: 0 to {max} seen, named \"0\"..\"{max}\" (--mask-names names them)");
+    let only_0_255 = max == 255 && (1..255).all(|v| total(v) == 0);
+    if only_0_255 {
+        note.push_str(
+            "; only 0 and 255 occur: black-and-white masks? save class indices (0 and 1) to have two values",
+        );
+    }
+    Some(note)
+}
