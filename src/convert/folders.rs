@@ -58,14 +58,22 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         tree.named = Some(tree::Tree::own_name(&tree, ds));
     }
     if let Some(m) = &masks {
-        leave_out_masks(&mut tree, &m.masks);
+        tree_fields::leave_out_masks(&mut tree, &m.masks);
     }
     let labelling = labelling(o)?;
     let mut rejects = Vec::new();
     let mut notes = Vec::new();
     let usable = usable_files(&tree, &labelling, kind, &mut rejects);
     reject_special_entries(&tree, &labelling, &mut rejects, &mut notes);
-    let (chosen, folders) = label_files(o, &tree, &labelling, usable, &mut rejects, &mut notes)?;
+    let masked = masks.is_some();
+    let (chosen, folders) = label_files(
+        o,
+        &tree,
+        &labelling,
+        (usable, masked),
+        &mut rejects,
+        &mut notes,
+    )?;
     let csv = match &labelling {
         Labelling::Csv(m) => Some(m),
         _ => None,
@@ -108,48 +116,10 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         stored: None,
     };
     if let Some(ds) = dataset {
-        from_dataset_folder(&mut plan, ds);
+        tree_fields::from_dataset_folder(&mut plan, ds);
     }
     plan.rejects.extend(mask_rejects);
     Ok(plan)
-}
-
-/// With `--masks` inside the input, the masks are not images of the tree.
-fn leave_out_masks(tree: &mut tree::Tree, masks: &Path) {
-    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let Ok(inside) = canon(masks)
-        .strip_prefix(canon(&tree.root))
-        .map(Path::to_path_buf)
-    else {
-        return;
-    };
-    let prefix = format!("{}/", inside.to_string_lossy());
-    if prefix == "/" {
-        return;
-    }
-    let keep = |rel: &str| !rel.starts_with(&prefix);
-    tree.files.retain(|f| keep(&f.rel));
-    tree.folder_links.retain(|r| keep(r));
-    tree.dangling.retain(|r| keep(r));
-    tree.special.retain(|(r, _)| keep(r));
-}
-
-/// A plan of the images folder of a dataset laid out as images/ beside masks/ names its files
-/// from the dataset folder, as its masks are named.
-fn from_dataset_folder(plan: &mut Plan, ds: &Path) {
-    let images = plan
-        .root
-        .file_name()
-        .map(tree::name_text)
-        .unwrap_or_default();
-    let from_ds = |rel: &mut String| *rel = format!("{images}/{rel}");
-    for u in plan.splits.values_mut().flatten() {
-        if let Unit::File { rel, .. } = u {
-            from_ds(rel);
-        }
-    }
-    plan.rejects.iter_mut().for_each(|r| from_ds(&mut r.path));
-    plan.root = ds.to_path_buf();
 }
 
 /// A file of the input that is not part of the dataset, with the reason.
@@ -238,7 +208,7 @@ fn label_files<'t>(
     o: &ConvertOptions,
     tree: &tree::Tree,
     labelling: &Labelling,
-    usable: Vec<&'t tree::TreeFile>,
+    (usable, masked): (Vec<&'t tree::TreeFile>, bool),
     rejects: &mut Vec<RejectEntry>,
     notes: &mut Vec<String>,
 ) -> Result<(Vec<(&'t tree::TreeFile, String)>, tree::SplitFolders)> {
@@ -257,7 +227,7 @@ fn label_files<'t>(
             )
         }
         Labelling::Regex(re) => (regex_classes(re, usable, rejects), tree::SplitFolders::None),
-        Labelling::Layout => layout_classes(o, tree, usable, notes)?,
+        Labelling::Layout => layout_classes(o, tree, usable, masked, notes)?,
     };
     // Labels from a CSV or a regex: split folders at the top still keep their splits.
     if !matches!(labelling, Labelling::Layout) {
@@ -328,11 +298,13 @@ fn regex_classes<'t>(
 }
 
 /// Classes from the layout: one class for a flat folder, else class sub-folders, below split
-/// folders where the top folders are splits.
+/// folders where the top folders are splits (images with masks may stand directly in their
+/// split folders: one class).
 fn layout_classes<'t>(
     o: &ConvertOptions,
     tree: &tree::Tree,
     usable: Vec<&'t tree::TreeFile>,
+    masked: bool,
     notes: &mut Vec<String>,
 ) -> Result<(Vec<(&'t tree::TreeFile, String)>, tree::SplitFolders)> {
     let mut chosen: Vec<(&tree::TreeFile, String)> = Vec::new();
@@ -361,11 +333,23 @@ fn layout_classes<'t>(
                 let c = f.top_folder()?.to_string();
                 Some((f, c))
             }));
+        } else if masked && nested.iter().all(|f| !below_top(f).contains('/')) {
+            let class = tree.own_name(&o.input);
+            notes.push(format!(
+                "one class {}: the images stand directly in their split folders",
+                json_str(&class)
+            ));
+            chosen.extend(nested.into_iter().map(|f| (f, class.clone())));
         } else {
             chosen = classes_below_splits(o, nested)?;
         }
     }
     Ok((chosen, folders))
+}
+
+/// A file's path below its top folder.
+fn below_top(f: &tree::TreeFile) -> &str {
+    f.rel.split_once('/').map_or("", |(_, r)| r)
 }
 
 /// Files directly in the folder and files in sub-folders leave the classes unclear.

@@ -11,6 +11,7 @@
 //! names live in the manifest), so masks are decoded once.
 
 use super::folders::count;
+use super::units::{Plan, Unit};
 use super::*;
 use crate::format::fields::FieldKind;
 use crate::source::mask::{self, MaskFrame, MaskValues};
@@ -68,6 +69,44 @@ pub(super) fn mask_source(o: &ConvertOptions) -> Result<Option<MaskSource>> {
             layout: Some((o.input.clone(), others)),
         }),
     )
+}
+
+/// With `--masks` inside the input, the masks are not images of the tree.
+pub(super) fn leave_out_masks(tree: &mut tree::Tree, masks: &Path) {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let Ok(inside) = canon(masks)
+        .strip_prefix(canon(&tree.root))
+        .map(Path::to_path_buf)
+    else {
+        return;
+    };
+    let prefix = format!("{}/", inside.to_string_lossy());
+    if prefix == "/" {
+        return;
+    }
+    let keep = |rel: &str| !rel.starts_with(&prefix);
+    tree.files.retain(|f| keep(&f.rel));
+    tree.folder_links.retain(|r| keep(r));
+    tree.dangling.retain(|r| keep(r));
+    tree.special.retain(|(r, _)| keep(r));
+}
+
+/// A plan of the images folder of a dataset laid out as images/ beside masks/ names its files
+/// from the dataset folder, as its masks are named.
+pub(super) fn from_dataset_folder(plan: &mut Plan, ds: &Path) {
+    let images = plan
+        .root
+        .file_name()
+        .map(tree::name_text)
+        .unwrap_or_default();
+    let from_ds = |rel: &mut String| *rel = format!("{images}/{rel}");
+    for u in plan.splits.values_mut().flatten() {
+        if let Unit::File { rel, .. } = u {
+            from_ds(rel);
+        }
+    }
+    plan.rejects.iter_mut().for_each(|r| from_ds(&mut r.path));
+    plan.root = ds.to_path_buf();
 }
 
 /// How a tree's masks are stored: the field's dtype, and with `--mask-names` how many values
