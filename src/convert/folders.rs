@@ -60,7 +60,10 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
     if let Some(m) = &masks {
         tree_fields::leave_out_masks(&mut tree, &m.masks);
     }
-    let labelling = labelling(o)?;
+    let mut labelling = labelling(o)?;
+    if let (Some(_), Labelling::Csv(m)) = (dataset, &mut labelling) {
+        tree_fields::csv_below_images(m, &tree.root);
+    }
     let mut rejects = Vec::new();
     let mut notes = Vec::new();
     let usable = usable_files(&tree, &labelling, kind, &mut rejects);

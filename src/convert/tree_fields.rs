@@ -109,6 +109,32 @@ pub(super) fn from_dataset_folder(plan: &mut Plan, ds: &Path) {
     plan.root = ds.to_path_buf();
 }
 
+/// A labels CSV of a dataset laid out as images/ beside masks/ may name its files from the
+/// dataset folder (`images/train/x.jpg`) rather than from `images/`: where every row does, the
+/// prefix is dropped.
+pub(super) fn csv_below_images(m: &mut tree::LabelsCsv, images: &Path) {
+    let prefix = format!(
+        "{}/",
+        images.file_name().map(tree::name_text).unwrap_or_default()
+    );
+    let all = m
+        .rows
+        .keys()
+        .chain(m.bad.iter().map(|(k, _)| k))
+        .all(|k| k.starts_with(&prefix));
+    if !all || (m.rows.is_empty() && m.bad.is_empty()) {
+        return;
+    }
+    let cut = |k: &str| k[prefix.len()..].to_string();
+    m.rows = std::mem::take(&mut m.rows)
+        .into_iter()
+        .map(|(k, r)| (cut(&k), r))
+        .collect();
+    for (k, _) in &mut m.bad {
+        *k = cut(k);
+    }
+}
+
 /// How a tree's masks are stored: the field's dtype, and with `--mask-names` how many values
 /// it names (a value at or beyond rejects its file).
 #[derive(Debug)]

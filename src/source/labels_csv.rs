@@ -197,9 +197,9 @@ pub fn read_labels_csv(path: &Path, values: &[String]) -> Result<LabelsCsv, Stri
         _ => None,
     };
     // `path,label` CSVs keep their messages.
-    let plain = cols.as_ref().map_or(true, |c| is_plain(&c.names));
+    let plain = cols.as_ref().is_none_or(|c| is_plain(&c.names));
     let mut out = LabelsCsv {
-        has_class: cols.as_ref().map_or(true, |c| c.class.is_some()),
+        has_class: cols.as_ref().is_none_or(|c| c.class.is_some()),
         labels: cols.as_ref().map_or(vec![], |c| {
             c.labels.iter().map(|&i| c.names[i].clone()).collect()
         }),

@@ -134,8 +134,9 @@ pub fn read(path: &Path) -> Result<Vec<MaskFrame>, Reject> {
 /// A PNG's stored values: palette indices, grey values, or grey pixels of RGB(A).
 fn read_png(path: &Path) -> Result<MaskFrame, Reject> {
     let f = super::open_input(path)?;
-    let mut limits = png::Limits::default();
-    limits.bytes = MAX_ALLOC as usize;
+    let limits = png::Limits {
+        bytes: MAX_ALLOC as usize,
+    };
     let mut d = png::Decoder::new_with_limits(BufReader::new(f), limits);
     d.set_transformations(png::Transformations::IDENTITY);
     let bad = |e: png::DecodingError| Reject::new(format!("cannot decode: {e}"));
@@ -303,7 +304,7 @@ fn from_values(
     }
     if let Some(i) = data
         .iter()
-        .position(|&v| !(v >= 0.0 && v <= 65535.0 && v.fract() == 0.0))
+        .position(|&v| !((0.0..=65535.0).contains(&v) && v.fract() == 0.0))
     {
         let w = width.max(1) as usize;
         return Err(format!(

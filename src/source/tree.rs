@@ -447,6 +447,37 @@ mod tests {
 }
 
 #[cfg(test)]
+mod mask_layout_tests {
+    use super::*;
+
+    #[test]
+    fn stems_and_layouts() {
+        assert_eq!(stem_key("a/b/x.jpg"), "a/b/x");
+        assert_eq!(stem_key("a.b/x.tar.png"), "a.b/x.tar");
+        assert_eq!(stem_key("a.b/.x"), "a.b/.x");
+        assert_eq!(stem_key("noext"), "noext");
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir_all(d.join("Images/train")).unwrap();
+        std::fs::create_dir_all(d.join("labels/train")).unwrap();
+        // YOLO text labels are no masks.
+        std::fs::write(d.join("labels/train/x.txt"), "0 0.5 0.5 1 1").unwrap();
+        assert!(mask_layout(d).is_none());
+        std::fs::write(d.join("labels/train/x.png"), b"x").unwrap();
+        std::fs::write(d.join("README.md"), b"x").unwrap();
+        let (i, m, others) = mask_layout(d).unwrap();
+        assert_eq!((i, m), (d.join("Images"), d.join("labels")));
+        assert_eq!(others, ["README.md"]);
+        // masks/ wins over labels/.
+        std::fs::create_dir_all(d.join("masks")).unwrap();
+        std::fs::write(d.join("masks/x.tif"), b"x").unwrap();
+        let (_, m, others) = mask_layout(d).unwrap();
+        assert_eq!(m, d.join("masks"));
+        assert_eq!(others, ["README.md", "labels/"]);
+    }
+}
+
+#[cfg(test)]
 mod split_tests {
     use super::*;
 

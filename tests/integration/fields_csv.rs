@@ -243,3 +243,36 @@ fn bad_columns_refuse_the_csv() {
     let o = convert(&input, &out, &["--values", "age"], 2);
     assert!(stderr(&o).contains("--labels"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_csv_beside_images_and_masks_names_files_from_either_folder() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = t.path().join("DS");
+    for i in 0..2 {
+        image(&ds.join(format!("images/{i}.png")), W, H, i, false);
+        grey_png(
+            &ds.join(format!("masks/{i}.png")),
+            W,
+            H,
+            &mask_values(W, H, i, 2),
+        );
+    }
+    for (n, prefix) in [(0, ""), (1, "images/")] {
+        let labels = write(
+            &t.path().join(format!("l{n}.csv")),
+            &format!("path,label,big\n{prefix}0.png,a,1\n{prefix}1.png,b,0\n"),
+        );
+        let out = t.path().join(format!("out{n}"));
+        convert(
+            &ds,
+            &out,
+            &["--labels", &labels, "--test-fraction", "0", "--quiet"],
+            0,
+        );
+        let (samples, d) = read_all(&out);
+        assert_eq!(d.manifest.classes, ["a", "b"], "{prefix}");
+        assert_eq!(samples.len(), 2);
+        assert_eq!(samples[0].fields[1], [1]);
+        assert!(rejects(&out).is_empty(), "{prefix}: {:?}", rejects(&out));
+    }
+}
