@@ -56,6 +56,11 @@ fn is_tiff(path: &Path) -> bool {
 /// Whether the mask's values may need 16 bits, from its header alone (a 16-bit grey PNG, a TIFF
 /// of more than 8 bits a sample). A header that cannot be read says no: decoding rejects it.
 pub fn wide(path: &Path) -> bool {
+    // A decoder may panic on hostile bytes: such a header says no too.
+    std::panic::catch_unwind(|| header_wide(path)).unwrap_or(false)
+}
+
+fn header_wide(path: &Path) -> bool {
     if is_png(path) {
         let Ok(f) = super::open_input(path) else {
             return false;
@@ -69,18 +74,14 @@ pub fn wide(path: &Path) -> bool {
         let Ok(f) = super::open_input(path) else {
             return false;
         };
-        // The crate may panic on hostile bytes: a header that cannot be read says no.
-        return std::panic::catch_unwind(move || {
-            let mut d = ::tiff::decoder::Decoder::new(BufReader::new(f)).ok()?;
-            use ::tiff::ColorType as C;
-            Some(match d.colortype().ok()? {
-                C::Gray(b) | C::GrayA(b) | C::RGB(b) | C::RGBA(b) => b > 8,
-                _ => false,
-            })
-        })
-        .ok()
-        .flatten()
-        .unwrap_or(false);
+        let Ok(mut d) = ::tiff::decoder::Decoder::new(BufReader::new(f)) else {
+            return false;
+        };
+        use ::tiff::ColorType as C;
+        return matches!(
+            d.colortype(),
+            Ok(C::Gray(b) | C::GrayA(b) | C::RGB(b) | C::RGBA(b)) if b > 8
+        );
     }
     let Ok(r) = image::ImageReader::open(path).and_then(|r| r.with_guessed_format()) else {
         return false;
