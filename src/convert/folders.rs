@@ -1,7 +1,8 @@
 //! A tree of files: how it is labelled (class folders, a labels CSV or a regex), its split folders,
 //! and its units (DICOM files grouped into series).
 
-use super::tree_fields::{self, FileFields};
+use super::file_fields::FileFields;
+use super::tree_fields;
 use super::units::{Plan, TreeSplit, Unit};
 use super::*;
 

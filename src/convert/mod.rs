@@ -8,6 +8,7 @@
 pub mod merge;
 
 mod decode;
+mod file_fields;
 mod folders;
 mod output;
 mod part;

@@ -1,7 +1,7 @@
 //! What the files of a tree carry beside their images: a mask each (`--masks DIR`, or a dataset
 //! laid out as `images/` beside `masks/` or `labels/`), paired by relative path and stem, and the
 //! labels and values of a labels CSV's other columns. Declared here when the tree is planned,
-//! read file by file as it is decoded (`FileFields`), and the mask's value names settled from
+//! read file by file as it is decoded (`file_fields`), and the mask's value names settled from
 //! the values seen once everything is written.
 //!
 //! A tree's mask field is planned with an empty shape (it is the target's, decided later: a
@@ -10,12 +10,11 @@
 //! `settle_mask_names` keeps "0".."max" of the values seen (block headers carry only sizes; the
 //! names live in the manifest), so masks are decoded once.
 
-use super::folders::count;
+use super::file_fields::{FileFields, MaskRule};
 use super::units::{Plan, Unit};
 use super::*;
 use crate::format::fields::FieldKind;
-use crate::source::mask::{self, MaskFrame, MaskValues};
-use crate::source::transform::fit_mask;
+use crate::source::mask;
 
 /// Where a tree's masks are.
 pub(super) struct MaskSource {
@@ -133,123 +132,6 @@ pub(super) fn csv_below_images(m: &mut tree::LabelsCsv, images: &Path) {
     for (k, _) in &mut m.bad {
         *k = cut(k);
     }
-}
-
-/// How a tree's masks are stored: the field's dtype, and with `--mask-names` how many values
-/// it names (a value at or beyond rejects its file).
-#[derive(Debug)]
-pub(super) struct MaskRule {
-    dtype: Dtype,
-    names: Option<usize>,
-}
-
-/// What one file's samples carry beside image and class.
-#[derive(Debug)]
-pub(super) struct FileFields {
-    /// Its mask: (path, as reports name it, the field's rules).
-    mask: Option<(PathBuf, String, Arc<MaskRule>)>,
-    /// Its labels and values from the labels CSV, the same for every frame.
-    csv: Box<[u8]>,
-}
-
-impl FileFields {
-    /// The mask's frames, decoded once for the whole file (None without a mask).
-    pub(super) fn read_mask(&self) -> Result<Option<Vec<MaskFrame>>, Reject> {
-        match &self.mask {
-            None => Ok(None),
-            Some((path, shown, _)) => mask::read(path)
-                .map(Some)
-                .map_err(|why| Reject::new(format!("mask {shown}: {why}"))),
-        }
-    }
-
-    /// Append frame `i`'s field bytes; its image is `(height, width)` before it is brought to
-    /// the target `t`, and so must its mask be.
-    pub(super) fn push(
-        &self,
-        i: usize,
-        (h, w): (u32, u32),
-        masks: Option<&[MaskFrame]>,
-        t: &Target,
-        out: &mut Vec<u8>,
-    ) -> Result<(), Reject> {
-        if let (Some((_, shown, rule)), Some(ms)) = (&self.mask, masks) {
-            let m = ms.get(i).ok_or_else(|| {
-                Reject::new(format!(
-                    "mask {shown} has {}, its image at least {}",
-                    frames(ms.len()),
-                    i + 1
-                ))
-            })?;
-            if (m.height, m.width) != (h, w) {
-                return Err(Reject::new(format!(
-                    "mask {shown} is {}x{}, its image {h}x{w} (height x width): a mask has its image's size",
-                    m.height, m.width
-                )));
-            }
-            push_mask(m, rule, shown, t, out)?;
-        }
-        out.extend_from_slice(&self.csv);
-        Ok(())
-    }
-
-    /// After the image's `n` frames: its mask must have had as many.
-    pub(super) fn check_frames(&self, n: usize, masks: Option<&[MaskFrame]>) -> Result<(), Reject> {
-        match (&self.mask, masks) {
-            (Some((_, shown, _)), Some(ms)) if ms.len() != n => Err(Reject::new(format!(
-                "mask {shown} has {}, its image {n}",
-                frames(ms.len())
-            ))),
-            _ => Ok(()),
-        }
-    }
-}
-
-fn frames(n: usize) -> String {
-    format!("{n} frame{}", if n == 1 { "" } else { "s" })
-}
-
-/// A mask frame brought to the target (nearest, with its image's placement) in the field's
-/// dtype; a value beyond `--mask-names` rejects its file.
-fn push_mask(
-    m: &MaskFrame,
-    rule: &MaskRule,
-    shown: &str,
-    t: &Target,
-    out: &mut Vec<u8>,
-) -> Result<(), Reject> {
-    let max = m.values.max();
-    if let Some(n) = rule.names {
-        if max as usize >= n {
-            return Err(Reject::new(format!(
-                "mask {shown} holds value {max}, beyond its {n} names (--mask-names)"
-            )));
-        }
-    }
-    let (w, h) = (m.width, m.height);
-    match (&m.values, rule.dtype) {
-        (MaskValues::U8(v), Dtype::U8) => out.extend_from_slice(&fit_mask(v, w, h, t)),
-        (MaskValues::U8(v), _) => {
-            for x in fit_mask(v, w, h, t) {
-                out.extend_from_slice(&(x as u16).to_le_bytes());
-            }
-        }
-        (MaskValues::U16(v), Dtype::U8) => {
-            // The headers promised 8 bits (the file changed since, or lied).
-            if max > 255 {
-                return Err(Reject::new(format!(
-                    "mask {shown} holds value {max}, but the masks are stored as u8 (their headers say 8 bits)"
-                )));
-            }
-            out.extend(fit_mask(v, w, h, t).into_iter().map(|x| x as u8));
-        }
-        (MaskValues::U16(v), _) => {
-            for x in fit_mask(v, w, h, t) {
-                out.extend_from_slice(&x.to_le_bytes());
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A tree's fields: its mask (every image paired with its mask, images without one and masks
@@ -422,7 +304,10 @@ fn pair<'t>(
                 tree::shown_path(ds)
             );
             if !others.is_empty() {
-                s.push_str(&format!("; not read: {}", shown_list(others)));
+                s.push_str(&format!(
+                    "; not read: {}",
+                    super::output::shown_list(others)
+                ));
             }
             s
         }
@@ -446,8 +331,9 @@ fn name_of(p: &Path) -> String {
     p.file_name().map(tree::name_text).unwrap_or_default()
 }
 
-fn shown_list(v: &[String]) -> String {
-    super::output::shown_list(v)
+/// "1 pair", "3 pairs".
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// The fields as written: a tree's mask takes the target's spatial shape, and without

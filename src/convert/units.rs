@@ -2,7 +2,7 @@
 //! dataset's samples), the plan that holds them by split, the layout decided from it, and what
 //! the writing came to.
 
-use super::tree_fields::FileFields;
+use super::file_fields::FileFields;
 use super::*;
 
 /// One unit of decoding work: a file of a tree, or a range of samples of an array dataset.

@@ -8,7 +8,7 @@
 //! case) the class; the columns `--values` names hold numbers (f32, finite); every other column
 //! holds 0 or 1. A CSV without a class column labels every file with one class.
 
-use super::tree::{shown, shown_path};
+use crate::util::error::{shown, shown_path};
 use std::collections::BTreeMap;
 use std::path::Path;
 
