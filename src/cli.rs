@@ -308,9 +308,33 @@ pub struct ConvertArgs {
     /// How an image of another aspect ratio reaches --size.
     #[arg(long, value_enum, default_value = "crop")]
     pub fit: FitArg,
-    /// CSV of `path,label` rows (paths relative to INPUT) instead of class sub-folders.
+    /// CSV of `path,label` rows (paths relative to INPUT; to its images/ folder where it is
+    /// laid out as images/ beside masks/) instead of class sub-folders. With a header row
+    /// (path,...): a `label` or `class` column gives the class (none: one class), the columns
+    /// --values names become each sample's values, every other column holds 0/1 labels.
     #[arg(long, value_name = "FILE.csv")]
     pub labels: Option<PathBuf>,
+    /// Columns of the --labels CSV that hold numbers: each sample's `values` field (f32, finite;
+    /// an empty or bad cell rejects its file), e.g. --values age,weight.
+    #[arg(
+        long,
+        value_name = "COL[,COL]",
+        value_delimiter = ',',
+        requires = "labels"
+    )]
+    pub values: Vec<String>,
+    /// A folder of masks beside INPUT's images, paired by relative path and stem (a/b/x.jpg with
+    /// a/b/x.png, any image format): each sample's `mask` field. Palette PNGs give their
+    /// indices, grey masks their values (16-bit: a u16 field); resized with --size by nearest
+    /// neighbour. Without it, INPUT laid out as images/ beside masks/ (or labels/ of images)
+    /// is found by itself.
+    #[arg(long, value_name = "DIR")]
+    pub masks: Option<PathBuf>,
+    /// Names of the mask values in value order: comma-separated ('background,road,car') or
+    /// @FILE with one name a line. A larger value rejects its file. Default: "0".."max" of the
+    /// values seen.
+    #[arg(long, value_name = "NAMES|@FILE")]
+    pub mask_names: Option<String>,
     /// Class of each file from its path relative to INPUT ('/' separators): the regex's first
     /// capture group, e.g. '^(\w+)_\d+\.png$' or '^[^/]+/([^/]+)/'. Files that do not match are
     /// rejected.

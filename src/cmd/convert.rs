@@ -26,9 +26,13 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     refuse_bad_flags(&a, window, dtype)?;
     let class_names = match &a.class_names {
         None => None,
-        Some(s) => Some(class_names(s)?),
+        Some(s) => Some(names("--class-names", s)?),
     };
-    let opts = convert_options(&a, quiet, size, window, dtype, class_names);
+    let mut opts = convert_options(&a, quiet, size, window, dtype, class_names);
+    opts.mask_names = match &a.mask_names {
+        None => None,
+        Some(s) => Some(mask_names(s)?),
+    };
     let r = convert(&opts).with_context(|| {
         format!(
             "prep convert {} into {}",
@@ -158,6 +162,9 @@ fn convert_options(
             FitArg::Pad => Fit::Pad,
         },
         labels: a.labels.clone(),
+        values: a.values.iter().map(|v| v.trim().to_string()).collect(),
+        masks: a.masks.clone(),
+        mask_names: None,
         label_from: a.label_from.clone(),
         test_fraction: a.test_fraction,
         test_fraction_given: a.given.iter().any(|g| g == "test_fraction"),
@@ -266,12 +273,26 @@ fn print_rejects(a: &ConvertArgs, r: &ConvertReport) {
     }
 }
 
-/// `--class-names`: 'a,b,c', or @FILE with one name a line (blank lines and a trailing newline
-/// ignored). Names must be distinct and not empty.
-fn class_names(arg: &str) -> anyhow::Result<Vec<String>> {
+/// `--mask-names`: as `--class-names`, at most 65536 (a u16 mask's values).
+fn mask_names(arg: &str) -> anyhow::Result<Vec<String>> {
+    let n = names("--mask-names", arg)?;
+    if n.len() > prep::format::fields::MAX_NAMES {
+        return Err(UsageError(format!(
+            "--mask-names gives {} names; a mask has at most {} values",
+            n.len(),
+            prep::format::fields::MAX_NAMES
+        ))
+        .into());
+    }
+    Ok(n)
+}
+
+/// `--class-names` (`flag`): 'a,b,c', or @FILE with one name a line (blank lines and a trailing
+/// newline ignored). Names must be distinct and not empty.
+fn names(flag: &str, arg: &str) -> anyhow::Result<Vec<String>> {
     let names: Vec<String> = if let Some(file) = arg.strip_prefix('@') {
         let path = std::path::Path::new(file);
-        let text = prep::store::local::read_text_capped(path, 16 << 20, "a class names file")?;
+        let text = prep::store::local::read_text_capped(path, 16 << 20, "a names file")?;
         text.lines()
             .map(|l| l.trim().to_string())
             .filter(|l| !l.is_empty())
@@ -280,11 +301,11 @@ fn class_names(arg: &str) -> anyhow::Result<Vec<String>> {
         arg.split(',').map(|s| s.trim().to_string()).collect()
     };
     if names.iter().any(String::is_empty) {
-        return Err(UsageError(format!("--class-names {arg}: a name is empty")).into());
+        return Err(UsageError(format!("{flag} {arg}: a name is empty")).into());
     }
     let mut seen = std::collections::BTreeSet::new();
     if let Some(d) = names.iter().find(|n| !seen.insert(n.as_str())) {
-        return Err(UsageError(format!("--class-names: {d} is named twice")).into());
+        return Err(UsageError(format!("{flag}: {d} is named twice")).into());
     }
     Ok(names)
 }

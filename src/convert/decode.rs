@@ -19,18 +19,36 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
             src, start, len, ..
         } => left_out = decode_stored(src, *start, *len, t, &mut px, &mut labels)?,
         Unit::File {
-            path, kind, label, ..
+            path,
+            kind,
+            label,
+            with,
+            ..
         } => {
             let kind = kind.ok_or_else(|| Reject::new("unknown file kind"))?;
             let label = label.expect("tree units are labelled");
             // A decoder bug must not take the whole run down: a panic becomes this file's reject.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // The mask is decoded once, before its image, whose frames it follows.
+                let masks = match with {
+                    Some(w) => w.read_mask()?,
+                    None => None,
+                };
                 kind.decode(path, d, &mut |frame| {
+                    let i = labels.len();
+                    if let Some(w) = with {
+                        let (_, hw) = frame.native();
+                        w.push(i, hw, masks.as_deref(), t, &mut fields)?;
+                    }
                     to_sample(frame, t, &mut px)
-                        .map_err(|why| Reject::new(format!("image {}: {why}", labels.len())))?;
+                        .map_err(|why| Reject::new(format!("image {i}: {why}")))?;
                     labels.push(label);
                     Ok(())
-                })
+                })?;
+                match with {
+                    Some(w) => w.check_frames(labels.len(), masks.as_deref()),
+                    None => Ok(()),
+                }
             }));
             match r {
                 Ok(r) => r?,

@@ -1,6 +1,8 @@
 //! A tree of files: how it is labelled (class folders, a labels CSV or a regex), its split folders,
 //! and its units (DICOM files grouped into series).
 
+use super::file_fields::FileFields;
+use super::tree_fields;
 use super::units::{Plan, TreeSplit, Unit};
 use super::*;
 
@@ -19,30 +21,86 @@ pub(super) fn labelling(o: &ConvertOptions) -> Result<Labelling> {
                 "--labels and --label-from both say how files are labelled; give one".into(),
             ))
         }
-        (Some(p), None) => Labelling::Csv(tree::read_labels_csv(p).map_err(Error::Invalid)?),
+        (Some(p), None) => {
+            Labelling::Csv(tree::read_labels_csv(p, &o.values).map_err(Error::Invalid)?)
+        }
         (None, Some(re)) => Labelling::Regex(tree::LabelRegex::new(re).map_err(Error::Invalid)?),
+        (None, None) if !o.values.is_empty() => {
+            return Err(Error::Invalid(
+                "--values names columns of the labels CSV: give it with --labels FILE.csv".into(),
+            ))
+        }
         (None, None) => Labelling::Layout,
     })
 }
 
-/// A tree of files: which are usable, their classes and splits, and its units.
+/// A tree of files: which are usable, their classes and splits, their fields, and its units.
 pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
-    let tree = tree::walk(&o.input)?;
-    let labelling = labelling(o)?;
+    let masks = tree_fields::mask_source(o)?;
+    // A dataset laid out as images/ beside masks/: the tree is its images folder.
+    let in_images;
+    let (o, dataset) = match &masks {
+        Some(
+            m @ tree_fields::MaskSource {
+                layout: Some((ds, _)),
+                ..
+            },
+        ) => {
+            in_images = ConvertOptions {
+                input: m.images.clone(),
+                ..o.clone()
+            };
+            (&in_images, Some(ds))
+        }
+        _ => (o, None),
+    };
+    let mut tree = tree::walk(&o.input)?;
+    if let Some(ds) = dataset {
+        tree.named = Some(tree::Tree::own_name(&tree, ds));
+    }
+    if let Some(m) = &masks {
+        tree_fields::leave_out_masks(&mut tree, &m.masks);
+    }
+    let mut labelling = labelling(o)?;
+    if let (Some(_), Labelling::Csv(m)) = (dataset, &mut labelling) {
+        tree_fields::csv_below_images(m, &tree.root);
+    }
     let mut rejects = Vec::new();
     let mut notes = Vec::new();
     let usable = usable_files(&tree, &labelling, kind, &mut rejects);
     reject_special_entries(&tree, &labelling, &mut rejects, &mut notes);
-    let (chosen, folders) = label_files(o, &tree, &labelling, usable, &mut rejects, &mut notes)?;
+    let masked = masks.is_some();
+    let (chosen, folders) = label_files(
+        o,
+        &tree,
+        &labelling,
+        (usable, masked),
+        &mut rejects,
+        &mut notes,
+    )?;
+    let csv = match &labelling {
+        Labelling::Csv(m) => Some(m),
+        _ => None,
+    };
+    let mut mask_rejects = Vec::new();
+    let (chosen, fields, with) = tree_fields::attach(
+        o,
+        masks.as_ref(),
+        csv,
+        chosen,
+        &mut rejects,
+        &mut mask_rejects,
+        &mut notes,
+    )?;
     note_splits(o, &labelling, &chosen, &folders, &mut notes)?;
     let classes = sorted_classes(o, &chosen, &rejects)?;
     let kind = found_kind(kind, &chosen);
-    let inputs = chosen.len() + rejects.len();
-    let tu = tree_units(o, chosen, &classes, &folders);
+    let inputs = chosen.len() + rejects.len() + mask_rejects.len();
+    let tu = tree_units(o, chosen, &classes, &folders, &with);
     rejects.extend(tu.rejects);
     notes.extend(tu.notes);
-    Ok(Plan {
-        fields: Default::default(),
+    let mut plan = Plan {
+        fields,
         kind,
         classes,
         splits: tu.splits,
@@ -60,7 +118,12 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             },
         }),
         stored: None,
-    })
+    };
+    if let Some(ds) = dataset {
+        tree_fields::from_dataset_folder(&mut plan, ds);
+    }
+    plan.rejects.extend(mask_rejects);
+    Ok(plan)
 }
 
 /// A file of the input that is not part of the dataset, with the reason.
@@ -149,17 +212,26 @@ fn label_files<'t>(
     o: &ConvertOptions,
     tree: &tree::Tree,
     labelling: &Labelling,
-    usable: Vec<&'t tree::TreeFile>,
+    (usable, masked): (Vec<&'t tree::TreeFile>, bool),
     rejects: &mut Vec<RejectEntry>,
     notes: &mut Vec<String>,
 ) -> Result<(Vec<(&'t tree::TreeFile, String)>, tree::SplitFolders)> {
     let (chosen, mut folders) = match labelling {
-        Labelling::Csv(m) => (
-            csv_classes(o, tree, m, usable, rejects),
-            tree::SplitFolders::None,
-        ),
+        Labelling::Csv(m) => {
+            if !m.has_class {
+                notes.push(format!(
+                    "one class {}: {} has no label or class column",
+                    json_str(&tree.own_name(&o.input)),
+                    tree::shown_path(o.labels.as_deref().unwrap_or(Path::new("")))
+                ));
+            }
+            (
+                csv_classes(o, tree, m, usable, rejects),
+                tree::SplitFolders::None,
+            )
+        }
         Labelling::Regex(re) => (regex_classes(re, usable, rejects), tree::SplitFolders::None),
-        Labelling::Layout => layout_classes(o, tree, usable, notes)?,
+        Labelling::Layout => layout_classes(o, tree, usable, masked, notes)?,
     };
     // Labels from a CSV or a regex: split folders at the top still keep their splits.
     if !matches!(labelling, Labelling::Layout) {
@@ -177,12 +249,13 @@ fn csv_classes<'t>(
     usable: Vec<&'t tree::TreeFile>,
     rejects: &mut Vec<RejectEntry>,
 ) -> Vec<(&'t tree::TreeFile, String)> {
+    // Without a class column, every file is one class named after the input.
+    let one = (!m.has_class).then(|| tree.own_name(&o.input));
     let mut chosen = Vec::new();
-    chosen.extend(
-        usable
-            .into_iter()
-            .map(|f| (f, m.rows[&f.rel].label.clone())),
-    );
+    chosen.extend(usable.into_iter().map(|f| {
+        let label = &m.rows[&f.rel].label;
+        (f, one.clone().unwrap_or_else(|| label.clone()))
+    }));
     // Rows that name no file of the tree: missing, or not walked (hidden, behind a
     // link to a folder, not a regular file), or outside it.
     let csv = o
@@ -206,7 +279,7 @@ fn csv_classes<'t>(
             );
         }
     }
-    for (raw, why) in &m.outside {
+    for (raw, why) in m.outside.iter().chain(&m.bad) {
         reject(rejects, raw, why.clone());
     }
     chosen
@@ -229,11 +302,13 @@ fn regex_classes<'t>(
 }
 
 /// Classes from the layout: one class for a flat folder, else class sub-folders, below split
-/// folders where the top folders are splits.
+/// folders where the top folders are splits (images with masks may stand directly in their
+/// split folders: one class).
 fn layout_classes<'t>(
     o: &ConvertOptions,
     tree: &tree::Tree,
     usable: Vec<&'t tree::TreeFile>,
+    masked: bool,
     notes: &mut Vec<String>,
 ) -> Result<(Vec<(&'t tree::TreeFile, String)>, tree::SplitFolders)> {
     let mut chosen: Vec<(&tree::TreeFile, String)> = Vec::new();
@@ -262,11 +337,23 @@ fn layout_classes<'t>(
                 let c = f.top_folder()?.to_string();
                 Some((f, c))
             }));
+        } else if masked && nested.iter().all(|f| !below_top(f).contains('/')) {
+            let class = tree.own_name(&o.input);
+            notes.push(format!(
+                "one class {}: the images stand directly in their split folders",
+                json_str(&class)
+            ));
+            chosen.extend(nested.into_iter().map(|f| (f, class.clone())));
         } else {
             chosen = classes_below_splits(o, nested)?;
         }
     }
     Ok((chosen, folders))
+}
+
+/// A file's path below its top folder.
+fn below_top(f: &tree::TreeFile) -> &str {
+    f.rel.split_once('/').map_or("", |(_, r)| r)
 }
 
 /// Files directly in the folder and files in sub-folders leave the classes unclear.
@@ -465,12 +552,14 @@ pub(super) fn tree_units(
     chosen: Vec<(&tree::TreeFile, String)>,
     classes: &[String],
     folders: &tree::SplitFolders,
+    with: &BTreeMap<String, Arc<FileFields>>,
 ) -> TreeUnits {
     let s = Sorter {
         o,
         classes,
         folders,
         by_folder: matches!(folders, tree::SplitFolders::Splits(_)),
+        with,
     };
     let headers = read_dicom_headers(o, &chosen);
     let mut made = Made::default();
@@ -497,6 +586,7 @@ pub(super) fn tree_units(
             .rejects
             .into_iter()
             .map(|(path, reason)| RejectEntry { path, reason })
+            .chain(made.field_rejects)
             .collect(),
         notes,
     }
@@ -509,6 +599,8 @@ struct Sorter<'a> {
     folders: &'a tree::SplitFolders,
     /// The tree's own split folders split it.
     by_folder: bool,
+    /// Each file's fields, where the plan has fields.
+    with: &'a BTreeMap<String, Arc<FileFields>>,
 }
 
 impl Sorter<'_> {
@@ -540,6 +632,7 @@ impl Sorter<'_> {
             path: f.path.clone(),
             kind: f.kind,
             label: Some(self.label(c)),
+            with: self.with.get(&f.rel).cloned(),
         }
     }
 }
@@ -551,6 +644,8 @@ struct Made {
     units: Vec<(usize, String, Unit)>,
     split_keys: BTreeMap<String, usize>,
     dicom_keys: std::collections::BTreeSet<&'static str>,
+    /// Files of series that cannot carry the plan's fields.
+    field_rejects: Vec<RejectEntry>,
 }
 
 /// Every DICOM header, read in parallel up to the pixel data.
@@ -633,11 +728,25 @@ fn series_units(
         *made.split_keys.entry(key.into()).or_default() += 1;
         let unit = match group.what {
             series::What::File { rel, path } => Unit::File {
+                with: s.with.get(&rel).cloned(),
                 rel,
                 path,
                 kind: Some(FileKind::Dicom),
                 label: Some(s.label(&group.class)),
             },
+            // A labels CSV's columns label single files; a series is one volume of many.
+            series::What::Series(plan) if !s.with.is_empty() => {
+                for f in plan.slots.iter().flatten() {
+                    made.field_rejects.push(RejectEntry {
+                        path: f.rel.clone(),
+                        reason: format!(
+                            "in DICOM series {}, one volume: the labels CSV's label and value columns label single files (convert the series without them)",
+                            plan.uid
+                        ),
+                    });
+                }
+                continue;
+            }
             series::What::Series(plan) => {
                 n_series += 1;
                 n_files += plan.files();

@@ -8,6 +8,7 @@
 pub mod merge;
 
 mod decode;
+mod file_fields;
 mod folders;
 mod msd;
 mod output;
@@ -16,6 +17,7 @@ mod plan;
 mod run;
 mod stored;
 mod target;
+mod tree_fields;
 mod units;
 mod write;
 
@@ -91,8 +93,16 @@ pub struct ConvertOptions {
     pub channels: Option<u8>,
     pub dtype: Option<Dtype>,
     pub fit: Fit,
-    /// A CSV of `path,label` rows labelling the files of a tree.
+    /// A CSV of `path,label` rows labelling the files of a tree, or with a header row, of a
+    /// class column, 0/1 label columns and value columns (`source::labels_csv`).
     pub labels: Option<PathBuf>,
+    /// The labels CSV's columns that hold numbers: the `values` field, in this order.
+    pub values: Vec<String>,
+    /// A folder of masks beside the tree's images, paired by relative path and stem (without
+    /// it, a folder laid out as `images/` beside `masks/` or `labels/` is found by itself).
+    pub masks: Option<PathBuf>,
+    /// Names of the mask values in value order; None: "0".."max" of the values seen.
+    pub mask_names: Option<Vec<String>>,
     /// A regex whose first capture group, matched against a file's path relative to the input,
     /// is its class (see `tree::LabelRegex`).
     pub label_from: Option<String>,

@@ -107,6 +107,13 @@ pub(super) fn request_key(o: &ConvertOptions) -> String {
     if let Some(l) = &o.labels {
         walk(l, l, &mut h);
     }
+    // Only where given: the requests of conversions without them keep their digests.
+    if !o.values.is_empty() || o.masks.is_some() || o.mask_names.is_some() {
+        h.update(format!("{:?}", (&o.values, &o.masks, &o.mask_names)).as_bytes());
+    }
+    if let Some(m) = &o.masks {
+        walk(m, m, &mut h);
+    }
     format!("{:016x}", h.digest())
 }
 

@@ -115,6 +115,7 @@ fn refuse_labels(o: &ConvertOptions, kind: Kind) -> Result<()> {
         for (flag, given) in [
             ("--labels", o.labels.is_some()),
             ("--label-from", o.label_from.is_some()),
+            ("--masks", o.masks.is_some()),
         ] {
             if given {
                 return Err(Error::Invalid(format!(

@@ -7,6 +7,7 @@ use super::part::take_part;
 use super::plan::plan;
 use super::stored::stored_target;
 use super::target::target;
+use super::tree_fields;
 use super::units::{Layout, Plan, Written};
 use super::write::write_splits;
 use super::*;
@@ -34,7 +35,7 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
     name_classes(o, &mut plan)?;
     crate::util::interrupt::check()?;
     let mut notes = plan.notes.clone();
-    let job = decide(o, &plan, &mut notes)?;
+    let mut job = decide(o, &plan, &mut notes)?;
     // The whole input was planned and the layout decided from it, so every part agrees on
     // them; now keep this part's range.
     let part = match o.part {
@@ -48,7 +49,7 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
     std::fs::create_dir_all(&staging).at(&staging)?;
     let mut not_u8: Option<String> = None;
     let written = write_splits(o, &plan, &job, &staging, part.is_some(), &mut not_u8);
-    let (infos, rejects) = match written {
+    let (mut infos, rejects) = match written {
         Ok(r) => r,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&staging);
@@ -58,7 +59,9 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
             };
         }
     };
-    if let Some(note) = super::msd::skipped_note(&plan) {
+    let skipped = super::msd::skipped_note(&plan);
+    let named = tree_fields::settle_mask_names(&plan.fields, &mut job.fields, &mut infos);
+    for note in [skipped, named].into_iter().flatten() {
         if !o.quiet {
             eprintln!("{note}");
         }
@@ -133,7 +136,8 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
             (t, spec, false)
         }
     };
-    refuse_fields_here(o, plan, &target)?;
+    let fields = tree_fields::fill(&plan.fields, &target);
+    refuse_fields_here(o, &fields, &target)?;
     // The headers read above skip their work once a signal asked to stop.
     crate::util::interrupt::check()?;
     if !o.quiet {
@@ -169,15 +173,16 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
         bs,
         sb,
         codec,
-        fields: plan.fields.clone(),
+        fields,
     })
 }
 
 /// Fields the output cannot hold: none in column-major files; a mask only at the target size.
-/// A .npy mask is declared at its own size (its images are not resized); an MSD mask at the
-/// target's, brought there with its image's placement (`transform::fit_mask`).
-fn refuse_fields_here(o: &ConvertOptions, plan: &Plan, t: &Target) -> Result<()> {
-    let Some(first) = plan.fields.iter().next() else {
+/// A .npy mask is declared at its own size (its images are not resized); a tree's and an MSD
+/// case's masks at the target's, brought there with their image's placement
+/// (`transform::fit_mask`).
+fn refuse_fields_here(o: &ConvertOptions, fields: &Fields, t: &Target) -> Result<()> {
+    let Some(first) = fields.iter().next() else {
         return Ok(());
     };
     if o.format == OutputFormat::Colmajor {
@@ -188,7 +193,7 @@ fn refuse_fields_here(o: &ConvertOptions, plan: &Plan, t: &Target) -> Result<()>
             first.kind.name()
         )));
     }
-    for f in plan.fields.iter() {
+    for f in fields.iter() {
         if f.kind == crate::format::fields::FieldKind::Mask && f.shape != [t.height, t.width] {
             return Err(Error::Invalid(format!(
                 "{}: its masks are {}x{}, the target {}x{}: samples with masks are kept at their own size (leave out --size and --shape's height and width)",

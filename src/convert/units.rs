@@ -2,6 +2,7 @@
 //! dataset's samples), the plan that holds them by split, the layout decided from it, and what
 //! the writing came to.
 
+use super::file_fields::FileFields;
 use super::*;
 
 /// One unit of decoding work: a file of a tree, or a range of samples of an array dataset.
@@ -12,6 +13,9 @@ pub(super) enum Unit {
         path: PathBuf,
         kind: Option<FileKind>,
         label: Option<u32>,
+        /// What its samples carry beside image and class (its mask, its labels CSV's labels
+        /// and values); None where the plan has no fields.
+        with: Option<Arc<FileFields>>,
     },
     Array {
         name: String,

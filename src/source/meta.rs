@@ -137,7 +137,15 @@ pub fn read(path: &Path, n: usize) -> Result<MetaLines, Reject> {
 
 /// The keys of the metadata `prep convert --meta` gives the samples of a tree's files.
 pub const FILE_KEYS: [&str; 9] = [
-    "source", "frame", "time", "slice", "patient", "series", "spacing_x", "spacing_y", "spacing_z",
+    "source",
+    "frame",
+    "time",
+    "slice",
+    "patient",
+    "series",
+    "spacing_x",
+    "spacing_y",
+    "spacing_z",
 ];
 
 /// Longest patient or series identifier kept (DICOM's LO and UI values are at most 64).
@@ -208,10 +216,11 @@ impl FileFacts {
         fixed.insert("source".into(), rel.into());
         Self::ids(&mut fixed, h.patient_id.clone(), h.series_uid.clone());
         let ps = h.pixel_spacing;
-        for (k, v) in ["spacing_x", "spacing_y", "spacing_z"]
-            .iter()
-            .zip([ps.map(|p| p[1]), ps.map(|p| p[0]), spacing_z])
-        {
+        for (k, v) in ["spacing_x", "spacing_y", "spacing_z"].iter().zip([
+            ps.map(|p| p[1]),
+            ps.map(|p| p[0]),
+            spacing_z,
+        ]) {
             if let Some(v) = v.and_then(serde_json::Number::from_f64) {
                 fixed.insert(k.to_string(), Value::Number(v));
             }
@@ -225,7 +234,10 @@ impl FileFacts {
     fn ids(fixed: &mut Map<String, Value>, patient: Option<String>, series: Option<String>) {
         for (k, v) in [("patient", patient), ("series", series)] {
             if let Some(v) = v {
-                fixed.insert(k.into(), v.chars().take(ID_CHARS).collect::<String>().into());
+                fixed.insert(
+                    k.into(),
+                    v.chars().take(ID_CHARS).collect::<String>().into(),
+                );
             }
         }
     }

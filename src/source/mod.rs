@@ -17,6 +17,8 @@ pub mod cifar;
 pub mod dicom;
 pub mod idx;
 pub mod images;
+pub mod labels_csv;
+pub mod mask;
 pub mod meta;
 pub mod msd;
 pub mod nifti;

@@ -2,6 +2,7 @@
 //! CSV, a regex over its path, or one class for a flat folder), and decide its split from a hash of
 //! its path.
 
+pub use super::labels_csv::{csv_path, read_labels_csv, CsvRow, LabelsCsv};
 use super::FileKind;
 pub use crate::util::error::{shown, shown_path};
 use regex::Regex;
@@ -43,12 +44,18 @@ pub struct Tree {
     pub dangling: Vec<String>,
     /// FIFOs, sockets and devices, or links to them (relative path, what it is): never opened.
     pub special: Vec<(String, &'static str)>,
+    /// The name a one-class dataset gets where it is not the walked folder's own (an `images/`
+    /// folder is named after the dataset folder around it).
+    pub named: Option<String>,
 }
 
 impl Tree {
     /// The name a one-class dataset gets: the folder's name, or a single file's name without
     /// its extensions.
     pub fn own_name(&self, input: &Path) -> String {
+        if let Some(n) = &self.named {
+            return n.clone();
+        }
         if self.single {
             let name = input.file_name().map(name_text).unwrap_or_default();
             let lower = name.to_ascii_lowercase();
@@ -122,6 +129,7 @@ pub fn walk(input: &Path) -> crate::Result<Tree> {
             folder_links: vec![],
             dangling: vec![],
             special: vec![],
+            named: None,
         });
     }
     let mut tree = Tree {
@@ -131,6 +139,7 @@ pub fn walk(input: &Path) -> crate::Result<Tree> {
         folder_links: vec![],
         dangling: vec![],
         special: vec![],
+        named: None,
     };
     let read = |dir: &Path| -> crate::Result<std::vec::IntoIter<std::fs::DirEntry>> {
         let mut entries: Vec<_> = std::fs::read_dir(dir)
@@ -189,130 +198,68 @@ pub fn walk(input: &Path) -> crate::Result<Tree> {
     Ok(tree)
 }
 
-/// One row of a labels CSV.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CsvRow {
-    pub label: String,
-    /// The line the row starts on (from 1), for messages.
-    pub line: u64,
-}
-
-/// The labels of a labels CSV: relative path (as [`csv_path`] makes it) -> row, and the rows
-/// whose path cannot name a file of the tree (an absolute path, one that leaves it through
-/// `..`): (path as written, why, naming the CSV and the line), rejected like missing files.
-#[derive(Debug, Clone, Default)]
-pub struct LabelsCsv {
-    pub rows: BTreeMap<String, CsvRow>,
-    pub outside: Vec<(String, String)>,
-}
-
-/// A labels CSV's path relative to the tree's root as a tree names its files: '\' read as '/',
-/// empty and `.` components dropped, `a/../b` is `b`. An absolute path, or one whose `..` climbs
-/// above the root, names no file of the tree: Err says why.
-pub fn csv_path(raw: &str) -> Result<String, &'static str> {
-    let p = raw.replace('\\', "/");
-    if p.starts_with('/') {
-        return Err("the path is absolute (paths are relative to the input folder)");
+/// A file's key for pairing with its mask: its relative path without its last extension
+/// (`a/b/x.jpg` pairs with `a/b/x.png`).
+pub fn stem_key(rel: &str) -> &str {
+    let name_at = rel.rfind('/').map_or(0, |i| i + 1);
+    match rel[name_at..].rfind('.') {
+        Some(i) if i > 0 => &rel[..name_at + i],
+        _ => rel,
     }
-    let mut parts: Vec<&str> = Vec::new();
-    for c in p.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                parts
-                    .pop()
-                    .ok_or("the path leaves the input folder through ..")?;
-            }
-            c => parts.push(c),
-        }
-    }
-    Ok(parts.join("/"))
 }
 
-/// Labels from a CSV of `path,label` rows (a header row `path,label` is allowed; a UTF-8 byte
-/// order mark, CRLF line ends, quoted fields and white space around fields are too). Paths are
-/// relative to the tree's root. A row without both fields, a path listed twice and a file
-/// without rows are errors naming the file and the line.
-pub fn read_labels_csv(path: &Path) -> Result<LabelsCsv, String> {
-    let name = shown_path(path);
-    let bytes = crate::store::local::read_capped(path, 1 << 30, "a labels CSV")
-        .map_err(|e| e.to_string())?;
-    let mut r = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_reader(&bytes[..]);
-    let mut out = LabelsCsv::default();
-    let mut rec = csv::StringRecord::new();
-    // Line numbers counted here: the csv crate's lag by one after a CRLF line end.
-    let (mut counted, mut lines) = (0, 0u64);
-    for i in 0.. {
-        if !r
-            .read_record(&mut rec)
-            .map_err(|e| format!("{name}: {e}"))?
-        {
-            break;
-        }
-        let mut start = rec.position().map_or(0, |p| p.byte() as usize).max(counted);
-        while matches!(bytes.get(start), Some(b'\r' | b'\n')) {
-            start += 1;
-        }
-        lines += bytes[counted..start]
+/// The folders of a dataset laid out as `images/` beside `masks/` (or `labels/`), any case:
+/// (images folder, masks folder, the other entries of `dir`). The masks folder must hold an
+/// image file (a `labels/` of YOLO text files is no mask folder); `masks/` wins over `labels/`.
+pub fn mask_layout(dir: &Path) -> Option<(PathBuf, PathBuf, Vec<String>)> {
+    let mut entries: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| (name_text(&e.file_name()), e.path()))
+        .filter(|(n, _)| !n.starts_with('.'))
+        .collect();
+    entries.sort();
+    let folder = |want: &str| {
+        entries
             .iter()
-            .filter(|&&b| b == b'\n')
-            .count() as u64;
-        counted = start;
-        let line = lines + 1;
-        let at = format!("{name}: line {line}");
-        let first = rec.get(0).map(|f| f.trim_start_matches('\u{feff}').trim());
-        if rec.len() != 2 {
-            return Err(format!(
-                "{at}: expected `path,label`, found {} fields",
-                rec.len()
-            ));
-        }
-        let (raw, label) = (first.unwrap_or_default(), &rec[1]);
-        if i == 0 && raw.eq_ignore_ascii_case("path") && label.eq_ignore_ascii_case("label") {
+            .find(|(n, p)| n.eq_ignore_ascii_case(want) && p.is_dir())
+            .map(|(_, p)| p.clone())
+    };
+    let images = folder("images")?;
+    let masks = ["masks", "labels"]
+        .iter()
+        .filter_map(|m| folder(m))
+        .find(|m| holds_an_image(m))?;
+    let others = entries
+        .into_iter()
+        .filter(|(_, p)| *p != images && *p != masks)
+        .map(|(n, p)| if p.is_dir() { format!("{n}/") } else { n })
+        .collect();
+    Some((images, masks, others))
+}
+
+/// Whether an image file lies under `dir` (a bounded look: the first 10,000 entries).
+fn holds_an_image(dir: &Path) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    let mut seen = 0;
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
             continue;
-        }
-        if raw.is_empty() || label.is_empty() {
-            return Err(format!(
-                "{at}: an empty {}",
-                if raw.is_empty() { "path" } else { "label" }
-            ));
-        }
-        let key = match csv_path(raw) {
-            Ok(k) if !k.is_empty() => k,
-            Ok(_) => {
-                return Err(format!(
-                    "{at}: {} names the input folder itself, not a file",
-                    shown(raw)
-                ))
-            }
-            Err(why) => {
-                out.outside.push((
-                    raw.to_string(),
-                    format!("listed in {name} line {line} but {why}"),
-                ));
-                continue;
-            }
         };
-        let row = CsvRow {
-            label: label.to_string(),
-            line,
-        };
-        if let Some(first) = out.rows.insert(key.clone(), row) {
-            return Err(format!(
-                "{at}: {} is listed twice (first on line {})",
-                shown(&key),
-                first.line
-            ));
+        for e in rd.flatten() {
+            seen += 1;
+            if seen > 10_000 {
+                return false;
+            }
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(p);
+            } else if matches!(FileKind::of(&p), Some(FileKind::Image | FileKind::Tiff)) {
+                return true;
+            }
         }
     }
-    if out.rows.is_empty() && out.outside.is_empty() {
-        return Err(format!("{name}: no `path,label` rows"));
-    }
-    Ok(out)
+    false
 }
 
 /// `--label-from REGEX`: the class of a file is the first capture group of the regex matched
@@ -500,6 +447,37 @@ mod tests {
 }
 
 #[cfg(test)]
+mod mask_layout_tests {
+    use super::*;
+
+    #[test]
+    fn stems_and_layouts() {
+        assert_eq!(stem_key("a/b/x.jpg"), "a/b/x");
+        assert_eq!(stem_key("a.b/x.tar.png"), "a.b/x.tar");
+        assert_eq!(stem_key("a.b/.x"), "a.b/.x");
+        assert_eq!(stem_key("noext"), "noext");
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir_all(d.join("Images/train")).unwrap();
+        std::fs::create_dir_all(d.join("labels/train")).unwrap();
+        // YOLO text labels are no masks.
+        std::fs::write(d.join("labels/train/x.txt"), "0 0.5 0.5 1 1").unwrap();
+        assert!(mask_layout(d).is_none());
+        std::fs::write(d.join("labels/train/x.png"), b"x").unwrap();
+        std::fs::write(d.join("README.md"), b"x").unwrap();
+        let (i, m, others) = mask_layout(d).unwrap();
+        assert_eq!((i, m), (d.join("Images"), d.join("labels")));
+        assert_eq!(others, ["README.md"]);
+        // masks/ wins over labels/.
+        std::fs::create_dir_all(d.join("masks")).unwrap();
+        std::fs::write(d.join("masks/x.tif"), b"x").unwrap();
+        let (_, m, others) = mask_layout(d).unwrap();
+        assert_eq!(m, d.join("masks"));
+        assert_eq!(others, ["README.md", "labels/"]);
+    }
+}
+
+#[cfg(test)]
 mod split_tests {
     use super::*;
 
@@ -548,35 +526,6 @@ mod split_tests {
 #[cfg(test)]
 mod csv_tests {
     use super::*;
-
-    #[test]
-    fn labels_csv_lines_paths_and_outside_rows() {
-        let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("l.csv");
-        std::fs::write(
-            &p,
-            "\u{feff}path,label\r\na.png,x\r\n\"b\nc.png\",y\r\n../d.png,x\r\n./e//f/../g.png, z \r\n",
-        )
-        .unwrap();
-        let l = read_labels_csv(&p).unwrap();
-        let rows: Vec<(&str, &str, u64)> = l
-            .rows
-            .iter()
-            .map(|(k, r)| (k.as_str(), r.label.as_str(), r.line))
-            .collect();
-        assert_eq!(
-            rows,
-            [("a.png", "x", 2), ("b\nc.png", "y", 3), ("e/g.png", "z", 6)]
-        );
-        assert_eq!(l.outside.len(), 1);
-        assert!(l.outside[0].1.contains("line 5"), "{:?}", l.outside);
-        assert_eq!(
-            csv_path("a/../../b"),
-            Err("the path leaves the input folder through ..")
-        );
-        assert!(csv_path("/a").is_err());
-        assert_eq!(csv_path("a\\b"), Ok("a/b".into()));
-    }
 
     #[test]
     fn names_that_are_not_utf8_are_escaped_and_shown_on_one_line() {

@@ -340,7 +340,11 @@ pub fn frame_rate(path: &Path) -> Option<f64> {
     let ffprobe = ffprobe_next_to(&ffmpeg().ok()?)?;
     let out = Command::new(&ffprobe)
         .args(["-v", "error", "-select_streams", "v:0", "-show_entries"])
-        .args(["stream=avg_frame_rate", "-of", "default=noprint_wrappers=1:nokey=1"])
+        .args([
+            "stream=avg_frame_rate",
+            "-of",
+            "default=noprint_wrappers=1:nokey=1",
+        ])
         .arg(ffmpeg_input(path))
         .stdin(Stdio::null())
         .output()
