@@ -370,6 +370,11 @@ pub struct ConvertArgs {
     /// background (value 0); a line on stderr counts them.
     #[arg(long)]
     pub skip_empty_masks: bool,
+    /// Trees of files: give every sample a `meta` field of where it comes from: its source
+    /// path, page/frame or slice number, a video frame's time, DICOM patient and series, voxel
+    /// spacing (prep inspect counts the keys; Python gives a dict a sample).
+    #[arg(long)]
+    pub meta: bool,
     #[command(flatten)]
     pub store: StoreArgs,
     /// Convert part I (from 0) of N of the input, for a job array: every part plans the whole

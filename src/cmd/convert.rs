@@ -186,6 +186,7 @@ fn convert_options(
         force: a.force,
         part: a.part,
         skip_empty_masks: a.skip_empty_masks,
+        meta: a.meta,
         quiet,
     }
 }

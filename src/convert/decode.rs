@@ -23,7 +23,7 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
             kind,
             label,
             with,
-            ..
+            rel,
         } => {
             let kind = kind.ok_or_else(|| Reject::new("unknown file kind"))?;
             let label = label.expect("tree units are labelled");
@@ -34,11 +34,13 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
                     Some(w) => w.read_mask()?,
                     None => None,
                 };
+                let facts = with.as_ref().and_then(|w| w.facts(kind, path, rel));
                 kind.decode(path, d, &mut |frame| {
                     let i = labels.len();
                     if let Some(w) = with {
                         let (_, hw) = frame.native();
                         w.push(i, hw, masks.as_deref(), t, &mut fields)?;
+                        w.push_meta(i, facts.as_ref(), d, &mut fields)?;
                     }
                     to_sample(frame, t, &mut px)
                         .map_err(|why| Reject::new(format!("image {i}: {why}")))?;
@@ -68,13 +70,20 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
                 Err(_) => return Err(Reject::new("the decoder crashed on this case").into()),
             };
         }
-        Unit::Series { plan, label, .. } => {
+        Unit::Series {
+            plan, label, meta, ..
+        } => {
+            let facts = meta.as_ref().map(|_| series_facts(plan));
             // Files that do not make it are named one by one, so a series never fails as a whole
             // here.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 series::decode_series(plan, d, &mut |frame| {
                     to_sample(frame, t, &mut px)
                         .map_err(|why| Reject::new(format!("image {}: {why}", labels.len())))?;
+                    if let (Some(f), Some(facts)) = (meta, &facts) {
+                        let m = facts.image(labels.len(), d);
+                        fields.extend(f.encode_meta(&m).map_err(Reject::new)?);
+                    }
                     labels.push(*label);
                     Ok(())
                 })
@@ -84,11 +93,13 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
                 Ok(Err(all)) => {
                     px.clear();
                     labels.clear();
+                    fields.clear();
                     all
                 }
                 Err(_) => {
                     px.clear();
                     labels.clear();
+                    fields.clear();
                     let why = format!("the decoder crashed on its series {}", plan.uid);
                     plan.slots
                         .iter()
@@ -104,4 +115,15 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
         }
     }
     Ok((px, labels, fields, left_out))
+}
+
+/// The facts of a DICOM series read as one volume: its first file's patient, series and pixel
+/// spacing, slices numbered in volume order.
+fn series_facts(plan: &series::SeriesPlan) -> crate::source::meta::FileFacts {
+    let first = plan.slots.iter().flatten().next();
+    let h = first
+        .and_then(|f| crate::source::dicom::read_header(&f.path).ok())
+        .unwrap_or_default();
+    let rel = first.map_or("", |f| f.rel.as_str());
+    crate::source::meta::FileFacts::of_series(rel, &h, None)
 }

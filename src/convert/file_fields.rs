@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::source::mask::{self, MaskFrame, MaskValues};
+use crate::source::meta::FileFacts;
 use crate::source::transform::fit_mask;
 
 /// How a tree's masks are stored: the field's dtype, and with `--mask-names` how many values
@@ -21,6 +22,8 @@ pub(super) struct FileFields {
     pub(super) mask: Option<(PathBuf, String, Arc<MaskRule>)>,
     /// Its labels and values from the labels CSV, the same for every frame.
     pub(super) csv: Box<[u8]>,
+    /// The metadata field (`--meta`), last of the fields: each frame's facts of its file.
+    pub(super) meta: Option<Field>,
 }
 
 impl FileFields {
@@ -62,6 +65,31 @@ impl FileFields {
         }
         out.extend_from_slice(&self.csv);
         Ok(())
+    }
+
+    /// Append frame `i`'s metadata (after `push`: it is the last field).
+    pub(super) fn push_meta(
+        &self,
+        i: usize,
+        facts: Option<&FileFacts>,
+        d: &DecodeOptions,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Reject> {
+        if let (Some(f), Some(facts)) = (&self.meta, facts) {
+            out.extend(f.encode_meta(&facts.image(i, d)).map_err(Reject::new)?);
+        }
+        Ok(())
+    }
+
+    /// The facts of the file `path` (`rel`) its metadata comes from, where it has some.
+    pub(super) fn facts(&self, kind: FileKind, path: &Path, rel: &str) -> Option<FileFacts> {
+        self.meta.as_ref()?;
+        Some(FileFacts::of(kind, path, rel))
+    }
+
+    /// Whether the file's samples carry anything besides metadata.
+    pub(super) fn labels_it(&self) -> bool {
+        self.mask.is_some() || !self.csv.is_empty()
     }
 
     /// After the image's `n` frames: its mask must have had as many.

@@ -735,7 +735,13 @@ fn series_units(
                 label: Some(s.label(&group.class)),
             },
             // A labels CSV's columns label single files; a series is one volume of many.
-            series::What::Series(plan) if !s.with.is_empty() => {
+            series::What::Series(plan)
+                if plan
+                    .slots
+                    .iter()
+                    .flatten()
+                    .any(|f| s.with.get(&f.rel).is_some_and(|w| w.labels_it())) =>
+            {
                 for f in plan.slots.iter().flatten() {
                     made.field_rejects.push(RejectEntry {
                         path: f.rel.clone(),
@@ -750,7 +756,13 @@ fn series_units(
             series::What::Series(plan) => {
                 n_series += 1;
                 n_files += plan.files();
+                let meta = plan
+                    .slots
+                    .iter()
+                    .flatten()
+                    .find_map(|f| s.with.get(&f.rel).and_then(|w| w.meta.clone()));
                 Unit::Series {
+                    meta,
                     name: format!(
                         "{} (series {}, {} files)",
                         group.first,

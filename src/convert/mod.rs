@@ -120,6 +120,9 @@ pub struct ConvertOptions {
     pub part: Option<PartSpec>,
     /// Volumes with label volumes (MSD): leave out slices whose mask is all background.
     pub skip_empty_masks: bool,
+    /// Give every sample of a tree's files a `meta` field: its source path, frame or slice,
+    /// a video frame's time, DICOM patient and series, voxel size (`source::meta::FILE_KEYS`).
+    pub meta: bool,
     pub quiet: bool,
 }
 

@@ -47,6 +47,9 @@ pub(super) fn request_key(o: &ConvertOptions) -> String {
         .as_bytes(),
     );
     // Only where given: the keys of earlier conversions stay as they were.
+    if o.meta {
+        h.update(b"meta");
+    }
     if o.skip_empty_masks {
         h.update(b"skip_empty_masks");
     }

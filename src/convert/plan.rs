@@ -124,6 +124,17 @@ fn refuse_labels(o: &ConvertOptions, kind: Kind) -> Result<()> {
                 )));
             }
         }
+        if o.meta {
+            let npy = if kind == Kind::Npy {
+                " (.npy arrays take their metadata from meta_<split>.jsonl beside them)"
+            } else {
+                ""
+            };
+            return Err(Error::Invalid(format!(
+                "{}: --meta gives the samples of a folder's files where they come from, but this is a {kind:?} dataset{npy}",
+                tree::shown_path(&o.input)
+            )));
+        }
     }
     Ok(())
 }

@@ -239,6 +239,9 @@ fn cut_part(o: &ConvertOptions, plan: &mut Plan, job: &Layout, p: PartSpec) -> R
         // Only where there are fields: the jobs of datasets without keep their digests.
         digest["fields"] = serde_json::json!(job.fields);
     }
+    if o.meta {
+        digest["meta"] = true.into();
+    }
     if o.skip_empty_masks {
         digest["skip_empty_masks"] = true.into();
     }

@@ -203,6 +203,16 @@ pub(super) fn attach<'t>(
             fields.push(Field::values("values", c.values.clone()));
         }
     }
+    let meta = o.meta.then(|| {
+        let longest = chosen
+            .iter()
+            .map(|(f, _)| serde_json::to_string(&f.rel).map_or(0, |s| s.len()))
+            .max()
+            .unwrap_or(0);
+        let keys = crate::source::meta::FILE_KEYS.map(String::from).to_vec();
+        Field::meta("meta", keys, crate::source::meta::file_bytes(longest))
+    });
+    fields.extend(meta.clone());
     let mut per_file = BTreeMap::new();
     if !fields.is_empty() {
         for (f, _) in &chosen {
@@ -211,7 +221,8 @@ pub(super) fn attach<'t>(
                 .zip(rule.as_ref())
                 .map(|((p, shown), r)| (p.clone(), shown.clone(), r.clone()));
             let csv = csv.map_or_else(Box::default, |c| c.rows[&f.rel].fields.clone());
-            per_file.insert(f.rel.clone(), Arc::new(FileFields { mask, csv }));
+            let meta = meta.clone();
+            per_file.insert(f.rel.clone(), Arc::new(FileFields { mask, csv, meta }));
         }
     }
     Ok((chosen, Fields(fields), per_file))

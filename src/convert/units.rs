@@ -28,6 +28,8 @@ pub(super) enum Unit {
         name: String,
         plan: Arc<SeriesPlan>,
         label: u32,
+        /// The metadata field (`--meta`): the series' facts, each slice's number.
+        meta: Option<Field>,
         /// What it will give, from its headers.
         probe: Probe,
     },

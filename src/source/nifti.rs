@@ -314,7 +314,8 @@ fn parse_header(hdr: &[u8; 348]) -> Result<Layout, Reject> {
         slope,
         inter,
         spacing: [1, 2, 3].map(|i| {
-            let v = h.pixdim[i].abs() as f64;
+            // Through the f32's shortest decimal: 0.8 stays 0.8, not 0.800000011920929.
+            let v: f64 = h.pixdim[i].abs().to_string().parse().unwrap_or(f64::NAN);
             (v.is_finite() && v > 0.0).then_some(v)
         }),
     })

@@ -660,3 +660,88 @@ fn without_patient_id_the_study_groups_the_split() {
     assert_eq!(splits.len(), 1, "one study, one split: {splits:?}");
     assert_eq!(source(&out)["split_key"], "StudyInstanceUID");
 }
+
+/// `--meta`: a series' slices carry its patient, series, pixel spacing and their slice number in
+/// volume order (whatever the file order), a NIfTI's slices its voxel size, an image its path;
+/// `--meta` on a dataset with labels of its own is refused.
+#[test]
+fn meta_says_where_each_slice_comes_from() {
+    use prep::format::fields::FieldKind;
+    let t = tempfile::tempdir().unwrap();
+    let mut slices = series(5, 6, 5);
+    for s in &mut slices {
+        s.patient = Some("PAT-7".into());
+    }
+    let perm = shuffled(5);
+    write_series(&t.path().join("in/ct"), &slices, |k| {
+        format!("x{:02}.dcm", perm[k])
+    });
+    crate::scans::nifti(&t.path().join("in/mr/v.nii"), &[5, 6, 3], &[7; 90]);
+    let out = t.path().join("out");
+    run(
+        &[
+            "convert",
+            t.path().join("in").to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--meta",
+            "--test-fraction",
+            "0",
+            "--quiet",
+        ],
+        0,
+    );
+    let d = Dataset::open(&out).unwrap();
+    let f = &d.manifest.fields.0[0];
+    assert_eq!(f.kind, FieldKind::Meta);
+    let mut got = Vec::new();
+    for (_, sh) in d.shards() {
+        let r = d.open_shard(sh).unwrap();
+        for b in 0..r.num_blocks() {
+            let blk = r.read_block(b).unwrap();
+            for i in 0..blk.len() {
+                got.push(serde_json::Value::Object(
+                    f.decode_meta(blk.field(&d.manifest.fields, 0, i)).unwrap(),
+                ));
+            }
+        }
+    }
+    let ct: Vec<&serde_json::Value> = got.iter().filter(|m| m["patient"] == "PAT-7").collect();
+    assert_eq!(ct.len(), 5, "{got:?}");
+    for (k, m) in ct.iter().enumerate() {
+        assert_eq!(m["slice"], k, "{m}");
+        assert_eq!(m["series"], "1.2.826.0.1.3680043.99.1");
+        assert_eq!(
+            (m["spacing_x"].as_f64(), m["spacing_y"].as_f64()),
+            (Some(0.7), Some(0.7))
+        );
+        assert!(m["source"].as_str().unwrap().starts_with("ct/x"), "{m}");
+    }
+    let mr: Vec<&serde_json::Value> = got.iter().filter(|m| m["source"] == "mr/v.nii").collect();
+    assert_eq!(mr.len(), 3);
+    for (k, m) in mr.iter().enumerate() {
+        assert_eq!(
+            (m["slice"].as_u64(), m["spacing_z"].as_f64()),
+            (Some(k as u64), Some(1.0))
+        );
+    }
+    let npy = t.path().join("npy");
+    std::fs::create_dir_all(&npy).unwrap();
+    crate::util::write_npy(&npy.join("x_train.npy"), "|u1", &[2, 2, 2], &[0; 8]);
+    crate::util::write_npy(&npy.join("y_train.npy"), "|u1", &[2], &[0, 1]);
+    let o = run(
+        &[
+            "convert",
+            npy.to_str().unwrap(),
+            "--out",
+            t.path().join("o2").to_str().unwrap(),
+            "--meta",
+        ],
+        2,
+    );
+    assert!(
+        crate::util::stderr(&o).contains("meta_<split>.jsonl"),
+        "{}",
+        crate::util::stderr(&o)
+    );
+}
