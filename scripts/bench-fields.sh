@@ -40,3 +40,26 @@ for kind in class mask; do
 n,cs,vs,ckb,vkb,per=$n,$cs,$vs,$ckb,$vkb,$per
 print(f'| {\"$kind\"} | {cs:.2f} | {n/cs:,.0f} | {ckb/1024:.1f} | {vs:.2f} | {n/vs:,.0f} | {n*per/vs/2**20:,.0f} | {vkb/1024:.1f} |')"
 done
+# Read back through the Python reader (batches() of 512, every core), where `import prep` works:
+# PY=/path/to/python of a venv with prep installed.
+if ${PY:-python3} -c "import prep" 2>/dev/null; then
+  printf '\n| input | batches() s | samples/s | MiB/s (pixels + fields) |\n| --- | --- | --- | --- |\n'
+  for kind in class mask; do
+    ${PY:-python3} - "$work/out-$kind" "$kind" <<'PY'
+import sys, time
+import prep
+s = prep.open(sys.argv[1])["train"]
+best = None
+for _ in range(3):
+    t = time.perf_counter(); n = 0; nbytes = 0
+    for b in s.batches(512, seed=0):
+        if isinstance(b, dict):
+            n += len(b["class"]); nbytes += sum(v.nbytes for v in b.values())
+        else:
+            n += len(b[1]); nbytes += b[0].nbytes + b[1].nbytes
+    dt = time.perf_counter() - t
+    best = dt if best is None else min(best, dt)
+print(f"| {sys.argv[2]} | {best:.2f} | {n / best:,.0f} | {nbytes / best / 2**20:,.0f} |")
+PY
+  done
+fi

@@ -259,3 +259,31 @@ def test_fields_come_as_dicts_of_tensors(tmp_path, task, workers):
             for k in b:
                 assert a[k].device.type == "cuda"
                 assert torch.equal(a[k].cpu(), b[k]), k
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_metadata_comes_as_lists_of_dicts(tmp_path, workers):
+    """A `meta` field: a list of dicts a batch, beside the image tensors, on every path."""
+    import json
+    from conftest import run_prep
+    n = 90
+    x = (np.arange(n * 4 * 4) % 251).astype(np.uint8).reshape(n, 4, 4)
+    np.save(tmp_path / "x_train.npy", x)
+    np.save(tmp_path / "y_train.npy", (np.arange(n) % 3).astype(np.uint8))
+    lines = [{"case": f"c{i // 9}", "slice": i % 9} for i in range(n)]
+    (tmp_path / "meta_train.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    out = tmp_path / "ds"
+    run_prep("convert", tmp_path, "--out", out, "--test-fraction", "0", "--block-samples", 16,
+             "--quiet")
+    by_image = {x[i].tobytes(): lines[i] for i in range(n)}
+    paths = [dict()] + ([dict(device="cuda")] if torch.cuda.is_available() else [])
+    for extra in paths:
+        data = pt.ShardDataset(out, "train", batch_size=20, seed=2)
+        batches = list(pt.DataLoader(data, num_workers=workers, **extra))
+        seen = 0
+        for b in batches:
+            assert isinstance(b["meta"], list) and len(b["meta"]) == len(b["class"])
+            for img, m in zip(b["image"].cpu().numpy(), b["meta"]):
+                assert by_image[img[0].tobytes()] == m
+                seen += 1
+        assert seen == n
