@@ -243,6 +243,11 @@ impl Field {
         match (self.kind, self.dtype) {
             (FieldKind::Mask, Dtype::U8) => {
                 let k = self.names.len();
+                // The largest value first: a scan the compiler vectorises, where a search for
+                // the first bad one stops it.
+                if (*values.iter().max()? as usize) < k {
+                    return None;
+                }
                 let i = values.iter().position(|&v| v as usize >= k)?;
                 let (s, p) = at(i);
                 Some((
@@ -261,6 +266,9 @@ impl Field {
                 Some((s, p, format!("mask value {v} beyond its {k} names")))
             }
             (FieldKind::Labels, _) => {
+                if *values.iter().max()? <= 1 {
+                    return None;
+                }
                 let i = values.iter().position(|&v| v > 1)?;
                 let (s, p) = at(i);
                 Some((s, p, format!("label value {} is not 0 or 1", values[i])))
