@@ -209,6 +209,11 @@ fn unpack(buf: &[u8], line: usize, w: usize, h: usize, bits: usize, c: usize) ->
     let mut out = Vec::with_capacity(w * h);
     for y in 0..h {
         let row = &buf[y * line..];
+        if bits == 8 && c == 1 {
+            // Grey and palette masks, the usual case: each row as it is.
+            out.extend_from_slice(&row[..w]);
+            continue;
+        }
         if bits == 8 {
             out.extend(row.iter().step_by(c).take(w));
             continue;
