@@ -30,12 +30,16 @@ fn el(out: &mut Vec<u8>, group: u16, elem: u16, vr: &[u8; 2], value: &[u8]) {
 /// A CT-like DICOM Part 10 file: 16-bit unsigned MONOCHROME2, explicit VR little endian, with
 /// Rescale Slope/Intercept and a window; `pixels` holds `frames * rows * cols` stored values.
 pub(crate) fn dicom(rows: u16, cols: u16, frames: u32, pixels: &[u16]) -> Vec<u8> {
+    dicom_of(b"1.2.840.10008.5.1.4.1.1.2", rows, cols, frames, pixels) // CT Image Storage
+}
+
+/// `dicom` of another SOP class.
+fn dicom_of(sop_class: &[u8], rows: u16, cols: u16, frames: u32, pixels: &[u16]) -> Vec<u8> {
     assert_eq!(
         pixels.len(),
         frames as usize * rows as usize * cols as usize
     );
     let uid = b"1.2.826.0.1.3680043.2.1125.1";
-    let sop_class = b"1.2.840.10008.5.1.4.1.1.2"; // CT Image Storage
     let mut meta = Vec::new();
     el(&mut meta, 0x0002, 0x0001, b"OB", &[0, 1]);
     el(&mut meta, 0x0002, 0x0002, b"UI", sop_class);
@@ -396,4 +400,56 @@ fn nifti_volumes_are_sliced_along_the_axis() {
         "{r:?}"
     );
     assert_eq!(totals(&inspect(&out)).0, 6);
+}
+
+/// A DICOM Segmentation object is refused by name, alone or in a series folder, never read as
+/// an image.
+#[test]
+fn dicom_seg_is_refused_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    let seg = dicom_of(b"1.2.840.10008.5.1.4.1.1.66.4", 4, 4, 2, &[1; 32]);
+    write(&t.path().join("in/scan/seg.dcm"), &seg);
+    write(
+        &t.path().join("in/scan/ct.dcm"),
+        &dicom(4, 4, 1, &ramp(16, 3)),
+    );
+    let out = t.path().join("out");
+    let o = run(
+        &[
+            "convert",
+            t.path().join("in").to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--test-fraction",
+            "0",
+            "--quiet",
+        ],
+        0,
+    );
+    let r = rejects(&out);
+    assert_eq!(r.len(), 1, "{r:?} {}", stderr(&o));
+    assert!(r[0]["path"].as_str().unwrap().ends_with("seg.dcm"), "{r:?}");
+    assert!(
+        r[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("DICOM Segmentation (SEG)"),
+        "{r:?}"
+    );
+    let o = run(
+        &[
+            "convert",
+            t.path().join("in/scan/seg.dcm").to_str().unwrap(),
+            "--out",
+            t.path().join("o2").to_str().unwrap(),
+            "--on-error",
+            "fail",
+        ],
+        1,
+    );
+    assert!(
+        stderr(&o).contains("prep does not read DICOM SEG"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -78,6 +78,7 @@ pub(super) fn header_from_head(
 }
 
 pub(super) fn header_of(obj: &DefaultDicomObject) -> Result<SeriesHeader, Reject> {
+    super::refuse_seg(obj)?;
     let text = |tag| -> Option<String> {
         let s = obj.get(tag)?.to_str().ok()?;
         let s = s.trim_matches(|c: char| c == ' ' || c == '\0');

@@ -149,6 +149,7 @@ fn probe_head(
     opts: &DecodeOptions,
 ) -> Result<Option<Probe>, Reject> {
     let obj = parse_head(head, whole, file_len)?;
+    refuse_seg(&obj)?;
     let int = |tag| -> Option<u32> { obj.get(tag)?.to_int::<u32>().ok() };
     let (Some(rows), Some(cols)) = (int(tags::ROWS), int(tags::COLUMNS)) else {
         return Ok(None);
@@ -167,11 +168,33 @@ fn probe_head(
     }))
 }
 
+/// DICOM Segmentation Storage: segments as bit planes with their own frame layout, not an
+/// image of the series. Read as an image it would give wrong pictures without a word.
+const SEG_SOP_CLASS: &str = "1.2.840.10008.5.1.4.1.1.66.4";
+
+/// A DICOM SEG object is refused by name: prep does not read its segments (yet).
+pub(super) fn refuse_seg(obj: &DefaultDicomObject) -> Result<(), Reject> {
+    let text = |tag| -> Option<String> {
+        let s = obj.get(tag)?.to_str().ok()?;
+        Some(s.trim_matches(|c: char| c == ' ' || c == '\0').to_string())
+    };
+    let sop = text(tags::SOP_CLASS_UID).unwrap_or_default();
+    if sop == SEG_SOP_CLASS || text(tags::MODALITY).as_deref() == Some("SEG") {
+        return Err(Reject::new(
+            "a DICOM Segmentation (SEG) object: prep does not read DICOM SEG; export its segments \
+             as a label volume (NIfTI, e.g. with dcmqi's segimage2itkimage) and convert them with \
+             their scans in the MSD/nnU-Net layout (imagesTr/ + labelsTr/)",
+        ));
+    }
+    Ok(())
+}
+
 fn decode_object(
     obj: &DefaultDicomObject,
     opts: &DecodeOptions,
     emit: &mut Emit,
 ) -> Result<(), Reject> {
+    refuse_seg(obj)?;
     let ts = obj.meta().transfer_syntax().to_string();
     check_pixel_data(obj)?;
     check_dimensions(obj)?;
