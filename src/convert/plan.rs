@@ -291,7 +291,7 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
         let (labels, targets) = match targets {
             npy::Targets::Class(labels) => (labels, None),
             t => {
-                let f = target_field(&t, im.channels, (im.height, im.width));
+                let f = target_field(&t);
                 field = Some(join_fields(input, &file_name(lp), field.take(), f)?);
                 (vec![0; im.n], Some(t))
             }
@@ -414,17 +414,16 @@ fn file_name(p: &Path) -> String {
         .into_owned()
 }
 
-/// The field a `y` array that is not classes makes: `mask` (value names "0", "1", ...),
-/// `labels` or `values` (names "0".."K-1").
-fn target_field(t: &npy::Targets, channels: usize, (h, w): (usize, usize)) -> Field {
+/// The field a `y` array that is not classes makes: `mask` (value names "0", "1", ...; its
+/// shape the target's, known once the target is: `tree_fields::fill`), `labels` or `values`
+/// (names "0".."K-1").
+fn target_field(t: &npy::Targets) -> Field {
     let names = |n: usize| (0..n).map(|k| k.to_string()).collect::<Vec<_>>();
     match t {
-        npy::Targets::Mask { array, values } => Field::mask(
-            "mask",
-            &[channels as u32, h as u32, w as u32],
-            array.dtype,
-            names(*values),
-        ),
+        npy::Targets::Mask { array, values } => Field {
+            shape: vec![],
+            ..Field::mask("mask", &[1], array.dtype, names(*values))
+        },
         npy::Targets::Labels { k, .. } => Field::labels("labels", names(*k)),
         npy::Targets::Values { k, .. } => Field::values("values", names(*k)),
         npy::Targets::Class(_) => unreachable!("classes are no field"),

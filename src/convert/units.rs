@@ -187,8 +187,8 @@ impl Array {
             match r {
                 Ok(()) => {
                     labels.push(self.labels[i]);
-                    if let Some(t) = &targets {
-                        t.push(i - start, fields);
+                    if let Some(tg) = &targets {
+                        tg.push(i - start, (self.width, self.height), t, fields);
                     }
                     if let Some((m, f)) = &self.meta {
                         fields.extend(m.encode(i, f)?);
@@ -291,11 +291,26 @@ impl ChunkTargets {
         }
     }
 
-    /// Append sample `j`'s field bytes.
-    fn push(&self, j: usize, out: &mut Vec<u8>) {
+    /// Append sample `j`'s field bytes; a mask of its images' size `(w, h)` is brought to the
+    /// target with its image's placement (nearest, `fit_mask`).
+    fn push(&self, j: usize, (w, h): (usize, usize), t: &Target, out: &mut Vec<u8>) {
         match self {
             ChunkTargets::Mask { v, bytes } => {
-                out.extend_from_slice(&v[j * bytes..(j + 1) * bytes])
+                let m = &v[j * bytes..(j + 1) * bytes];
+                let (wu, hu) = (w as u32, h as u32);
+                if (t.width, t.height) == (wu, hu) {
+                    out.extend_from_slice(m)
+                } else if *bytes == w * h {
+                    out.extend(crate::source::transform::fit_mask(m, wu, hu, t))
+                } else {
+                    let m: Vec<u16> = m
+                        .chunks_exact(2)
+                        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                        .collect();
+                    for x in crate::source::transform::fit_mask(&m, wu, hu, t) {
+                        out.extend_from_slice(&x.to_le_bytes());
+                    }
+                }
             }
             ChunkTargets::Labels { v, k } => out.extend_from_slice(&v[j * k..(j + 1) * k]),
             ChunkTargets::Values { v, k } => v[j * k..(j + 1) * k]

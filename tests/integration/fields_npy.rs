@@ -208,19 +208,6 @@ fn bad_targets_are_refused_or_left_out_naming_the_file_and_sample() {
             &["--format", "colmajor"],
             "the column-major layout has images and class labels only",
         ),
-        (
-            "mask with --size",
-            Box::new(|p| {
-                write_npy(
-                    &p.join("y_train.npy"),
-                    "|u1",
-                    &[N, H, W],
-                    &vec![1; N * H * W],
-                )
-            }),
-            &["--size", "4"],
-            "its masks are 6x5, the target 4x4",
-        ),
     ];
     for (what, make, extra, want) in cases {
         let d = tempfile::tempdir().unwrap();
@@ -378,4 +365,68 @@ fn a_metadata_file_beside_the_arrays_becomes_a_meta_field() {
         "{}",
         stderr(&o)
     );
+}
+
+/// With `--size` and each `--fit`, a mask array is brought to the target with its image's
+/// placement by nearest-neighbour sampling: equal to `fit_mask` of the source, values never
+/// blended; u16 masks too.
+#[test]
+fn mask_arrays_follow_their_images_through_every_fit() {
+    use prep::source::transform::{fit_mask, Fit, Target};
+    for (descr, values) in [("|u1", 3u64), ("<u2", 300)] {
+        let d = tempfile::tempdir().unwrap();
+        images(d.path());
+        let mask: Vec<u64> = (0..N * H * W)
+            .map(|i| (i as u64 * 7 + i as u64 / 5) % values)
+            .collect();
+        let size = if descr == "|u1" { 1 } else { 2 };
+        let bytes: Vec<u8> = mask
+            .iter()
+            .flat_map(|v| v.to_le_bytes()[..size].to_vec())
+            .collect();
+        write_npy(&d.path().join("y_train.npy"), descr, &[N, H, W], &bytes);
+        for (fit, name) in [
+            (Fit::Crop, "crop"),
+            (Fit::Stretch, "stretch"),
+            (Fit::Pad, "pad"),
+        ] {
+            let out = d.path().join(format!("out-{name}"));
+            run(
+                &[
+                    "convert",
+                    d.path().to_str().unwrap(),
+                    "--out",
+                    out.to_str().unwrap(),
+                    "--size",
+                    "4x9",
+                    "--fit",
+                    name,
+                    "--test-fraction",
+                    "0",
+                    "--quiet",
+                ],
+                0,
+            );
+            let (got, ds) = read_fields(&out);
+            assert_eq!(ds.manifest.fields.0[0].shape, [4, 9], "{name}");
+            let t = Target {
+                channels: 1,
+                height: 4,
+                width: 9,
+                dtype: prep::format::shard::Dtype::U8,
+                fit,
+            };
+            for (i, g) in got.iter().enumerate() {
+                let src: Vec<u16> = mask[i * H * W..(i + 1) * H * W]
+                    .iter()
+                    .map(|&v| v as u16)
+                    .collect();
+                let want: Vec<u8> = fit_mask(&src, W as u32, H as u32, &t)
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes()[..size].to_vec())
+                    .collect();
+                assert_eq!(g, &want, "{descr} {name} sample {i}");
+            }
+        }
+    }
 }
