@@ -370,9 +370,10 @@ pub struct ConvertArgs {
     /// background (value 0); a line on stderr counts them.
     #[arg(long)]
     pub skip_empty_masks: bool,
-    /// Trees of files: give every sample a `meta` field of where it comes from: its source
-    /// path, page/frame or slice number, a video frame's time, DICOM patient and series, voxel
-    /// spacing (prep inspect counts the keys; Python gives a dict a sample).
+    /// Trees of files and MSD/nnU-Net folders: give every sample a `meta` field of where it
+    /// comes from: its source path (MSD: its case), page/frame or slice number, a video frame's
+    /// time, DICOM patient and series, voxel spacing (prep inspect counts the keys; Python gives
+    /// a dict a sample).
     #[arg(long)]
     pub meta: bool,
     #[command(flatten)]

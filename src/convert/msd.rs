@@ -53,6 +53,23 @@ pub(super) fn plan_msd(o: &ConvertOptions) -> Result<Plan> {
             tree::shown_path(&root.join(msd::DATASET_JSON))
         ))
     })?;
+    let meta = o.meta.then(|| {
+        let longest = found
+            .cases
+            .iter()
+            .map(|c| c.id.len() + c.images[0].rel.len())
+            .max();
+        let keys = [
+            "case",
+            "source",
+            "slice",
+            "spacing_x",
+            "spacing_y",
+            "spacing_z",
+        ];
+        let bytes = crate::source::meta::file_bytes(6 * longest.unwrap_or(0) + 2);
+        Field::meta("meta", keys.map(String::from).to_vec(), bytes)
+    });
     let job = Arc::new(CaseJob {
         options: CaseOptions {
             channels: desc.channels.clone(),
@@ -60,6 +77,7 @@ pub(super) fn plan_msd(o: &ConvertOptions) -> Result<Plan> {
             mask,
             skip_empty: o.skip_empty_masks,
         },
+        meta: meta.clone(),
         skipped: AtomicU64::new(0),
     });
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
@@ -85,7 +103,7 @@ pub(super) fn plan_msd(o: &ConvertOptions) -> Result<Plan> {
     ));
     let n: usize = splits.values().map(Vec::len).sum();
     Ok(Plan {
-        fields: Fields(vec![field]),
+        fields: Fields(std::iter::once(field).chain(meta).collect()),
         kind: Kind::Msd,
         classes: vec!["all".to_string()],
         splits,
@@ -173,7 +191,27 @@ pub(super) fn decode_case(
     match msd::decode_case(case, &job.options, t, d) {
         Ok(s) => {
             *px = s.px;
-            *fields = s.masks;
+            match &job.meta {
+                None => *fields = s.masks,
+                Some(f) => {
+                    let facts = case_facts(case);
+                    let mb = s.masks.len() / s.n.max(1);
+                    for (m, &slice) in s.masks.chunks_exact(mb.max(1)).zip(&s.slices) {
+                        fields.extend_from_slice(m);
+                        let mut obj = facts.clone();
+                        obj.insert("slice".into(), slice.into());
+                        match f.encode_meta(&obj) {
+                            Ok(v) => fields.extend(v),
+                            Err(why) => {
+                                return vec![RejectEntry {
+                                    path: case.images[0].rel.clone(),
+                                    reason: why,
+                                }]
+                            }
+                        }
+                    }
+                }
+            }
             labels.resize(s.n, 0);
             job.skipped.fetch_add(s.skipped as u64, Ordering::Relaxed);
             vec![]
@@ -203,4 +241,19 @@ pub(super) fn skipped_note(plan: &Plan) -> Option<String> {
 
 fn count(n: usize, what: &str) -> String {
     super::folders::count(n, what)
+}
+
+/// A case's metadata beside each slice's number: its id, first image file and voxel spacing (from
+/// its label volume's header).
+fn case_facts(case: &Case) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("case".into(), case.id.clone().into());
+    m.insert("source".into(), case.images[0].rel.clone().into());
+    let spacing = crate::source::nifti::spacing(&case.label.path).unwrap_or([None; 3]);
+    for (k, v) in ["spacing_x", "spacing_y", "spacing_z"].iter().zip(spacing) {
+        if let Some(v) = v.and_then(serde_json::Number::from_f64) {
+            m.insert(k.to_string(), serde_json::Value::Number(v));
+        }
+    }
+    m
 }

@@ -124,7 +124,7 @@ fn refuse_labels(o: &ConvertOptions, kind: Kind) -> Result<()> {
                 )));
             }
         }
-        if o.meta {
+        if o.meta && kind != Kind::Msd {
             let npy = if kind == Kind::Npy {
                 " (.npy arrays take their metadata from meta_<split>.jsonl beside them)"
             } else {

@@ -53,6 +53,8 @@ pub(super) enum Unit {
 /// for an all-background mask so far (for the note after the run).
 pub(super) struct CaseJob {
     pub(super) options: crate::source::msd::CaseOptions,
+    /// `--meta`: each slice's case, slice number and voxel spacing, after its mask.
+    pub(super) meta: Option<Field>,
     pub(super) skipped: std::sync::atomic::AtomicU64,
 }
 

@@ -729,3 +729,49 @@ fn more_than_256_label_names_make_a_u16_mask() {
         assert_eq!(mask, &want, "case {i} slice {z}");
     }
 }
+
+/// `--meta`: each slice carries its case id and slice number (the ones its pixels come from,
+/// skipped slices skipped), the case's first image file and the label volume's voxel size; no
+/// case id appears in two splits.
+#[test]
+fn meta_names_each_slices_case_and_slice() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("Task04");
+    msd(&input);
+    let out = t.path().join("out");
+    convert(
+        &input,
+        &out,
+        &["--meta", "--skip-empty-masks", "--dtype", "f32"],
+        0,
+    );
+    let d = Dataset::open(&out).unwrap();
+    let f = &d.manifest.fields.0[1];
+    assert_eq!(f.name, "meta");
+    let mut splits_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut n = 0;
+    for (split, sh) in d.shards() {
+        let r = d.open_shard(sh).unwrap();
+        for b in 0..r.num_blocks() {
+            let blk = r.read_block(b).unwrap();
+            for i in 0..blk.len() {
+                let m = f.decode_meta(blk.field(&d.manifest.fields, 1, i)).unwrap();
+                let (case, z) = origin(f32s(blk.sample(i))[0]);
+                assert_eq!(m["case"], id(case), "{m:?}");
+                assert_eq!(m["slice"], z, "{m:?}");
+                assert_eq!(m["spacing_z"], 1.0, "{m:?}");
+                assert!(
+                    m["source"].as_str().unwrap().starts_with("imagesTr/"),
+                    "{m:?}"
+                );
+                splits_of
+                    .entry(id(case))
+                    .or_default()
+                    .insert(split.to_string());
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 0 && splits_of.len() > 1);
+    assert!(splits_of.values().all(|s| s.len() == 1), "{splits_of:?}");
+}

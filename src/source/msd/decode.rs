@@ -35,6 +35,8 @@ pub struct Samples {
     pub masks: Vec<u8>,
     /// Slices left out for an all-background mask.
     pub skipped: usize,
+    /// The slice (along the axis) each sample is.
+    pub slices: Vec<usize>,
 }
 
 /// Why a case gave no samples: the file at fault (relative to the dataset) and the reason.
@@ -71,6 +73,7 @@ pub fn decode_case(
     let mut out = Samples {
         n: kept.len(),
         skipped: masks.count - kept.len(),
+        slices: kept.clone(),
         ..Samples::default()
     };
     // Each kept slice's place among the samples.
