@@ -142,7 +142,22 @@ fn print_field(
         print!("{:>width$}", sp.name);
     }
     outln!();
+    // A mask or labels field of many names lists only the names present somewhere; the rest
+    // are counted in one line.
+    let present = |k: usize| {
+        s.splits.iter().any(|sp| {
+            sp.fields
+                .get(i)
+                .is_none_or(|st| st.counts.get(k).is_none_or(|&c| c > 0))
+        })
+    };
+    let sparse = f.names.len() > 16 && matches!(f.kind, FieldKind::Mask | FieldKind::Labels);
+    let mut absent = 0usize;
     for (k, name) in f.names.iter().enumerate() {
+        if sparse && !present(k) {
+            absent += 1;
+            continue;
+        }
         print!("{:<16}", name);
         for sp in &s.splits {
             let Some(st) = sp.fields.get(i) else {
@@ -168,6 +183,13 @@ fn print_field(
             print!(" {cell:>w$}", w = width - 1);
         }
         outln!();
+    }
+    if absent > 0 {
+        outln!(
+            "({} of the {} names not present in any split)",
+            thousands(absent as u64),
+            thousands(f.names.len() as u64)
+        );
     }
     outln!();
     Ok(())
