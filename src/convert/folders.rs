@@ -526,7 +526,13 @@ pub(super) fn json_str(s: &str) -> String {
 
 /// "1 file", "3 files".
 pub(super) fn count(n: usize, what: &str) -> String {
-    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+    // "series" is its own plural.
+    let s = if n == 1 || what.ends_with("series") {
+        ""
+    } else {
+        "s"
+    };
+    format!("{n} {what}{s}")
 }
 
 /// The units of a labelled tree, by split, and what decided the split.

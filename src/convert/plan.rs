@@ -283,6 +283,8 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
     // The field of `y` arrays that are not classes: the same kind in every pair.
     let mut field: Option<Field> = None;
     let mut read = Vec::new();
+    // Each pair's metadata file, or the name it would have.
+    let mut metas = Vec::new();
     for (split, ip, lp) in &pairs {
         let float = o.dtype.is_some_and(Dtype::is_float);
         let im = npy::read_images(ip, float).map_err(|r| fail(input, &file_name(ip), r))?;
@@ -310,9 +312,10 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
             (im.height as u32, im.width as u32),
             im.dtype,
         ));
+        metas.push(meta.clone());
         read.push((split, ip, im, labels, targets, meta));
     }
-    let meta_field = meta_field(input, &read)?;
+    let meta_field = meta_field(input, &metas)?;
     for (split, ip, im, labels, mut targets, meta) in read {
         // Every mask is read as the field's dtype (u16 where any split's values need it).
         if let (Some(npy::Targets::Mask { array, .. }), Some(f)) = (&mut targets, &field) {
@@ -368,23 +371,15 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
 /// The metadata field of the .npy pairs' metadata files (`meta_<split>.jsonl`): every key of
 /// any, room for the largest line. Some splits with a file and others without is an error:
 /// their samples would carry nothing without a word.
-#[allow(clippy::type_complexity)]
 fn meta_field(
     input: &Path,
-    read: &[(
-        &String,
-        &PathBuf,
-        npy::NpyImages,
-        Vec<u32>,
-        Option<npy::Targets>,
-        std::result::Result<Arc<crate::source::meta::MetaLines>, PathBuf>,
-    )],
+    metas: &[std::result::Result<Arc<crate::source::meta::MetaLines>, PathBuf>],
 ) -> Result<Option<Field>> {
-    let with: Vec<_> = read.iter().filter_map(|r| r.5.as_ref().ok()).collect();
+    let with: Vec<_> = metas.iter().filter_map(|m| m.as_ref().ok()).collect();
     if with.is_empty() {
         return Ok(None);
     }
-    if let Some(Err(missing)) = read.iter().map(|r| &r.5).find(|m| m.is_err()) {
+    if let Some(Err(missing)) = metas.iter().find(|m| m.is_err()) {
         return Err(Error::Invalid(format!(
             "{}: {} holds metadata but there is no {}: give every split its metadata file or none",
             tree::shown_path(input),
