@@ -144,7 +144,9 @@ pub fn grid(dir: &Path, split: &str, per_class: usize, zoom: u32) -> Result<RgbI
     let extra = Extra::of(&fields);
     let (gw, gh) = (
         side(w, per_class as u64) + label_w,
-        side(h + extra.caption_h(zoom) as u64, classes.len() as u64) + extra.legend_h() as u64,
+        side(h, classes.len() as u64)
+            + extra.caption_h() as u64 * classes.len() as u64
+            + extra.legend_h() as u64,
     );
     if gw > GRID_MAX_SIDE || gh > GRID_MAX_SIDE {
         return Err(Error::Invalid(format!(
@@ -232,7 +234,7 @@ fn draw(
     let plane = h * w;
     let gap = 1u32;
     let cell_w = w as u32 * zoom + gap;
-    let caption_h = extra.caption_h(zoom);
+    let caption_h = extra.caption_h();
     let cell_h = h as u32 * zoom + caption_h + gap;
     let classes = names.len();
     // Each row starts with its class name, so the picture reads without the manifest.
@@ -329,7 +331,7 @@ impl Extra {
     }
 
     /// Pixels below each sample for its caption.
-    fn caption_h(&self, _zoom: u32) -> u32 {
+    fn caption_h(&self) -> u32 {
         if self.caption.is_some() {
             11
         } else {
