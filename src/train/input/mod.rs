@@ -261,10 +261,11 @@ impl Data {
         }
     }
 
-    /// One split, open for reading.
+    /// One split, open for reading by training and evaluation: images and classes (training on
+    /// fields is issue 29's).
     pub fn source(&self, split: &str) -> Result<Arc<Source>> {
         match &self.inner {
-            Inner::Shards(ds) => Source::open(ds, split),
+            Inner::Shards(ds) => Source::open_classes(ds, split),
             Inner::Colmajor(m) => {
                 let r = m.get(split).ok_or_else(|| {
                     Error::Invalid(format!(

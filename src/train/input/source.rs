@@ -38,6 +38,16 @@ pub(super) const GATHER_VALUES: usize = 1 << 18;
 
 impl Source {
     pub fn open(ds: &Dataset, split: &str) -> Result<Arc<Self>> {
+        Self::open_with(ds, split, ds.manifest.fields.clone())
+    }
+
+    /// `open`, for training on the class: batches carry no fields (their blocks are still read
+    /// and checked whole), so a dataset with metadata or masks costs no copies it does not use.
+    pub fn open_classes(ds: &Dataset, split: &str) -> Result<Arc<Self>> {
+        Self::open_with(ds, split, Fields::default())
+    }
+
+    fn open_with(ds: &Dataset, split: &str, fields: Fields) -> Result<Arc<Self>> {
         let info = ds.manifest.splits.get(split).ok_or_else(|| {
             Error::Invalid(format!(
                 "{}: the dataset has no '{split}' split (it has: {})",
@@ -64,7 +74,7 @@ impl Source {
         Ok(Arc::new(Source {
             spec: ds.manifest.sample.clone(),
             classes: ds.manifest.classes.len(),
-            fields: ds.manifest.fields.clone(),
+            fields,
             samples: sizes.iter().sum(),
             sizes,
             from: From::Shards { readers, blocks },
