@@ -561,11 +561,14 @@ if has scaling; then
     # each GPU), same call; then accuracy after the same epochs on 1 and 2 GPUs (same global batch).
     echo "== data-parallel scaling against PyTorch DDP"
     NG=$(nvidia-smi -L | wc -l)
-    synth sc224 8192 3x224x224 512
-    synth sc128 16384 3x128x128 512
-    synth sc32 131072 3x32x32 2048
+    want() { [ -z "${SCALING_CFGS:-}" ] || [[ "$SCALING_CFGS" == *"$1"* ]]; }
+    want sc224 && synth sc224 8192 3x224x224 512
+    want sc128 && synth sc128 16384 3x128x128 512
+    want sc32 && synth sc32 131072 3x32x32 2048
+    # SCALING_CFGS="resnet18 sc224;small sc128" runs those (model and dataset) only.
     for cfg in "resnet18 sc224 3x224x224 256 1.95 40" "small sc128 3x128x128 256 1.95 100" "small sc32 3x32x32 512 1.8 400"; do
         set -- $cfg
+        [ -z "${SCALING_CFGS:-}" ] || [[ ";$SCALING_CFGS;" == *";$1 $2;"* ]] || continue
         declare -A P=() T=()
         for g in 1 2 4; do
             [ "$g" -le "$NG" ] || continue
@@ -587,7 +590,7 @@ if has scaling; then
         done
         unset P T
     done
-    if [ "$NG" -ge 2 ]; then
+    if [ "$NG" -ge 2 ] && want sc32; then
         for g in 1 2; do
             rm -rf "$WORK/acc-$g"
             "$PREP" train "$WORK/sc32" --gpus "$g" --epochs 5 --batch $((512 / g)) --memory device \
