@@ -555,6 +555,44 @@ if has dist; then
     fi
 fi
 
+if has faults; then
+    # Issue 32: on every GPU of the host (--gpus all), rank 0 and the last rank killed with SIGKILL,
+    # and SIGINT to the launcher: how long until the launcher exits and no rank is left, its
+    # status, then --resume completes.
+    echo "== several GPUs: a rank killed (0, last), SIGINT to the launcher"
+    NG=$(nvidia-smi -L | wc -l)
+    synth dist 16384 3x32x32 2048
+    fault() { # name, signal, rank (or "launcher")
+        local name=$1 sig=$2 who=$3 pid t0 rc left
+        rm -rf "$WORK/$name"
+        "$PREP" train "$WORK/dist" --gpus "$NG" --epochs 200 --batch 64 --checkpoint-every 2 --memory stream \
+            --out "$WORK/$name" >"$LOGS/$name.log" 2>&1 &
+        pid=$!
+        for _ in $(seq 600); do [ -f "$WORK/$name/checkpoint.safetensors" ] && break; sleep 0.2; done
+        sleep 1
+        if [ "$who" = launcher ]; then
+            victim=$pid
+        else
+            victim=$(for p in $(pgrep -f "$WORK/$name"); do tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "RANK=$who" && echo $p; done | head -1)
+        fi
+        t0=$(date +%s.%N)
+        kill -"$sig" "$victim"
+        wait "$pid"; rc=$?
+        secs=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')")
+        for _ in $(seq 50); do left=$(pgrep -fc "$WORK/$name" || true); [ "$left" = 0 ] && break; sleep 0.1; done
+        gone=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')")
+        row "$NG GPUs, $who sent SIG$sig: launcher exit, s; no rank left, s" "exit $rc after $secs s; $left left after $gone s" \
+            "$([ "$rc" != 0 ] && [ "$left" = 0 ] && python3 -c "print('ok' if $gone <= 2 else 'FAIL')" || echo FAIL)"
+        tail -2 "$LOGS/$name.log"
+        "$PREP" train --resume "$WORK/$name" --gpus "$NG" >"$LOGS/$name-resume.log" 2>&1
+        rc=$?
+        row "$NG GPUs, after $who SIG$sig: --resume completes" "exit $rc, accuracy $(json "$WORK/$name/summary.json" "['test_accuracy']")" "$([ $rc = 0 ] && echo ok || echo FAIL)"
+    }
+    fault fault-r0 KILL 0
+    fault fault-rlast KILL $((NG - 1))
+    fault fault-int INT launcher
+fi
+
 if has scaling; then
     # Issue 12, acceptance 2: samples/s on 1, 2 (and 4) GPUs of prep train --gpus N and of
     # PyTorch DDP (benches/torch_train.py under torchrun: same model, bf16, channels-last, data on

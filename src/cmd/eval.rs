@@ -16,7 +16,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
         ))
         .into());
     }
-    expect_run(&a.run, "eval takes RUN then DATA")?;
+    expect_run(&a.run, "eval takes RUN then DATA", true)?;
     expect_dataset(&a.data, "eval takes RUN then DATA")?;
     let e = prep::train::eval(
         &a.run,

@@ -143,10 +143,12 @@ pub fn expect_dataset(p: &Path, usage: &str) -> Result<()> {
     }
 }
 
-/// Check that `p` is a run folder, one that `prep train` wrote, and that no other prep is writing
-/// it.
-pub fn expect_run(p: &Path, usage: &str) -> Result<()> {
-    prep::format::lock::check_not_written(p)?;
+/// Check that `p` is a run folder, one that `prep train` wrote, and (`unlocked`) that no other
+/// prep is writing it.
+pub fn expect_run(p: &Path, usage: &str, unlocked: bool) -> Result<()> {
+    if unlocked {
+        prep::format::lock::check_not_written(p)?;
+    }
     let shown = shown_path(p);
     match what(p) {
         What::Run => Ok(()),

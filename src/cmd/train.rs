@@ -14,7 +14,7 @@ use std::time::Duration;
 
 pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let world = world_of(&a)?;
-    check_paths(&a)?;
+    check_paths(&a, world.is_some() || a.rank_of_gpus)?;
     let epochs = epochs_to_train(&a, &world)?;
     let device = match placement(&a, &world)? {
         Placement::Device(d) => d,
@@ -58,8 +58,9 @@ fn world_of(a: &TrainArgs) -> anyhow::Result<Option<dist::World>> {
     Ok(world)
 }
 
-/// Refuse a run folder given as the dataset, or a dataset given to `--resume`.
-fn check_paths(a: &TrainArgs) -> anyhow::Result<()> {
+/// Refuse a run folder given as the dataset, or a dataset given to `--resume`. A rank of a run
+/// (`ranked`) does not probe the run folder's lock: its rank 0 holds it by then.
+fn check_paths(a: &TrainArgs, ranked: bool) -> anyhow::Result<()> {
     if let Some(d) = &a.data {
         super::paths::expect_dataset(d, "train takes a dataset; a run folder goes to --resume")?;
     }
@@ -67,6 +68,7 @@ fn check_paths(a: &TrainArgs) -> anyhow::Result<()> {
         super::paths::expect_run(
             r,
             "--resume takes the run folder that prep train --out wrote",
+            !ranked,
         )?;
     }
     Ok(())
@@ -80,7 +82,9 @@ fn epochs_to_train(a: &TrainArgs, world: &Option<dist::World>) -> anyhow::Result
     if let Some(dir) = &a.resume {
         // A run another prep is writing is refused as the library refuses it (its config may
         // not be written yet); a config that cannot be read is left for the library to report.
-        if dir.is_dir() {
+        // Not in the ranks of a run: their rank 0 holds the folder as its writer by then, and
+        // takes the lock itself (a launcher checks before it starts them).
+        if dir.is_dir() && !a.rank_of_gpus && world.is_none() {
             prep::format::lock::check_not_written(dir)
                 .with_context(|| format!("resuming {}", shown_path(dir)))?;
         }
