@@ -276,8 +276,10 @@ fn join_world(
                 end.rank, end.reason
             );
             // A rank stopped by SIGINT/SIGTERM (the whole world was signalled): this one is
-            // stopping too, and rank 0 saves a checkpoint on the way; give it time to.
-            if crate::util::interrupt::requested().is_some() {
+            // stopping too. Rank 0 saves a checkpoint on the way: its watcher gives it time to
+            // (the process ends as soon as it has); the other ranks have nothing to save and
+            // end now, so the run ends within a second rather than after the grace.
+            if me == 0 && crate::util::interrupt::requested().is_some() {
                 std::thread::sleep(std::time::Duration::from_secs(10));
             }
             // Without exit handlers: the CUDA driver's would wait for a collective that the
