@@ -157,6 +157,20 @@ impl TaskArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OrientationArg {
+    /// Closest to LPS: axial slices with anterior at the top and the patient's right on the
+    /// left, coronal and sagittal ones with superior at the top.
+    Lps,
+    /// The voxel axes as the file stores them.
+    Stored,
+}
+
+/// `--spacing`: mm, one value or XxYxZ.
+fn spacing(s: &str) -> Result<[f64; 3], String> {
+    prep::source::volume::parse_spacing(s)
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum CodecArg {
     Zstd,
     None,
@@ -366,6 +380,15 @@ pub struct ConvertArgs {
     /// 0.5-99.5 percentile window.
     #[arg(long, value_name = "LOW:HIGH", allow_hyphen_values = true)]
     pub window: Option<String>,
+    /// Volumes (NIfTI, DICOM series, MSD folders): bring every volume to one orientation
+    /// before slicing (from the NIfTI sform/qform, DICOM Image Orientation and Position), or
+    /// keep the stored voxel axes.
+    #[arg(long, value_enum, default_value_t = OrientationArg::Lps)]
+    pub orientation: OrientationArg,
+    /// Volumes: resample to this voxel size in mm before slicing (trilinear for images,
+    /// nearest for label volumes), e.g. 1 or 0.8x0.8x2.5 (along the oriented x, y, z).
+    #[arg(long, value_name = "MM", value_parser = spacing)]
+    pub spacing: Option<[f64; 3]>,
     /// Scans with label volumes (MSD / nnU-Net folders): leave out slices whose mask is all
     /// background (value 0); a line on stderr counts them.
     #[arg(long)]

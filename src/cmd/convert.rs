@@ -1,6 +1,6 @@
 use super::outln;
 use super::{thousands, UsageError};
-use crate::cli::{ConvertArgs, FitArg, KindArg, OnErrorArg};
+use crate::cli::{ConvertArgs, FitArg, KindArg, OnErrorArg, OrientationArg};
 use anyhow::Context;
 use prep::convert::{convert, ConvertOptions, ConvertReport, Kind, OnError};
 use prep::format::shard::Dtype;
@@ -177,6 +177,11 @@ fn convert_options(
             fps: a.fps,
             axis: a.axis as usize,
             window,
+            orientation: match a.orientation {
+                OrientationArg::Lps => prep::source::volume::Orientation::Lps,
+                OrientationArg::Stored => prep::source::volume::Orientation::Stored,
+            },
+            spacing: a.spacing,
             ..Default::default()
         },
         format: a.store.format(),

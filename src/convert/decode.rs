@@ -34,7 +34,7 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
                     Some(w) => w.read_mask()?,
                     None => None,
                 };
-                let facts = with.as_ref().and_then(|w| w.facts(kind, path, rel));
+                let facts = with.as_ref().and_then(|w| w.facts(kind, path, rel, d));
                 kind.decode(path, d, &mut |frame| {
                     let i = labels.len();
                     if let Some(w) = with {

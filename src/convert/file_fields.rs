@@ -82,9 +82,15 @@ impl FileFields {
     }
 
     /// The facts of the file `path` (`rel`) its metadata comes from, where it has some.
-    pub(super) fn facts(&self, kind: FileKind, path: &Path, rel: &str) -> Option<FileFacts> {
+    pub(super) fn facts(
+        &self,
+        kind: FileKind,
+        path: &Path,
+        rel: &str,
+        d: &DecodeOptions,
+    ) -> Option<FileFacts> {
         self.meta.as_ref()?;
-        Some(FileFacts::of(kind, path, rel))
+        Some(FileFacts::of(kind, path, rel, d))
     }
 
     /// Whether the file's samples carry anything besides metadata.

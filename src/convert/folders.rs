@@ -570,7 +570,7 @@ pub(super) fn tree_units(
     let headers = read_dicom_headers(o, &chosen);
     let mut made = Made::default();
     let (inputs, at) = file_units(&s, &chosen, &headers, &mut made);
-    let g = series::group(inputs, o.decode.axis);
+    let g = series::group(inputs, &o.decode);
     let (n_series, n_files) = series_units(&s, g.groups, &at, &mut made);
     made.units.sort_by_key(|u| u.0);
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
@@ -775,7 +775,7 @@ fn series_units(
                         plan.uid,
                         plan.files()
                     ),
-                    probe: plan.probe(s.o.decode.axis),
+                    probe: plan.probe(&s.o.decode),
                     plan: Arc::new(plan),
                     label: s.label(&group.class),
                 }

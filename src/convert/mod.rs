@@ -19,6 +19,7 @@ mod stored;
 mod target;
 mod tree_fields;
 mod units;
+mod volumes;
 mod write;
 
 use run::convert_into;

@@ -40,8 +40,7 @@ pub(super) fn plan_msd(o: &ConvertOptions) -> Result<Plan> {
             rejects.len()
         )));
     };
-    let axis = o.decode.axis;
-    let native = slice_size(first, axis);
+    let native = slice_size(first, &o.decode)?;
     let (h, w) = o.size.unwrap_or(native);
     let mut notes = notes(o, &desc, &found, native);
     let k = desc.labels.len();
@@ -121,14 +120,14 @@ pub(super) fn plan_msd(o: &ConvertOptions) -> Result<Plan> {
     })
 }
 
-/// (height, width) of a case's slices along `axis`, as `nifti` cuts them.
-fn slice_size(c: &Case, axis: usize) -> (u32, u32) {
-    let [x, y, z] = c.grid.map(|d| d as u32);
-    match axis {
-        0 => (z, y),
-        1 => (z, x),
-        _ => (y, x),
-    }
+/// (height, width) of a case's slices as `nifti` cuts them: oriented, resampled, along the axis.
+fn slice_size(c: &Case, d: &crate::source::DecodeOptions) -> Result<(u32, u32)> {
+    let g = c
+        .geometry
+        .target(d.orientation, d.spacing)
+        .map_err(|r| Error::Source(format!("{}: {r}", tree::shown_path(&c.images[0].path))))?;
+    let (h, w) = crate::source::volume::slice_size(g.dims, d.axis);
+    Ok((h as u32, w as u32))
 }
 
 /// What the plan decided on its own: the layout read, slice sizes that differ, imagesTs/ left
@@ -156,7 +155,7 @@ fn notes(
         let sizes: std::collections::BTreeSet<(u32, u32)> = found
             .cases
             .iter()
-            .map(|c| slice_size(c, o.decode.axis))
+            .filter_map(|c| slice_size(c, &o.decode).ok())
             .collect();
         if sizes.len() > 1 {
             let area = |s: &&(u32, u32)| s.0 as u64 * s.1 as u64;
@@ -194,7 +193,7 @@ pub(super) fn decode_case(
             match &job.meta {
                 None => *fields = s.masks,
                 Some(f) => {
-                    let facts = case_facts(case);
+                    let facts = case_facts(case, d);
                     let mb = s.masks.len() / s.n.max(1);
                     for (m, &slice) in s.masks.chunks_exact(mb.max(1)).zip(&s.slices) {
                         fields.extend_from_slice(m);
@@ -243,13 +242,19 @@ fn count(n: usize, what: &str) -> String {
     super::folders::count(n, what)
 }
 
-/// A case's metadata beside each slice's number: its id, first image file and voxel spacing (from
-/// its label volume's header).
-fn case_facts(case: &Case) -> serde_json::Map<String, serde_json::Value> {
+/// A case's metadata beside each slice's number: its id, first image file and voxel spacing (as
+/// its volumes are cut: oriented, resampled).
+fn case_facts(
+    case: &Case,
+    d: &crate::source::DecodeOptions,
+) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     m.insert("case".into(), case.id.clone().into());
     m.insert("source".into(), case.images[0].rel.clone().into());
-    let spacing = crate::source::nifti::spacing(&case.label.path).unwrap_or([None; 3]);
+    let spacing = case
+        .geometry
+        .target(d.orientation, d.spacing)
+        .map_or([None; 3], |g| g.spacing);
     for (k, v) in ["spacing_x", "spacing_y", "spacing_z"].iter().zip(spacing) {
         if let Some(v) = v.and_then(serde_json::Number::from_f64) {
             m.insert(k.to_string(), serde_json::Value::Number(v));

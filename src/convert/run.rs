@@ -35,6 +35,8 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
     name_classes(o, &mut plan)?;
     crate::util::interrupt::check()?;
     let mut notes = plan.notes.clone();
+    let volumes = super::volumes::survey(&plan, &o.decode);
+    notes.extend(volumes.iter().flat_map(|v| v.notes(&o.decode)));
     let mut job = decide(o, &plan, &mut notes)?;
     // The whole input was planned and the layout decided from it, so every part agrees on
     // them; now keep this part's range.
@@ -74,7 +76,10 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
         }
         notes.push(note);
     }
-    let provenance = provenance(o, &plan, &job, &request, rejects.len());
+    let mut provenance = provenance(o, &plan, &job, &request, rejects.len());
+    if let Some(v) = &volumes {
+        provenance.source["volumes"] = v.json(&o.decode);
+    }
     let written: Written = (infos, rejects);
     let published = publish_dataset(o, &plan, &job, &staging, &written, part, provenance);
     let _ = std::fs::remove_dir_all(&staging);

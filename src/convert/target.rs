@@ -96,9 +96,10 @@ pub(super) fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> R
                     });
                     first.map(|(c, hw)| (c, hw, Dtype::U8))
                 }
-                Unit::Series { probe, .. } => probe
-                    .size
-                    .map(|hw| (if probe.colour { 3 } else { 1 }, hw, Dtype::U8)),
+                Unit::Series { probe, .. } => probe.as_ref().ok().and_then(|p| {
+                    p.size
+                        .map(|hw| (if p.colour { 3 } else { 1 }, hw, Dtype::U8))
+                }),
                 _ => None,
             }),
     };

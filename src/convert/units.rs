@@ -31,7 +31,7 @@ pub(super) enum Unit {
         /// The metadata field (`--meta`): the series' facts, each slice's number.
         meta: Option<Field>,
         /// What it will give, from its headers.
-        probe: Probe,
+        probe: Result<Probe, Reject>,
     },
     /// One case of an MSD / nnU-Net dataset: its channel volumes and label volume, sliced
     /// (`convert::msd`). Named by its first image file.
@@ -94,7 +94,7 @@ impl Unit {
                 kind: Some(k),
                 ..
             } => Some(k.probe(path, d)),
-            Unit::Series { probe, .. } => Some(Ok(*probe)),
+            Unit::Series { probe, .. } => Some(probe.clone()),
             _ => None,
         }
     }

@@ -176,7 +176,12 @@ enum PerImage {
 impl FileFacts {
     /// The facts of `path` (shown as `rel`), as far as its header gives them: a header that
     /// cannot be read leaves them out (decoding then says why the file is refused).
-    pub fn of(kind: super::FileKind, path: &Path, rel: &str) -> FileFacts {
+    pub fn of(
+        kind: super::FileKind,
+        path: &Path,
+        rel: &str,
+        opts: &super::DecodeOptions,
+    ) -> FileFacts {
         use super::FileKind;
         let mut fixed = Map::new();
         fixed.insert("source".into(), rel.into());
@@ -192,7 +197,10 @@ impl FileFacts {
                 rate: super::video::frame_rate(path),
             },
             FileKind::Nifti => {
-                spacing(super::nifti::spacing(path).unwrap_or([None; 3]));
+                // The voxel size of the volume as it is cut: oriented, resampled.
+                let g = super::nifti::grid(path)
+                    .and_then(|g| g.geometry.target(opts.orientation, opts.spacing));
+                spacing(g.map_or([None; 3], |g| g.spacing));
                 PerImage::Slice
             }
             FileKind::Dicom => {

@@ -27,6 +27,7 @@ pub mod tiff;
 pub mod transform;
 pub mod tree;
 pub mod video;
+pub mod volume;
 
 use image::DynamicImage;
 use std::path::Path;
@@ -148,6 +149,10 @@ pub struct DecodeOptions {
     /// own units (after rescale slope/intercept) with no window, for f16/f32 targets. Other kinds emit images either
     /// way, whose integer values a float target keeps.
     pub float: bool,
+    /// Volumes: the orientation they are brought to before slicing (`volume`).
+    pub orientation: volume::Orientation,
+    /// Volumes: resample to this voxel size (mm along the oriented axes 0, 1, 2) before slicing.
+    pub spacing: Option<[f64; 3]>,
 }
 
 impl Default for DecodeOptions {
@@ -159,6 +164,8 @@ impl Default for DecodeOptions {
             window: None,
             percentiles: (0.5, 99.5),
             float: false,
+            orientation: volume::Orientation::Lps,
+            spacing: None,
         }
     }
 }

@@ -11,13 +11,12 @@
 //! as float frames of the scaled values (float64 data rounded to float32; a NaN stays NaN, for
 //! the conversion to reject).
 //!
-//! Orientation: voxel axes are taken as stored (no reorientation by the affine). Within a slice,
-//! columns follow the first remaining axis and rows run from the highest index of the second
-//! remaining axis down to 0, as viewers show them (`imshow(slice.T, origin="lower")`): for axis 2
-//! an image is `dim x` wide and `dim y` high with y = dim y - 1 on the top row; for axis 0 it is
-//! `dim y` wide and `dim z` high, for axis 1 `dim x` wide and `dim z` high, the top row being the
-//! highest z.
+//! Orientation and spacing: each volume is brought to `opts.orientation` (LPS by default, from
+//! the sform, else the qform, else pixdim along RAS) and, with `opts.spacing`, resampled, before
+//! it is cut as `volume` says (axial slices with anterior at the top and the patient's right on
+//! the left; coronal and sagittal ones with superior at the top).
 
+use super::volume::{self, Geometry};
 use super::{window_to_u16, DecodeOptions, Emit, FloatFrame, Frame, Probe, Reject};
 use image::{DynamicImage, ImageBuffer, Luma};
 use nifti::{Endianness, NiftiHeader, NiftiType};
@@ -38,18 +37,18 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
     }
     let mut scratch: Vec<f32> = Vec::new();
     read_volumes(path, &mut |_, grid, vol| {
+        let (vox, g) = volume::prepare(vol, &grid.geometry, opts, false)?;
         if opts.float {
-            return emit_float_slices(vol, grid.dims, opts.axis, true, emit);
+            return emit_float_slices(&vox, g.dims, opts.axis, emit);
         }
         let (low, high) = match opts.window {
             Some(w) => w,
             None => percentile_window(vol, opts.percentiles, &mut scratch)?,
         };
         emit_slices(
-            vol,
-            grid.dims,
+            &vox,
+            g.dims,
             opts.axis,
-            true,
             &|x| window_to_u16(x as f64, low, high),
             emit,
         )
@@ -58,12 +57,14 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
 }
 
 /// The voxel grid a file's header declares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Grid {
     /// x, y, z of one 3-D volume (missing dimensions are 1).
     pub dims: [usize; 3],
     /// Number of 3-D volumes (the product of dimensions 4 to 7: a 4-D file's 4th axis).
     pub volumes: usize,
+    /// Where the voxel axes point and their sizes (`geometry.dims` is `dims`).
+    pub geometry: Geometry,
 }
 
 impl Grid {
@@ -99,11 +100,7 @@ pub fn read_volumes(path: &Path, each: &mut EachVolume) -> Result<Grid, Reject> 
 
 /// The grid of a file from its header alone (348 bytes, un-gzipped where needed).
 pub fn grid(path: &Path) -> Result<Grid, Reject> {
-    let l = read_header(path)?;
-    Ok(Grid {
-        dims: l.dims,
-        volumes: l.volumes,
-    })
+    Ok(read_header(path)?.grid())
 }
 
 fn read_header(path: &Path) -> Result<Layout, Reject> {
@@ -123,24 +120,16 @@ fn read_header(path: &Path) -> Result<Layout, Reject> {
     parse_header(&hdr)
 }
 
-/// Voxel size along x, y, z from the header alone (see `Layout::spacing`).
-pub fn spacing(path: &Path) -> Result<[Option<f64>; 3], Reject> {
-    Ok(read_header(path)?.spacing)
-}
-
 /// A volume is grey; the slice size comes from the header alone (only its 348 bytes are read,
-/// un-gzipped where needed).
+/// un-gzipped where needed), after orientation and spacing.
 pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
-    let [x, y, z] = read_header(path)?.dims.map(|d| d as u32);
-    // As `emit_slices` cuts them: (height, width) per axis.
-    let size = match opts.axis {
-        0 => (z, y),
-        1 => (z, x),
-        _ => (y, x),
-    };
+    let g = grid(path)?
+        .geometry
+        .target(opts.orientation, opts.spacing)?;
+    let (h, w) = volume::slice_size(g.dims, opts.axis);
     Ok(Probe {
         colour: false,
-        size: Some(size),
+        size: Some((h as u32, w as u32)),
     })
 }
 
@@ -156,12 +145,26 @@ struct Layout {
     vox_offset: u64,
     slope: f64,
     inter: f64,
-    /// Voxel size along x, y, z (pixdim 1 to 3, in the file's units, mm for most scans);
-    /// None where the header gives no positive finite size.
+    /// Voxel size along x, y, z (the sform's or pixdim's, in the file's units, mm for most
+    /// scans); None where the header gives no positive finite size.
     spacing: [Option<f64>; 3],
+    /// The voxel axes' directions (`volume::nifti_axes`).
+    axes: Option<volume::Axes>,
 }
 
 impl Layout {
+    fn grid(&self) -> Grid {
+        Grid {
+            dims: self.dims,
+            volumes: self.volumes,
+            geometry: Geometry {
+                dims: self.dims,
+                axes: self.axes,
+                spacing: self.spacing,
+            },
+        }
+    }
+
     fn volume_voxels(&self) -> usize {
         self.dims[0] * self.dims[1] * self.dims[2]
     }
@@ -209,10 +212,7 @@ fn read_stream<R: Read>(
     }
 
     let n = layout.volume_voxels();
-    let grid = Grid {
-        dims: layout.dims,
-        volumes: layout.volumes,
-    };
+    let grid = layout.grid();
     // Grows as voxels arrive (a short gzip stream never claims its declared size).
     let mut vol: Vec<f32> = Vec::new();
     for v in 0..layout.volumes {
@@ -313,11 +313,8 @@ fn parse_header(hdr: &[u8; 348]) -> Result<Layout, Reject> {
         vox_offset: vo as u64,
         slope,
         inter,
-        spacing: [1, 2, 3].map(|i| {
-            // Through the f32's shortest decimal: 0.8 stays 0.8, not 0.800000011920929.
-            let v: f64 = h.pixdim[i].abs().to_string().parse().unwrap_or(f64::NAN);
-            (v.is_finite() && v > 0.0).then_some(v)
-        }),
+        spacing: volume::nifti_spacing(&h),
+        axes: volume::nifti_axes(&h),
     })
 }
 
@@ -497,17 +494,16 @@ fn interpolate(at: f64, frac: f64, next: impl FnOnce() -> f64) -> f64 {
 
 /// Cut the volume `vol` (x fastest, then y, then z) into 2-D slices along `axis` and emit each as a
 /// 16-bit grey image of `map(voxel)`. Columns follow the first remaining axis, rows the second;
-/// with `flip` the top row is that axis's highest index (NIfTI's "as displayed"), without it index
-/// 0 (DICOM rows, frames in order).
+/// along axis 2 row 0 is y = 0, along axes 0 and 1 the top row is the highest z (`volume`'s rule:
+/// in LPS, anterior resp. superior at the top).
 pub(crate) fn emit_slices(
     vol: &[f32],
     dims: [usize; 3],
     axis: usize,
-    flip: bool,
     map: &dyn Fn(f32) -> u16,
     emit: &mut Emit,
 ) -> Result<(), Reject> {
-    cut(vol, dims, axis, flip, map, &mut |w, h, px| {
+    cut(vol, dims, axis, map, &mut |w, h, px| {
         let img = ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(w, h, px)
             .expect("buffer holds w*h pixels");
         emit(DynamicImage::ImageLuma16(img).into())
@@ -519,10 +515,9 @@ pub(crate) fn emit_float_slices(
     vol: &[f32],
     dims: [usize; 3],
     axis: usize,
-    flip: bool,
     emit: &mut Emit,
 ) -> Result<(), Reject> {
-    cut(vol, dims, axis, flip, |v| v, &mut |w, h, px| {
+    cut(vol, dims, axis, |v| v, &mut |w, h, px| {
         emit(Frame::Float(FloatFrame::grey(w, h, px)))
     })
 }
@@ -533,13 +528,13 @@ fn cut<T>(
     vol: &[f32],
     dims: [usize; 3],
     axis: usize,
-    flip: bool,
     map: impl Fn(f32) -> T,
     out: &mut dyn FnMut(u32, u32, Vec<T>) -> Result<(), Reject>,
 ) -> Result<(), Reject> {
     let [nx, ny, nz] = dims;
     debug_assert_eq!(vol.len(), nx * ny * nz);
     let at = |x: usize, y: usize, z: usize| vol[x + nx * (y + ny * z)];
+    let flip = axis != 2;
     let row_of = |r: usize, h: usize| if flip { h - 1 - r } else { r };
     let (count, w, h) = match axis {
         0 => (nx, ny, nz),

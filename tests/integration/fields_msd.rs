@@ -91,10 +91,12 @@ fn label(i: usize) -> Vec<u8> {
     v
 }
 
-/// Slice z of a volume as prep cuts it: row r is y = Y - 1 - r (NIfTI's as displayed).
+/// Slice z of a volume as prep cuts it: no qform or sform, so RAS by the NIfTI rule, brought to
+/// LPS: row r is y = Y - 1 - r (anterior at the top), column c is x = X - 1 - c (the patient's
+/// right on the left).
 fn slice<T: Copy>(vol: &[T], z: usize) -> Vec<T> {
     (0..Y)
-        .flat_map(|r| (0..X).map(move |x| (x, Y - 1 - r)))
+        .flat_map(|r| (0..X).map(move |c| (X - 1 - c, Y - 1 - r)))
         .map(|(x, y)| vol[x + X * (y + Y * z)])
         .collect()
 }

@@ -327,10 +327,11 @@ fn nifti_volumes_keep_their_voxel_values() {
     );
     let s = samples(&out, "train");
     assert_eq!(s.len(), 2 * nz, "the axial slices of each volume");
-    // Axial slice z, row r (top row: highest y), column x: voxel (x, ny - 1 - r, z).
+    // Axial slice z, row r (top row: highest y), column c: voxel (nx - 1 - c, ny - 1 - r, z)
+    // (no qform or sform: RAS by the NIfTI rule, brought to LPS).
     let slice = |vol: &dyn Fn(usize) -> f32, z: usize| -> Vec<u8> {
         let v: Vec<f32> = (0..ny)
-            .flat_map(|r| (0..nx).map(move |x| (x, ny - 1 - r)))
+            .flat_map(|r| (0..nx).map(move |c| (nx - 1 - c, ny - 1 - r)))
             .map(|(x, y)| vol(x + nx * (y + ny * z)))
             .collect();
         le_f32(&v)

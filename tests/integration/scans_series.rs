@@ -343,8 +343,21 @@ fn positions_order_a_series_whatever_the_instance_numbers() {
     let dir = write_series(&t.path().join("in/p"), &slices, |k| {
         format!("f{}.dcm", inst[k])
     });
+    // As stored (coronal slices, which LPS would reslice into axial ones).
     let out = t.path().join("out");
-    convert(&dir, &out, &["--dtype", "f32", "--test-fraction", "0"], 0);
+    convert(
+        &dir,
+        &out,
+        &[
+            "--dtype",
+            "f32",
+            "--test-fraction",
+            "0",
+            "--orientation",
+            "stored",
+        ],
+        0,
+    );
     let got: Vec<Vec<f32>> = samples(&out).into_iter().map(|(_, v, _)| v).collect();
     let want: Vec<Vec<f32>> = slices.iter().map(Slice::values).collect();
     assert_eq!(
@@ -412,10 +425,10 @@ fn axis_0_and_1_reslice_a_series() {
     let got: Vec<Vec<f32>> = samples(&out).into_iter().map(|(_, v, _)| v).collect();
     assert_eq!(got.len(), 5, "one image per column");
     for (x, img) in got.iter().enumerate() {
-        // Row r of image x is slice r; column c is row c of that slice.
+        // Row r of image x is slice 3 - r (superior at the top); column c is row c of that slice.
         let want: Vec<f32> = (0..4)
-            .flat_map(|s| (0..3).map(move |r| (s, r)))
-            .map(|(s, r)| at(s, r, x))
+            .flat_map(|r| (0..3).map(move |c| (3 - r, c)))
+            .map(|(s, c)| at(s, c, x))
             .collect();
         assert_eq!(img, &want, "column {x}");
     }
@@ -430,7 +443,7 @@ fn axis_0_and_1_reslice_a_series() {
     let got: Vec<Vec<f32>> = samples(&out).into_iter().map(|(_, v, _)| v).collect();
     assert_eq!(got.len(), 3, "one image per row");
     let want: Vec<f32> = (0..4)
-        .flat_map(|s| (0..5).map(move |c| (s, c)))
+        .flat_map(|r| (0..5).map(move |c| (3 - r, c)))
         .map(|(s, c)| at(s, 2, c))
         .collect();
     assert_eq!(got[2], want);

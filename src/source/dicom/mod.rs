@@ -348,7 +348,7 @@ fn emit_grey_volume(
     let frames = px.number_of_frames() as usize;
     let vol = grey_volume(px, layout, lut)?;
     if opts.float {
-        return emit_float_slices(&vol, [cols, rows, frames], opts.axis, false, emit);
+        return emit_float_slices(&vol, [cols, rows, frames], opts.axis, emit);
     }
     let (low, high) = match lut.window_for(0) {
         Some(w) => w,
@@ -358,7 +358,6 @@ fn emit_grey_volume(
         &vol,
         [cols, rows, frames],
         opts.axis,
-        false,
         &|v| lut.to_u16(v as f64, low, high),
         emit,
     )

@@ -30,6 +30,7 @@
 
 use super::{decode, min_max, SeriesHeader, MAX_SAMPLES};
 use crate::source::nifti::{emit_float_slices, emit_slices};
+use crate::source::volume;
 use crate::source::{window_to_u16, DecodeOptions, Emit, Frame, Probe, Reject};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -102,6 +103,12 @@ pub struct SeriesPlan {
     /// MONOCHROME1: high values are shown dark.
     pub invert: bool,
     pub order: Order,
+    /// Where its voxels lie: x = columns (along a row: Image Orientation's first cosine), y =
+    /// rows, z = the slices in order (along the normal when ordered by position; orientation
+    /// unknown when ordered by Instance Number). Spacing: Pixel Spacing and the median gap.
+    pub geometry: volume::Geometry,
+    /// Each slice's position along the normal (mm) when ordered by position.
+    pub positions: Option<Vec<f64>>,
 }
 
 impl SeriesPlan {
@@ -109,18 +116,20 @@ impl SeriesPlan {
         self.slots.iter().map(Vec::len).sum()
     }
 
-    /// What `decode_series` will emit, from the header alone.
-    pub fn probe(&self, axis: usize) -> Probe {
-        let n = self.slots.len() as u32;
-        let size = match axis {
-            0 if !self.colour => (n, self.rows),
-            1 if !self.colour => (n, self.cols),
-            _ => (self.rows, self.cols),
+    /// What `decode_series` will emit, from the header alone: slices of the volume oriented and
+    /// resampled as `opts` asks.
+    pub fn probe(&self, opts: &DecodeOptions) -> Result<Probe, Reject> {
+        let size = if self.colour {
+            (self.rows, self.cols)
+        } else {
+            let g = self.geometry.target(opts.orientation, opts.spacing)?;
+            let (h, w) = volume::slice_size(g.dims, opts.axis);
+            (h as u32, w as u32)
         };
-        Probe {
+        Ok(Probe {
             colour: self.colour,
             size: Some(size),
-        }
+        })
     }
 }
 
@@ -190,7 +199,7 @@ fn lone(i: Input) -> Group {
 
 /// Group `inputs` (in path order) into series; `axis` is the one the volumes will be cut along.
 /// Groups come back in the order of their first files.
-pub fn group(inputs: Vec<Input>, axis: usize) -> Grouping {
+pub fn group(inputs: Vec<Input>, opts: &DecodeOptions) -> Grouping {
     let mut out = Grouping::default();
     let mut series: BTreeMap<String, Vec<Input>> = BTreeMap::new();
     for i in inputs {
@@ -200,7 +209,7 @@ pub fn group(inputs: Vec<Input>, axis: usize) -> Grouping {
         }
     }
     for (uid, files) in series {
-        one_series(uid, files, axis, &mut out);
+        one_series(uid, files, opts, &mut out);
     }
     out.groups.sort_by(|a, b| a.first.cmp(&b.first));
     out
@@ -332,7 +341,7 @@ fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
     ]
 }
 
-fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
+fn one_series(uid: String, files: Vec<Input>, opts: &DecodeOptions, out: &mut Grouping) {
     // One label per volume.
     if let Some(why) = mixed_classes(&uid, &files) {
         reject_all(&files, &why, out);
@@ -352,14 +361,23 @@ fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
         out.groups.push(lone(f));
         return;
     }
-    if let Some(why) = not_a_volume(&uid, &reference, slots.len(), axis) {
+    let positions: Option<Vec<f64>> =
+        (order == Order::Position).then(|| slots.iter().map(|s| s.0).collect());
+    let geometry = series_geometry(&all_files[0].header, slots.len(), positions.as_deref());
+    let reslices = reslices(&geometry, opts);
+    let axis = opts.axis;
+    if let Some(why) = not_a_volume(&uid, &reference, slots.len(), axis, reslices) {
         reject_all(&all_files, &why, out);
         return;
     }
     if order == Order::Position {
         if let Some(what) = uneven_spacing(&uid, &slots) {
-            if axis != 2 {
-                let why = format!("{what}; --axis {axis} needs an evenly spaced volume (--axis 2 converts it slice by slice)");
+            if reslices {
+                let why = if opts.spacing.is_some() {
+                    format!("{what}; --spacing resamples the volume, which needs it evenly spaced")
+                } else {
+                    format!("{what}; --axis {axis} needs an evenly spaced volume: in {} orientation it cuts across the series' slices (the axis along them converts slice by slice)", opts.orientation.name())
+                };
                 reject_all(&all_files, &why, out);
                 return;
             }
@@ -367,8 +385,15 @@ fn one_series(uid: String, files: Vec<Input>, axis: usize, out: &mut Grouping) {
         }
     }
     let colour = reference.pixel.0 >= 3;
-    out.groups
-        .push(series_group(uid, slots, all_files, colour, order));
+    out.groups.push(series_group(
+        uid, slots, all_files, colour, order, geometry, positions,
+    ));
+}
+
+/// Whether cutting the series as `opts` asks needs every slice of it: slices across the stored
+/// ones (after orientation), or a volume resampled.
+fn reslices(g: &volume::Geometry, opts: &DecodeOptions) -> bool {
+    g.reorient(opts.orientation).perm[opts.axis.min(2)] != 2 || opts.spacing.is_some()
 }
 
 /// Leave out every file of `files` with the reason `why`.
@@ -483,7 +508,13 @@ fn slots_of(keyed: Vec<(f64, Input)>, order: Order) -> Vec<(f64, Vec<Input>)> {
 }
 
 /// Why a series of `slices` cannot convert as one volume: too many samples, or colour resliced.
-fn not_a_volume(uid: &str, reference: &Geometry, slices: usize, axis: usize) -> Option<String> {
+fn not_a_volume(
+    uid: &str,
+    reference: &Geometry,
+    slices: usize,
+    axis: usize,
+    reslices: bool,
+) -> Option<String> {
     let spp = reference.pixel.0 as u64;
     let total = reference.size.0 as u64 * reference.size.1 as u64 * spp * slices as u64;
     if total > MAX_SAMPLES {
@@ -495,7 +526,7 @@ fn not_a_volume(uid: &str, reference: &Geometry, slices: usize, axis: usize) -> 
         ));
     }
     let colour = spp >= 3;
-    if colour && axis != 2 {
+    if colour && reslices {
         return Some(format!(
             "its series {uid} is colour, not a volume: --axis {axis} reslices grey series only"
         ));
@@ -528,6 +559,8 @@ fn series_group(
     all_files: Vec<Input>,
     colour: bool,
     order: Order,
+    geometry: volume::Geometry,
+    positions: Option<Vec<f64>>,
 ) -> Group {
     let first = all_files
         .iter()
@@ -537,6 +570,8 @@ fn series_group(
     let (key, key_value) = split_key(all_files.iter().map(|f| &f.header), &first);
     let h = &all_files[0].header;
     let plan = SeriesPlan {
+        geometry,
+        positions,
         uid,
         rows: h.rows,
         cols: h.cols,
@@ -563,6 +598,32 @@ fn series_group(
         key_value,
         first,
         what: What::Series(plan),
+    }
+}
+
+/// A series' voxel grid from its first file's header and its slices' positions along the normal.
+fn series_geometry(h: &SeriesHeader, slices: usize, positions: Option<&[f64]>) -> volume::Geometry {
+    let gap = positions.filter(|p| p.len() >= 2).map(|p| {
+        let mut gaps: Vec<f64> = p.windows(2).map(|w| w[1] - w[0]).collect();
+        gaps.sort_by(f64::total_cmp);
+        gaps[gaps.len() / 2]
+    });
+    let axes = match (h.orientation, positions) {
+        (Some(o), Some(_)) => normal(o).map(|n| {
+            let unit = |v: [f64; 3]| {
+                let l = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+                v.map(|x| x / l)
+            };
+            [unit([o[0], o[1], o[2]]), unit([o[3], o[4], o[5]]), unit(n)]
+        }),
+        _ => None,
+    };
+    let ps = h.pixel_spacing;
+    volume::Geometry {
+        dims: [h.cols as usize, h.rows as usize, slices],
+        axes,
+        // Pixel Spacing is (between rows, between columns).
+        spacing: [ps.map(|p| p[1]), ps.map(|p| p[0]), gap.filter(|g| *g > 0.0)],
     }
 }
 
@@ -647,7 +708,7 @@ fn decode_colour_series(
     emit: &mut Emit,
 ) -> Result<LeftOut, LeftOut> {
     let mut left: LeftOut = Vec::new();
-    if opts.axis != 2 {
+    if reslices(&s.geometry, opts) {
         return Err(leave_all(
             s,
             left,
@@ -738,7 +799,7 @@ fn read_slices(
                 Err(r) => left.push((f.rel.clone(), r.0)),
             }
         }
-        if used.is_none() && opts.axis != 2 {
+        if used.is_none() && reslices(&s.geometry, opts) {
             let rel = &slot[0].rel;
             return Err(format!(
                 "left out with its series {}: --axis {} reslices the whole volume and the slice of {rel} could not be decoded",
@@ -759,9 +820,14 @@ fn emit_volume(
     window: Option<(f64, f64)>,
     emit: &mut Emit,
 ) -> Result<(), Reject> {
-    let dims = [s.cols as usize, s.rows as usize, slices];
+    // Slices that could not be decoded (axis 2 only) are not in the volume.
+    let geo = volume::Geometry {
+        dims: [s.cols as usize, s.rows as usize, slices],
+        ..s.geometry
+    };
+    let (vox, g) = volume::prepare(vol, &geo, opts, false)?;
     if opts.float {
-        emit_float_slices(vol, dims, opts.axis, false, emit)
+        emit_float_slices(&vox, g.dims, opts.axis, emit)
     } else {
         let (low, high) = opts
             .window
@@ -769,10 +835,9 @@ fn emit_volume(
             .unwrap_or_else(|| min_max(vol.iter().map(|&v| v as f64)));
         let invert = s.invert;
         emit_slices(
-            vol,
-            dims,
+            &vox,
+            g.dims,
             opts.axis,
-            false,
             &|v| {
                 let u = window_to_u16(v as f64, low, high);
                 if invert {

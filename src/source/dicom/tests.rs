@@ -283,11 +283,12 @@ fn float_option_gives_modality_values_without_window_or_inversion() {
             .collect();
         assert_eq!(frame.data, want, "frame {f}");
     }
-    // As a volume cut along x: column 1 of both frames, frame 0 on the top row.
+    // As a volume cut along x: column 1 of both frames, the last frame on the top row (a
+    // multi-frame file's orientation is not read: its axes are cut as stored).
     let cols = decode_float(&bytes, 0);
     assert_eq!(cols.len(), 4);
     assert_eq!((cols[1].width, cols[1].height), (3, 2));
-    let want: Vec<f32> = [1, 5, 9, 13, 17, 21]
+    let want: Vec<f32> = [13, 17, 21, 1, 5, 9]
         .iter()
         .map(|&i| hu(pixels[i]))
         .collect();
@@ -364,10 +365,11 @@ fn signed_monochrome1_multiframe() {
     assert_eq!(x.len(), 4);
     assert_eq!(luma(&x[0]).dimensions(), (3, 2));
     // Volume window -6..11: column 0, row 0 of frame 0 is -6 -> 0; frame 1 row 2 col 3 is 11.
-    assert_eq!(luma(&x[0]).get_pixel(0, 0)[0], 0);
-    assert_eq!(luma(&x[3]).get_pixel(2, 1)[0], 65535);
+    // The last frame is the top row.
+    assert_eq!(luma(&x[0]).get_pixel(0, 1)[0], 0);
+    assert_eq!(luma(&x[3]).get_pixel(2, 0)[0], 65535);
     assert_eq!(
-        luma(&x[1]).get_pixel(2, 1)[0],
+        luma(&x[1]).get_pixel(2, 0)[0],
         window_to_u16(9.0, -6.0, 11.0)
     );
     let y = decode_all(
@@ -381,7 +383,7 @@ fn signed_monochrome1_multiframe() {
     assert_eq!(y.len(), 3);
     assert_eq!(luma(&y[2]).dimensions(), (4, 2));
     assert_eq!(
-        luma(&y[2]).get_pixel(1, 1)[0],
+        luma(&y[2]).get_pixel(1, 0)[0],
         window_to_u16(9.0, -6.0, 11.0)
     );
 }
@@ -931,6 +933,12 @@ fn a_series_slice_that_cannot_be_decoded_is_left_out_or_ends_the_series() {
         colour: false,
         invert: true,
         order: Order::Position,
+        geometry: crate::source::volume::Geometry {
+            dims: [4, 3, 3],
+            axes: None,
+            spacing: [None; 3],
+        },
+        positions: None,
     };
     let mut imgs = Vec::new();
     let left = decode_series(&plan, &DecodeOptions::default(), &mut |f| {

@@ -17,7 +17,7 @@ pub struct CaseFile {
 }
 
 /// A training case whose headers agree with dataset.json and with each other.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Case {
     pub id: String,
     /// nnU-Net's one 3-D file per channel, in channel order; else one file whose volumes (its
@@ -27,6 +27,8 @@ pub struct Case {
     pub label: CaseFile,
     /// x, y, z of every volume of the case.
     pub grid: [usize; 3],
+    /// Where its voxels lie: its first image file's header (every file of the case agrees).
+    pub geometry: crate::source::volume::Geometry,
 }
 
 /// What the dataset holds for training.
@@ -398,12 +400,23 @@ fn check(c: Candidate, d: &Description) -> std::result::Result<Case, (String, St
             ));
         }
     }
+    let geometry = head(&c.images[0])?.geometry;
+    if let Some(why) = crate::source::volume::disagree(&geometry, &lg.geometry) {
+        return Err((
+            c.label.rel.clone(),
+            format!(
+                "{why} of its image {}: a label must lie on its image's voxels",
+                c.images[0].rel
+            ),
+        ));
+    }
     Ok(Case {
         id: c.id,
         images: c.images,
         per_channel: c.per_channel,
         label: c.label,
         grid: lg.dims,
+        geometry,
     })
 }
 

@@ -11,6 +11,7 @@ use super::{Case, CaseFile};
 use crate::format::shard::Dtype;
 use crate::source::nifti::{self, Grid};
 use crate::source::transform::{fit_mask, to_sample, Target};
+use crate::source::volume;
 use crate::source::{window_to_u16, DecodeOptions, Frame, Reject};
 
 /// What every case is decoded against.
@@ -66,7 +67,7 @@ pub fn decode_case(
             t.channels
         ))));
     }
-    let masks = read_label(case, o, d.axis).map_err(at(&case.label))?;
+    let masks = read_label(case, o, d).map_err(at(&case.label))?;
     let kept: Vec<usize> = (0..masks.count)
         .filter(|&s| !o.skip_empty || masks.slice(s).iter().any(|&v| v != 0))
         .collect();
@@ -118,19 +119,13 @@ impl Masks {
     }
 }
 
-/// (slices, width, height) of a volume of `dims` cut along `axis`, as `nifti::emit_slices` cuts.
-fn slicing(dims: [usize; 3], axis: usize) -> (usize, usize, usize) {
-    let [nx, ny, nz] = dims;
-    match axis {
-        0 => (nx, ny, nz),
-        1 => (ny, nx, nz),
-        _ => (nz, nx, ny),
-    }
-}
-
-/// The label volume, every value a whole number below the label count, cut into slices.
-fn read_label(case: &Case, o: &CaseOptions, axis: usize) -> Result<Masks, Reject> {
-    let (count, w, h) = slicing(case.grid, axis);
+/// The label volume, every value a whole number below the label count, brought to the images'
+/// orientation and spacing (nearest voxel) and cut into slices.
+fn read_label(case: &Case, o: &CaseOptions, d: &DecodeOptions) -> Result<Masks, Reject> {
+    let axis = d.axis;
+    let target = case.geometry.target(d.orientation, d.spacing)?;
+    let (h, w) = volume::slice_size(target.dims, axis);
+    let count = target.dims[axis];
     let mut masks = Masks {
         count,
         w,
@@ -140,11 +135,12 @@ fn read_label(case: &Case, o: &CaseOptions, axis: usize) -> Result<Masks, Reject
     nifti::read_volumes(&case.label.path, &mut |_, g, vol| {
         same_grid(g, case, 1)?;
         check_labels(vol, g.dims, o.labels)?;
+        let (vol, g) = volume::prepare(vol, &case.geometry, d, true)?;
         masks
             .values
             .try_reserve_exact(vol.len())
             .map_err(|_| Reject::new(format!("cannot allocate {} label values", vol.len())))?;
-        nifti::emit_float_slices(vol, g.dims, axis, true, &mut |f| {
+        nifti::emit_float_slices(&vol, g.dims, axis, &mut |f| {
             if let Frame::Float(f) = f {
                 // Whole numbers below the label count (checked above): exact as u16.
                 masks.values.extend(f.data.iter().map(|&v| v as u16));
@@ -241,18 +237,19 @@ fn read_channels(
             px[j * sb + c * pb..][..pb].copy_from_slice(&plane);
             Ok(())
         };
-        if d.float {
-            return nifti::emit_float_slices(vol, g.dims, d.axis, true, &mut put);
-        }
-        let (low, high) = match d.window {
-            Some(w) => w,
-            None => nifti::percentile_window(vol, d.percentiles, &mut scratch)?,
+        let (low, high) = match (d.float, d.window) {
+            (true, _) => (0.0, 0.0),
+            (_, Some(w)) => w,
+            _ => nifti::percentile_window(vol, d.percentiles, &mut scratch)?,
         };
+        let (vox, g) = volume::prepare(vol, &case.geometry, d, false)?;
+        if d.float {
+            return nifti::emit_float_slices(&vox, g.dims, d.axis, &mut put);
+        }
         nifti::emit_slices(
-            vol,
+            &vox,
             g.dims,
             d.axis,
-            true,
             &|x| window_to_u16(x as f64, low, high),
             &mut put,
         )

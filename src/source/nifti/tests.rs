@@ -127,32 +127,51 @@ fn slices_along_each_axis_with_given_window() {
     let val = |x: u32, y: u32, zz: u32| {
         window_to_u16((2 * (x + 4 * y + 12 * zz) + 10) as f64, 10.0, 56.0)
     };
-    // Top row is the highest y.
+    // No qform or sform: RAS by the NIfTI rule, brought to LPS (x and y reversed). Axial: the
+    // top row is the highest y (anterior), the first column the highest x (the patient's right).
     for zz in 0..2 {
         for r in 0..3 {
-            for x in 0..4 {
+            for c in 0..4 {
                 assert_eq!(
-                    z[zz as usize].get_pixel(x, r)[0],
-                    val(x, 2 - r, zz),
-                    "z={zz} row={r} x={x}"
+                    z[zz as usize].get_pixel(c, r)[0],
+                    val(3 - c, 2 - r, zz),
+                    "z={zz} row={r} col={c}"
                 );
             }
         }
     }
-    assert_eq!(z[0].get_pixel(0, 2)[0], 0);
-    assert_eq!(z[1].get_pixel(3, 0)[0], 65535);
+    assert_eq!(z[0].get_pixel(3, 2)[0], 0);
+    assert_eq!(z[1].get_pixel(0, 0)[0], 65535);
 
+    // Sagittal: slices from the right (highest x), columns anterior to posterior, superior on top.
     let x = run(&p, &opts(0, w)).unwrap();
     assert_eq!(x.len(), 4);
     assert_eq!(x[0].dimensions(), (3, 2));
-    assert_eq!(x[1].get_pixel(2, 0)[0], val(1, 2, 1));
-    assert_eq!(x[1].get_pixel(0, 1)[0], val(1, 0, 0));
-
+    // Coronal: slices from anterior (highest y), columns right to left, superior on top.
     let y = run(&p, &opts(1, w)).unwrap();
     assert_eq!(y.len(), 3);
     assert_eq!(y[0].dimensions(), (4, 2));
-    assert_eq!(y[2].get_pixel(3, 0)[0], val(3, 2, 1));
-    assert_eq!(y[2].get_pixel(1, 1)[0], val(1, 2, 0));
+    for s in 0..4u32 {
+        for c in 0..3 {
+            for r in 0..2 {
+                assert_eq!(x[s as usize].get_pixel(c, r)[0], val(3 - s, 2 - c, 1 - r));
+            }
+        }
+    }
+    for s in 0..3u32 {
+        for c in 0..4 {
+            for r in 0..2 {
+                assert_eq!(y[s as usize].get_pixel(c, r)[0], val(3 - c, 2 - s, 1 - r));
+            }
+        }
+    }
+    // Stored axes: cut by the same rule, no reversal.
+    let stored = DecodeOptions {
+        orientation: crate::source::volume::Orientation::Stored,
+        ..opts(2, w)
+    };
+    let z = run(&p, &stored).unwrap();
+    assert_eq!(z[1].get_pixel(1, 2)[0], val(1, 2, 1));
 
     assert!(run(&p, &opts(3, w)).unwrap_err().0.contains("axis"));
 }
@@ -180,11 +199,12 @@ fn float_option_emits_scaled_values_without_window() {
     let z = run_float(&p, &float(2)).unwrap();
     assert_eq!(z.len(), 2);
     assert_eq!((z[1].width, z[1].height), (4, 3));
-    // Slice z = 1, top row y = 2: voxels 12 + 8 + x.
-    assert_eq!(z[1].data[..4], [50.0, 52.0, 54.0, 56.0]);
+    // Slice z = 1, top row y = 2, columns from the highest x: voxels 12 + 8 + x.
+    assert_eq!(z[1].data[..4], [56.0, 54.0, 52.0, 50.0]);
     let x = run_float(&p, &float(0)).unwrap();
     assert_eq!(x.len(), 4);
-    assert_eq!(x[1].data[2], (2 * (1 + 4 * 2 + 12) + 10) as f32);
+    // Sagittal slice 1 is x = 2; its top row z = 1, column 2 y = 0.
+    assert_eq!(x[1].data[2], (2 * (2 + 12) + 10) as f32);
     // float64 voxels are rounded to float32; NaN stays, for the conversion to reject.
     let vals = [0.1f64, -1e-3, f64::NAN, 1e300, 7.0, -2.5];
     let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -194,7 +214,7 @@ fn float_option_emits_scaled_values_without_window() {
         &nifti_bytes(&[3, 2, 1], 64, 64, 1.0, 0.0, &data, false),
     );
     let f = run_float(&p, &float(2)).unwrap();
-    let want = [f32::INFINITY, 7.0, -2.5, 0.1, -1e-3, f32::NAN];
+    let want = [-2.5, 7.0, f32::INFINITY, f32::NAN, -1e-3, 0.1];
     assert_eq!(
         f[0].data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
         want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
@@ -236,7 +256,7 @@ fn percentile_window_and_slope_zero() {
     assert_eq!(imgs.len(), 1);
     // NumPy: percentile(arange(100), [10, 90]) = [9.9, 89.1].
     let (lo, hi) = (9.9, 89.1);
-    let px = |v: u32| imgs[0].get_pixel(v % 10, 9 - v / 10)[0];
+    let px = |v: u32| imgs[0].get_pixel(9 - v % 10, 9 - v / 10)[0];
     assert_eq!(px(5), 0);
     assert_eq!(px(95), 65535);
     assert_eq!(px(50), window_to_u16(50.0, lo, hi));
@@ -286,15 +306,16 @@ fn four_d_windows_each_volume_and_ignores_nan() {
     assert_eq!(imgs.len(), 6);
     assert!(imgs.iter().all(|i| i.dimensions() == (2, 2)));
     // Min and max of every volume map to 0 and 65535 whatever the volume's scale.
+    // (Voxel (x, y) is pixel (1 - x, 1 - y): RAS brought to LPS.)
     for t in [0, 2] {
-        assert_eq!(imgs[2 * t].get_pixel(0, 1)[0], 0);
-        assert_eq!(imgs[2 * t + 1].get_pixel(1, 0)[0], 65535);
+        assert_eq!(imgs[2 * t].get_pixel(1, 1)[0], 0);
+        assert_eq!(imgs[2 * t + 1].get_pixel(0, 0)[0], 65535);
         assert_eq!(imgs[2 * t], imgs[0]);
     }
     // NaN voxel (x=1, y=1, z=0) of volume 1 is 0, not a window bound.
-    assert_eq!(imgs[2].get_pixel(1, 0)[0], 0);
-    assert_eq!(imgs[3].get_pixel(1, 0)[0], 65535);
-    assert_eq!(imgs[2].get_pixel(0, 1)[0], 0);
+    assert_eq!(imgs[2].get_pixel(0, 0)[0], 0);
+    assert_eq!(imgs[3].get_pixel(0, 0)[0], 65535);
+    assert_eq!(imgs[2].get_pixel(1, 1)[0], 0);
 }
 
 #[test]

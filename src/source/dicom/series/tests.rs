@@ -30,6 +30,17 @@ fn input(rel: &str, class: &str, header: SeriesHeader) -> Input {
     }
 }
 
+/// `series::group` cutting along `axis` in the default (LPS) orientation.
+fn group(inputs: Vec<Input>, axis: usize) -> Grouping {
+    super::group(
+        inputs,
+        &DecodeOptions {
+            axis,
+            ..DecodeOptions::default()
+        },
+    )
+}
+
 fn plan(g: &Group) -> &SeriesPlan {
     match &g.what {
         What::Series(p) => p,
@@ -70,9 +81,24 @@ fn orders_by_position_along_the_normal_with_duplicates_together() {
     assert_eq!(p.order, Order::Position);
     assert_eq!(order(p), [vec!["b", "d"], vec!["c"], vec!["a"], vec!["e"]]);
     assert_eq!(g.groups[0].first, "a");
-    assert_eq!(p.probe(0).size, Some((4, 4)));
-    assert_eq!(p.probe(1).size, Some((4, 3)));
-    assert_eq!(p.probe(2).size, Some((4, 3)));
+    // Columns toward P, rows toward I, slices toward R: brought to LPS the volume is 4 (L) x 3
+    // (P) x 4 (S) voxels; as stored 3 x 4 x 4.
+    assert_eq!(p.geometry.codes(), "PIR");
+    assert_eq!(p.geometry.spacing, [Some(0.5), Some(0.5), Some(1.0)]);
+    let probe = |axis, orientation| {
+        let o = DecodeOptions {
+            axis,
+            orientation,
+            ..DecodeOptions::default()
+        };
+        p.probe(&o).unwrap().size.unwrap()
+    };
+    use crate::source::volume::Orientation::{Lps, Stored};
+    assert_eq!([0, 1, 2].map(|a| probe(a, Lps)), [(4, 3), (4, 4), (3, 4)]);
+    assert_eq!(
+        [0, 1, 2].map(|a| probe(a, Stored)),
+        [(4, 4), (4, 3), (4, 3)]
+    );
 }
 
 #[test]
