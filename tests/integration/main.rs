@@ -24,6 +24,7 @@ mod parts;
 mod ranks;
 mod scans;
 mod scans_series;
+mod scans_volumes;
 mod synth;
 mod synth_task;
 mod tiff;

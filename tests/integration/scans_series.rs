@@ -30,27 +30,27 @@ fn el(out: &mut Vec<u8>, group: u16, elem: u16, vr: &[u8; 2], value: &[u8]) {
 
 /// One slice of a CT-like series.
 #[derive(Clone)]
-struct Slice {
-    rows: u16,
-    cols: u16,
+pub(crate) struct Slice {
+    pub(crate) rows: u16,
+    pub(crate) cols: u16,
     /// 16 (signed) or 8 (unsigned) bits.
-    bits: u16,
-    patient: Option<String>,
-    study: Option<String>,
-    series: Option<String>,
-    instance: Option<i32>,
-    position: Option<[f64; 3]>,
-    orientation: Option<[f64; 6]>,
-    spacing: [f64; 2],
-    slope: f64,
-    intercept: f64,
-    window: Option<(f64, f64)>,
+    pub(crate) bits: u16,
+    pub(crate) patient: Option<String>,
+    pub(crate) study: Option<String>,
+    pub(crate) series: Option<String>,
+    pub(crate) instance: Option<i32>,
+    pub(crate) position: Option<[f64; 3]>,
+    pub(crate) orientation: Option<[f64; 6]>,
+    pub(crate) spacing: [f64; 2],
+    pub(crate) slope: f64,
+    pub(crate) intercept: f64,
+    pub(crate) window: Option<(f64, f64)>,
     /// Stored values, row by row.
-    pixels: Vec<i32>,
+    pub(crate) pixels: Vec<i32>,
 }
 
 impl Slice {
-    fn new(rows: u16, cols: u16, pixels: Vec<i32>) -> Self {
+    pub(crate) fn new(rows: u16, cols: u16, pixels: Vec<i32>) -> Self {
         assert_eq!(pixels.len(), rows as usize * cols as usize);
         Slice {
             rows,
@@ -71,7 +71,7 @@ impl Slice {
     }
 
     /// A Part 10 file of this slice (elements in tag order).
-    fn bytes(&self) -> Vec<u8> {
+    pub(crate) fn bytes(&self) -> Vec<u8> {
         let sop_class = b"1.2.840.10008.5.1.4.1.1.2"; // CT Image Storage
         let uid = format!(
             "1.2.826.0.1.3680043.99.2.{}",
@@ -180,7 +180,7 @@ fn xxhash(b: &[u8]) -> u64 {
     })
 }
 
-fn write(path: &Path, bytes: &[u8]) {
+pub(crate) fn write(path: &Path, bytes: &[u8]) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
@@ -227,7 +227,7 @@ fn convert(input: &Path, out: &Path, extra: &[&str], code: i32) -> std::process:
 }
 
 /// Every sample of every split, in order: (split, values as f32 (f32 data) or u16/u8 widened, label).
-fn samples(d: &Path) -> Vec<(String, Vec<f32>, u32)> {
+pub(crate) fn samples(d: &Path) -> Vec<(String, Vec<f32>, u32)> {
     let ds = Dataset::open(d).unwrap();
     let dtype = ds.manifest.sample.dtype;
     let mut out = Vec::new();
@@ -248,7 +248,7 @@ fn samples(d: &Path) -> Vec<(String, Vec<f32>, u32)> {
     out
 }
 
-fn rejects(out: &Path) -> Vec<(String, String)> {
+pub(crate) fn rejects(out: &Path) -> Vec<(String, String)> {
     std::fs::read_to_string(out.join("rejects.jsonl"))
         .unwrap_or_default()
         .lines()
@@ -262,7 +262,7 @@ fn rejects(out: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
-fn source(out: &Path) -> serde_json::Value {
+pub(crate) fn source(out: &Path) -> serde_json::Value {
     let m: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     m["provenance"]["source"].clone()

@@ -1,0 +1,331 @@
+//! Volumes as they lie in the patient: one anatomy written with different orientations (NIfTI
+//! sform and qform, DICOM series acquired axially and sagittally) converts to identical slices,
+//! and `--spacing` resamples anisotropic volumes, recorded in the manifest and per sample.
+
+use crate::scans_series::{samples, source, write, Slice};
+use crate::util::*;
+use std::path::Path;
+
+/// The anatomy: voxels along L, P, S (canonical LPS indices) and their sizes in mm.
+const N: [usize; 3] = [4, 3, 5];
+const MM: [f64; 3] = [0.8, 0.8, 2.5];
+
+/// The value at LPS voxel (a, b, c): distinct everywhere.
+fn anatomy(a: usize, b: usize, c: usize) -> i16 {
+    (a + 10 * b + 100 * c) as i16 - 200
+}
+
+/// A NIfTI-1 int16 file of `dims` whose voxel (i, j, k) holds `value(i, j, k)`, placed by an
+/// sform (`cols`: each voxel axis's RAS direction, unit length) or by a qform quaternion.
+enum Placement {
+    Sform([[f64; 3]; 3]),
+    /// (b, c, d, qfac).
+    Qform([f64; 4]),
+}
+
+fn nifti(
+    path: &Path,
+    dims: [usize; 3],
+    sp: [f64; 3],
+    at: Placement,
+    value: impl Fn(usize, usize, usize) -> i16,
+) {
+    let mut h = vec![0u8; 352];
+    let put = |h: &mut Vec<u8>, off: usize, b: &[u8]| h[off..off + b.len()].copy_from_slice(b);
+    put(&mut h, 0, &348i32.to_le_bytes());
+    put(&mut h, 40, &3i16.to_le_bytes());
+    for (i, d) in dims.iter().enumerate() {
+        put(&mut h, 42 + 2 * i, &(*d as i16).to_le_bytes());
+    }
+    put(&mut h, 70, &4i16.to_le_bytes());
+    put(&mut h, 72, &16i16.to_le_bytes());
+    let mut pixdim = [1f32; 8];
+    for k in 0..3 {
+        pixdim[k + 1] = sp[k] as f32;
+    }
+    match at {
+        Placement::Sform(cols) => {
+            put(&mut h, 254, &1i16.to_le_bytes()); // sform_code: scanner
+            for (row, off) in [(0usize, 280usize), (1, 296), (2, 312)] {
+                for j in 0..3 {
+                    let v = (cols[j][row] * sp[j]) as f32;
+                    put(&mut h, off + 4 * j, &v.to_le_bytes());
+                }
+            }
+        }
+        Placement::Qform([b, c, d, qfac]) => {
+            put(&mut h, 252, &1i16.to_le_bytes()); // qform_code
+            put(&mut h, 256, &(b as f32).to_le_bytes());
+            put(&mut h, 260, &(c as f32).to_le_bytes());
+            put(&mut h, 264, &(d as f32).to_le_bytes());
+            pixdim[0] = qfac as f32;
+        }
+    }
+    for (i, v) in pixdim.iter().enumerate() {
+        put(&mut h, 76 + 4 * i, &v.to_le_bytes());
+    }
+    put(&mut h, 108, &352f32.to_le_bytes());
+    put(&mut h, 112, &1f32.to_le_bytes());
+    h[344..348].copy_from_slice(b"n+1\0");
+    for k in 0..dims[2] {
+        for j in 0..dims[1] {
+            for i in 0..dims[0] {
+                h.extend(value(i, j, k).to_le_bytes());
+            }
+        }
+    }
+    write(path, &h);
+}
+
+const R: [f64; 3] = [1.0, 0.0, 0.0];
+const L: [f64; 3] = [-1.0, 0.0, 0.0];
+const A: [f64; 3] = [0.0, 1.0, 0.0];
+const P: [f64; 3] = [0.0, -1.0, 0.0];
+const S: [f64; 3] = [0.0, 0.0, 1.0];
+const I: [f64; 3] = [0.0, 0.0, -1.0];
+
+/// The anatomy in every way this test writes it, one folder each.
+fn write_all(root: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
+    let [nx, ny, nz] = N;
+    let [sx, sy, sz] = MM;
+    let mut out = Vec::new();
+    let mut put = |name: &'static str, f: &dyn Fn(&Path)| {
+        let dir = root.join(name);
+        f(&dir);
+        out.push((name, dir));
+    };
+    put("ras", &|d| {
+        nifti(
+            &d.join("v.nii"),
+            N,
+            MM,
+            Placement::Sform([R, A, S]),
+            |i, j, k| anatomy(nx - 1 - i, ny - 1 - j, k),
+        )
+    });
+    put("lps", &|d| {
+        nifti(
+            &d.join("v.nii"),
+            N,
+            MM,
+            Placement::Sform([L, P, S]),
+            anatomy,
+        )
+    });
+    put("las", &|d| {
+        nifti(
+            &d.join("v.nii"),
+            N,
+            MM,
+            Placement::Sform([L, A, S]),
+            |i, j, k| anatomy(i, ny - 1 - j, k),
+        )
+    });
+    // LAS again through the qform: a rotation of 180 degrees about y (quaternion c = 1) with
+    // qfac -1 reversing the third axis.
+    put("las-qform", &|d| {
+        nifti(
+            &d.join("v.nii"),
+            N,
+            MM,
+            Placement::Qform([0.0, 1.0, 0.0, -1.0]),
+            |i, j, k| anatomy(i, ny - 1 - j, k),
+        )
+    });
+    // Stored sagittally: i toward P, j toward I, k toward R.
+    put("pir", &|d| {
+        nifti(
+            &d.join("v.nii"),
+            [ny, nz, nx],
+            [sy, sz, sx],
+            Placement::Sform([P, I, R]),
+            |i, j, k| anatomy(nx - 1 - k, i, nz - 1 - j),
+        )
+    });
+    // A DICOM series of axial slices: columns toward L, rows toward P, slices up.
+    put("dicom-axial", &|d| {
+        for c in (0..nz).rev() {
+            let px = (0..ny)
+                .flat_map(|r| (0..nx).map(move |q| anatomy(q, r, c) as i32))
+                .collect();
+            let s = Slice {
+                position: Some([0.0, 0.0, c as f64 * sz]),
+                orientation: Some([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+                spacing: [sy, sx],
+                ..Slice::new(ny as u16, nx as u16, px)
+            };
+            write(&d.join(format!("s{c}.dcm")), &s.bytes());
+        }
+    });
+    // A DICOM series of sagittal slices: columns toward P, rows toward I; its normal points to
+    // the right, so slices ascend from left to right.
+    put("dicom-sagittal", &|d| {
+        for a in 0..nx {
+            let px = (0..nz)
+                .flat_map(|r| (0..ny).map(move |q| anatomy(a, q, nz - 1 - r) as i32))
+                .collect();
+            let s = Slice {
+                position: Some([a as f64 * sx, 0.0, (nz - 1) as f64 * sz]),
+                orientation: Some([0.0, 1.0, 0.0, 0.0, 0.0, -1.0]),
+                spacing: [sz, sy],
+                ..Slice::new(nz as u16, ny as u16, px)
+            };
+            write(&d.join(format!("x{a}.dcm")), &s.bytes());
+        }
+    });
+    out
+}
+
+fn convert(input: &Path, out: &Path, extra: &[&str], code: i32) -> std::process::Output {
+    let mut args = vec![
+        "convert",
+        input.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--dtype",
+        "f32",
+        "--test-fraction",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    run(&args, code)
+}
+
+fn values(out: &Path) -> Vec<Vec<f32>> {
+    samples(out).into_iter().map(|(_, v, _)| v).collect()
+}
+
+#[test]
+fn one_anatomy_in_every_orientation_gives_the_same_slices() {
+    let t = tempfile::tempdir().unwrap();
+    let inputs = write_all(&t.path().join("in"));
+    let [nx, ny, nz] = N;
+    let at = |a: usize, b: usize, c: usize| anatomy(a, b, c) as f32;
+    // As viewers show them: axial slices with anterior (b = 0) on top and the patient's right
+    // (a = 0... the L axis starts on the right) on the left; coronal and sagittal ones with
+    // superior on top.
+    let want = |axis: usize| -> Vec<Vec<f32>> {
+        match axis {
+            2 => (0..nz)
+                .map(|c| {
+                    (0..ny)
+                        .flat_map(|r| (0..nx).map(move |q| at(q, r, c)))
+                        .collect()
+                })
+                .collect(),
+            1 => (0..ny)
+                .map(|b| {
+                    (0..nz)
+                        .flat_map(|r| (0..nx).map(move |q| at(q, b, nz - 1 - r)))
+                        .collect()
+                })
+                .collect(),
+            _ => (0..nx)
+                .map(|a| {
+                    (0..nz)
+                        .flat_map(|r| (0..ny).map(move |q| at(a, q, nz - 1 - r)))
+                        .collect()
+                })
+                .collect(),
+        }
+    };
+    for axis in ["0", "1", "2"] {
+        let expect = want(axis.parse().unwrap());
+        for (name, dir) in &inputs {
+            let out = t.path().join(format!("{name}-{axis}"));
+            let o = convert(dir, &out, &["--axis", axis], 0);
+            assert_eq!(
+                values(&out),
+                expect,
+                "{name} along axis {axis}: {}",
+                stderr(&o)
+            );
+            let v = &source(&out)["volumes"];
+            assert_eq!(v["orientation"], "LPS", "{v}");
+            assert_eq!(v["count"], 1, "{v}");
+        }
+    }
+    let v = source(&t.path().join("pir-2"))["volumes"].clone();
+    assert_eq!(
+        v["stored_orientations"],
+        serde_json::json!({"PIR": 1}),
+        "{v}"
+    );
+    assert_eq!(v["spacing"], serde_json::json!([0.8, 0.8, 2.5]), "{v}");
+    // Kept as stored: the sagittal file's own axes, so other slices than the LPS ones.
+    let out = t.path().join("pir-stored");
+    convert(
+        &t.path().join("in/pir"),
+        &out,
+        &["--orientation", "stored"],
+        0,
+    );
+    let stored = values(&out);
+    assert_eq!(stored.len(), nx, "slices along its stored third axis");
+    assert_ne!(stored, want(0));
+}
+
+#[test]
+fn spacing_resamples_warns_and_is_recorded() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("in");
+    nifti(
+        &dir.join("v.nii"),
+        N,
+        MM,
+        Placement::Sform([L, P, S]),
+        anatomy,
+    );
+    // Sagittal slices of 0.8 mm x 2.5 mm pixels: warned about without --spacing.
+    let out = t.path().join("plain");
+    let o = convert(&dir, &out, &["--axis", "0"], 0);
+    let err = stderr(&o);
+    assert!(
+        err.contains("not square")
+            && err.contains("0.8 mm wide x 2.5 mm high")
+            && err.contains("--spacing 0.8"),
+        "{err}"
+    );
+    let shape = |out: &Path| {
+        let v: serde_json::Value =
+            serde_json::from_slice(&run(&["inspect", out.to_str().unwrap(), "--json"], 0).stdout)
+                .unwrap();
+        v["shape"].clone()
+    };
+    assert_eq!(shape(&out), serde_json::json!([1, 5, 3]));
+    // Resampled to 0.8 mm: 5 slices of 2.5 mm become round(12.5 / 0.8) = 16 of 0.8 mm.
+    let out = t.path().join("iso");
+    let o = convert(
+        &dir,
+        &out,
+        &["--axis", "0", "--spacing", "0.8", "--meta"],
+        0,
+    );
+    assert!(!stderr(&o).contains("not square"), "{}", stderr(&o));
+    assert_eq!(shape(&out), serde_json::json!([1, 16, 3]));
+    let v = &source(&out)["volumes"];
+    assert_eq!(v["spacing"], serde_json::json!([0.8, 0.8, 0.8]), "{v}");
+    assert_eq!(v["resampled_to"], serde_json::json!([0.8, 0.8, 0.8]), "{v}");
+    let got = values(&out);
+    assert_eq!(got.len(), N[0]);
+    // Trilinear along z only (x and y keep their spacing): the top row is the highest slice
+    // position, 15 x 0.8 = 12 mm > 10 mm (the last source slice), so the edge value.
+    let top: Vec<f32> = (0..N[1]).map(|b| anatomy(1, b, N[2] - 1) as f32).collect();
+    assert_eq!(got[1][..3], top[..]);
+    // Row 16 - 1 - 2 (z = 2 x 0.8 = 1.6 mm = 0.64 of the first 2.5 mm gap).
+    let z0 = anatomy(1, 0, 0) as f32;
+    let z1 = anatomy(1, 0, 1) as f32;
+    let mid = got[1][(16 - 1 - 2) * 3];
+    assert!((mid - (z0 + 0.64 * (z1 - z0))).abs() < 1e-3, "{mid}");
+    // Per sample: the spacing it was cut at.
+    let ds = prep::format::shard::Dataset::open(&out).unwrap();
+    let fields = &ds.manifest.fields;
+    let k = fields.find("meta").expect("a meta field");
+    let f = fields.iter().nth(k).unwrap();
+    let info = &ds.manifest.splits["train"];
+    let r = ds.open_shard(&info.shards[0]).unwrap();
+    let block = r.read_block(0).unwrap();
+    let m = f.decode_meta(block.field(fields, k, 0)).unwrap();
+    assert_eq!(m["spacing_z"], 0.8, "{m:?}");
+    assert_eq!(m["spacing_x"], 0.8, "{m:?}");
+}
