@@ -310,8 +310,9 @@ pub struct ConvertArgs {
     /// from every file's header), else 1.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     pub channels: Option<u8>,
-    /// Pixel type on disk; u16 keeps 16-bit data (scans, 16-bit PNG/TIFF) at full precision.
-    /// f32/f16 keep the source's values with no window: float .npy as stored (float64 rounded to
+    /// Pixel type on disk; u16 keeps 16-bit images (PNG/TIFF) at full precision, and scans'
+    /// whole modality values (CT's HU, MR signal) with no window as value + 32768 (--window
+    /// windows into u16 instead). f32/f16 keep the source's values with no window: float .npy as stored (float64 rounded to
     /// float32), NIfTI after scl_slope/scl_inter, DICOM in modality units (Rescale Slope and
     /// Intercept); f16 rounds to nearest. Images keep their integer values. Column-major files
     /// and prep datasets: values pixel / max; u8/u16 from values in [0, 1] (rounded), default
@@ -376,8 +377,8 @@ pub struct ConvertArgs {
     /// Volumes: slice along this axis (0 = x, 1 = y, 2 = z).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub axis: u8,
-    /// Scans: intensity window LOW:HIGH (after rescale). Default: DICOM's own window, NIfTI's
-    /// 0.5-99.5 percentile window.
+    /// Scans: intensity window LOW:HIGH (after rescale). Default for u8: DICOM's own window,
+    /// NIfTI's 0.5-99.5 percentile window; u16, f16 and f32 keep the values unwindowed.
     #[arg(long, value_name = "LOW:HIGH", allow_hyphen_values = true)]
     pub window: Option<String>,
     /// Volumes (NIfTI, DICOM series, MSD folders): bring every volume to one orientation

@@ -80,6 +80,10 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
     if let Some(v) = &volumes {
         provenance.source["volumes"] = v.json(&o.decode);
     }
+    if job.decode.scan_values && super::volumes::has_scans(&plan) {
+        // What a u16 sample of a scan holds (`transform::U16_OFFSET`).
+        provenance.source["u16_values"] = "modality value + 32768".into();
+    }
     let written: Written = (infos, rejects);
     let published = publish_dataset(o, &plan, &job, &staging, &written, part, provenance);
     let _ = std::fs::remove_dir_all(&staging);
@@ -151,9 +155,10 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
         }
     }
     spec.check()?;
-    // Float targets take scans in their own units, unwindowed.
+    // Float targets take scans in their own units, unwindowed; so do u16 ones without --window.
     let decode = DecodeOptions {
         float: target.dtype.is_float(),
+        scan_values: target.dtype == Dtype::U16 && o.decode.window.is_none(),
         ..o.decode.clone()
     };
     let bs = o

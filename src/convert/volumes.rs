@@ -144,3 +144,13 @@ impl Volumes {
         v
     }
 }
+
+/// Whether the plan holds scans whose modality values a u16 target keeps (`DecodeOptions::
+/// scan_values`): DICOM files and series, NIfTI files, MSD cases.
+pub(super) fn has_scans(plan: &Plan) -> bool {
+    plan.splits.values().flatten().any(|u| match u {
+        Unit::File { kind, .. } => matches!(kind, Some(FileKind::Dicom | FileKind::Nifti)),
+        Unit::Series { .. } | Unit::Case { .. } => true,
+        _ => false,
+    })
+}

@@ -149,6 +149,9 @@ pub struct DecodeOptions {
     /// own units (after rescale slope/intercept) with no window, for f16/f32 targets. Other kinds emit images either
     /// way, whose integer values a float target keeps.
     pub float: bool,
+    /// Scans (DICOM grey images, NIfTI volumes, MSD cases): emit `Frame::Float` modality values
+    /// with no window for a u16 target too (`transform::U16_OFFSET`). TIFF pages ignore it.
+    pub scan_values: bool,
     /// Volumes: the orientation they are brought to before slicing (`volume`).
     pub orientation: volume::Orientation,
     /// Volumes: resample to this voxel size (mm along the oriented axes 0, 1, 2) before slicing.
@@ -164,6 +167,7 @@ impl Default for DecodeOptions {
             window: None,
             percentiles: (0.5, 99.5),
             float: false,
+            scan_values: false,
             orientation: volume::Orientation::Lps,
             spacing: None,
         }

@@ -38,7 +38,7 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
     let mut scratch: Vec<f32> = Vec::new();
     read_volumes(path, &mut |_, grid, vol| {
         let (vox, g) = volume::prepare(vol, &grid.geometry, opts, false)?;
-        if opts.float {
+        if opts.float || opts.scan_values {
             return emit_float_slices(&vox, g.dims, opts.axis, emit);
         }
         let (low, high) = match opts.window {

@@ -43,7 +43,7 @@ impl Target {
 pub fn to_sample(frame: Frame, t: &Target, out: &mut Vec<u8>) -> Result<(), Reject> {
     let img = match (frame, t.dtype) {
         (Frame::Image(img), Dtype::U8 | Dtype::U16) => img,
-        (Frame::Float(_), Dtype::U8 | Dtype::U16) => {
+        (Frame::Float(_), Dtype::U8) => {
             return Err(Reject::new(
                 "float values need a float target (--dtype f32 or f16)",
             ))
@@ -85,6 +85,9 @@ fn float_sample(frame: Frame, t: &Target, out: &mut Vec<u8>) -> Result<(), Rejec
             i % w
         )));
     }
+    if t.dtype == Dtype::U16 {
+        whole_values(&f.data, plane, w)?;
+    }
     let planes: Vec<&[f32]> = f.data.chunks_exact(plane).collect();
     let mixed: Vec<Vec<f32>>;
     let chosen: Vec<&[f32]> = match (t.channels, planes.len()) {
@@ -117,11 +120,35 @@ fn float_sample(frame: Frame, t: &Target, out: &mut Vec<u8>) -> Result<(), Rejec
                     }
                     out.extend_from_slice(&hv.to_le_bytes());
                 }
+                // Whole values (checked above; a resize may blend two), shifted into u16.
+                Dtype::U16 => {
+                    let u = (v.round() + U16_OFFSET).clamp(0.0, 65535.0) as u16;
+                    out.extend_from_slice(&u.to_le_bytes())
+                }
                 _ => out.extend_from_slice(&v.to_le_bytes()),
             }
         }
     }
     Ok(())
+}
+
+/// u16 samples of modality values (scans without a window) hold value + `U16_OFFSET`: every
+/// whole value from -32768 to 32767 (CT's Hounsfield units, MR's signal) kept exactly.
+pub const U16_OFFSET: f32 = 32768.0;
+
+/// Values for a u16 target must be whole numbers within -32768..=32767: the first that is not.
+fn whole_values(v: &[f32], plane: usize, w: usize) -> Result<(), Reject> {
+    let bad = |x: f32| x.fract() != 0.0 || !(-U16_OFFSET..U16_OFFSET).contains(&x);
+    match v.iter().position(|&x| bad(x)) {
+        None => Ok(()),
+        Some(i) => Err(Reject::new(format!(
+            "value {} at channel {}, row {}, column {}: --dtype u16 keeps whole modality values from -32768 to 32767 (stored + 32768); use --dtype f32, or --window LOW:HIGH to window into u16",
+            v[i],
+            i / plane,
+            i % plane / w,
+            i % w
+        ))),
+    }
 }
 
 /// An image's integer values (8 or 16 bits; float images as they are) as planar float32: grey

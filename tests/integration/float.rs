@@ -342,9 +342,34 @@ fn nifti_volumes_keep_their_voxel_values() {
     assert_eq!(s[1].0, slice(&a, 1));
     assert_eq!(s[2].0, slice(&b, 0));
     assert_eq!(s[3].0, slice(&b, 1));
-    // --dtype u16 on the same volumes still windows (0.5-99.5 percentiles).
+    // --dtype u16 keeps whole values only (+ 32768): the fractional volumes are refused by
+    // name, and --window windows them into u16.
     let out = t.path().join("u16");
-    convert(&input, &out, &["--kind", "nifti", "--dtype", "u16"], 0);
+    let o = run(
+        &[
+            "convert",
+            input.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--kind",
+            "nifti",
+            "--dtype",
+            "u16",
+        ],
+        1,
+    );
+    let e = stderr(&o);
+    assert!(
+        e.contains("whole modality values") && e.contains("--dtype f32"),
+        "{e}"
+    );
+    let out = t.path().join("u16w");
+    convert(
+        &input,
+        &out,
+        &["--kind", "nifti", "--dtype", "u16", "--window=-1000:0"],
+        0,
+    );
     assert_eq!(
         Dataset::open(&out).unwrap().manifest.sample.dtype,
         Dtype::U16

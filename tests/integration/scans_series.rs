@@ -307,23 +307,37 @@ fn a_series_in_shuffled_file_order_is_the_same_volume() {
             // Modality values after each slice's own rescale, slices in position order.
             assert_eq!(got, want);
         } else if dtype == "u16" {
-            // The first slice's window, c = -700, w = 900, for every slice.
-            let (c, w) = (-700.0f64, 900.0f64);
-            let (low, high) = (c - 0.5 - (w - 1.0) / 2.0, c - 0.5 + (w - 1.0) / 2.0);
-            let win: Vec<Vec<f32>> = want
+            // No window: every modality value kept, shifted by 32768.
+            let shifted: Vec<Vec<f32>> = want
                 .iter()
-                .map(|s| {
-                    s.iter()
-                        .map(|&v| {
-                            let t = ((v as f64 - low) / (high - low)).clamp(0.0, 1.0);
-                            (t * 65535.0).round() as f32
-                        })
-                        .collect()
-                })
+                .map(|s| s.iter().map(|&v| v + 32768.0).collect())
                 .collect();
-            assert_eq!(got, win);
+            assert_eq!(got, shifted);
         }
     }
+    // With --window, u16 holds the window's 16 bits.
+    let (low, high) = (-1150.0f64, -251.0f64);
+    let w = t.path().join("u16-window");
+    let window = format!("--window={low}:{high}");
+    convert(
+        &sorted,
+        &w,
+        &["--dtype", "u16", &window, "--test-fraction", "0"],
+        0,
+    );
+    let got: Vec<Vec<f32>> = samples(&w).into_iter().map(|(_, v, _)| v).collect();
+    let win: Vec<Vec<f32>> = want
+        .iter()
+        .map(|s| {
+            s.iter()
+                .map(|&v| {
+                    let t = ((v as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                    (t * 65535.0).round() as f32
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(got, win);
     let src = source(&t.path().join("a-f32"));
     assert_eq!(src["split_key"], "SeriesInstanceUID", "{src}");
 }

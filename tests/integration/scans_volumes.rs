@@ -182,12 +182,13 @@ fn convert(input: &Path, out: &Path, extra: &[&str], code: i32) -> std::process:
         input.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
-        "--dtype",
-        "f32",
         "--test-fraction",
         "0",
     ];
     args.extend_from_slice(extra);
+    if !extra.contains(&"--dtype") {
+        args.extend(["--dtype", "f32"]);
+    }
     run(&args, code)
 }
 
@@ -328,4 +329,45 @@ fn spacing_resamples_warns_and_is_recorded() {
     let m = f.decode_meta(block.field(fields, k, 0)).unwrap();
     assert_eq!(m["spacing_z"], 0.8, "{m:?}");
     assert_eq!(m["spacing_x"], 0.8, "{m:?}");
+}
+
+#[test]
+fn u16_and_f32_keep_every_hounsfield_value_of_a_ct_series() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("ct");
+    // 4 slices of 32 x 32: stored 0..4095, intercept -1024: every HU from -1024 (air) to
+    // 3071 (dense bone) once, under a soft-tissue window (40/400) that u16 must not apply.
+    for k in 0..4 {
+        let px: Vec<i32> = (0..1024).map(|i| k * 1024 + i).collect();
+        let s = Slice {
+            position: Some([0.0, 0.0, k as f64 * 2.0]),
+            intercept: -1024.0,
+            window: Some((40.0, 400.0)),
+            ..Slice::new(32, 32, px)
+        };
+        write(&dir.join(format!("s{k}.dcm")), &s.bytes());
+    }
+    let want: std::collections::BTreeSet<i32> = (-1024..3072).collect();
+    for (dtype, shift) in [("f32", 0.0), ("u16", 32768.0)] {
+        let out = t.path().join(dtype);
+        convert(&dir, &out, &["--dtype", dtype], 0);
+        let got: std::collections::BTreeSet<i32> = values(&out)
+            .into_iter()
+            .flatten()
+            .map(|v| (v - shift) as i32)
+            .collect();
+        assert_eq!(got, want, "{dtype}: every HU value, each as itself");
+        if dtype == "u16" {
+            assert_eq!(source(&out)["u16_values"], "modality value + 32768");
+        }
+    }
+    // u8 still shows the series' window: air and bone are both clipped.
+    let out = t.path().join("u8");
+    convert(&dir, &out, &["--dtype", "u8"], 0);
+    let got: std::collections::BTreeSet<i32> = values(&out)
+        .into_iter()
+        .flatten()
+        .map(|v| v as i32)
+        .collect();
+    assert!(got.len() <= 256 && got.contains(&0) && got.contains(&255));
 }

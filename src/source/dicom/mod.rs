@@ -347,7 +347,7 @@ fn emit_grey_volume(
     let (rows, cols) = (px.rows() as usize, px.columns() as usize);
     let frames = px.number_of_frames() as usize;
     let vol = grey_volume(px, layout, lut)?;
-    if opts.float {
+    if opts.float || opts.scan_values {
         return emit_float_slices(&vol, [cols, rows, frames], opts.axis, emit);
     }
     let (low, high) = match lut.window_for(0) {
@@ -396,7 +396,7 @@ fn emit_grey_frames(
     for f in 0..px.number_of_frames() as usize {
         let data = frame_data(px, layout, f)?;
         let (s, i) = lut.rescale(f);
-        if opts.float {
+        if opts.float || opts.scan_values {
             let vals = layout
                 .values(data)
                 .map(|v| (v as f64 * s + i) as f32)

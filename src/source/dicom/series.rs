@@ -826,7 +826,7 @@ fn emit_volume(
         ..s.geometry
     };
     let (vox, g) = volume::prepare(vol, &geo, opts, false)?;
-    if opts.float {
+    if opts.float || opts.scan_values {
         emit_float_slices(&vox, g.dims, opts.axis, emit)
     } else {
         let (low, high) = opts

@@ -237,13 +237,14 @@ fn read_channels(
             px[j * sb + c * pb..][..pb].copy_from_slice(&plane);
             Ok(())
         };
-        let (low, high) = match (d.float, d.window) {
+        let values = d.float || d.scan_values;
+        let (low, high) = match (values, d.window) {
             (true, _) => (0.0, 0.0),
             (_, Some(w)) => w,
             _ => nifti::percentile_window(vol, d.percentiles, &mut scratch)?,
         };
         let (vox, g) = volume::prepare(vol, &case.geometry, d, false)?;
-        if d.float {
+        if values {
             return nifti::emit_float_slices(&vox, g.dims, d.axis, &mut put);
         }
         nifti::emit_slices(
