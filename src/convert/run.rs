@@ -33,6 +33,9 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
     check_out(out, o.force)?;
     let mut plan = plan(o)?;
     name_classes(o, &mut plan)?;
+    if let Some(w) = plan.drawn.as_ref().and_then(|d| d.warning.clone()) {
+        plan.notes.push(w);
+    }
     crate::util::interrupt::check()?;
     let mut notes = plan.notes.clone();
     let mut job = decide(o, &plan, &mut notes)?;
@@ -74,12 +77,27 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
         }
         notes.push(note);
     }
-    let provenance = provenance(o, &plan, &job, &request, rejects.len());
+    // What the split came to; a part holds only its share of the samples.
+    let split = plan.drawn.as_ref().map(|d| {
+        let samples = part
+            .is_none()
+            .then(|| infos.iter().map(|(s, i)| (s.clone(), i.samples)).collect());
+        super::split::SplitReport::new(d, samples)
+    });
+    for w in split.iter().flat_map(|s| &s.warnings) {
+        if !notes.contains(w) {
+            eprintln!("{w}");
+            notes.push(w.clone());
+        }
+    }
+    let provenance = provenance(o, &plan, &job, &request, rejects.len(), split.as_ref());
     let written: Written = (infos, rejects);
     let published = publish_dataset(o, &plan, &job, &staging, &written, part, provenance);
     let _ = std::fs::remove_dir_all(&staging);
     published?;
-    Ok(report(o, plan, &job, written, notes, t0))
+    let mut r = report(o, plan, &job, written, notes, t0);
+    r.split = split;
+    Ok(r)
 }
 
 /// What can be refused before anything is created or read.
@@ -140,8 +158,9 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
     refuse_fields_here(o, &fields, &target)?;
     // The headers read above skip their work once a signal asked to stop.
     crate::util::interrupt::check()?;
-    if !o.quiet {
-        for n in notes.iter() {
+    for n in notes.iter() {
+        // A warning is said even with --quiet: a split that is not what was asked, ...
+        if !o.quiet || n.starts_with("warning:") {
             eprintln!("{n}");
         }
     }
@@ -271,6 +290,7 @@ fn provenance(
     job: &Layout,
     request: &str,
     rejects: usize,
+    split: Option<&super::split::SplitReport>,
 ) -> Provenance {
     let mut source = serde_json::json!({
         "converter": "prep-convert/1",
@@ -289,6 +309,10 @@ fn provenance(
             source["split_folders"] = serde_json::json!(ts.folders);
             source["test_fraction"] = serde_json::Value::Null;
         }
+    }
+    if let Some(s) = split {
+        // The split as it came out: groups and samples by split, the realised fractions.
+        source["split"] = serde_json::json!(s);
     }
     if o.skip_empty_masks {
         source["skip_empty_masks"] = true.into();
@@ -326,6 +350,7 @@ fn report(
             .map(|t| t.folders.clone())
             .unwrap_or_default(),
         notes,
+        split: None,
         seconds: secs,
         samples_per_sec: samples as f64 / secs.max(1e-9),
         bytes_on_disk: crate::format::folder::dir_bytes(&o.out),
