@@ -90,7 +90,7 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
             notes.push(w.clone());
         }
     }
-    let provenance = provenance(o, &plan, &job, &request, rejects.len(), split.as_ref());
+    let provenance = provenance(o, &plan, &job, &request, rejects.len());
     let written: Written = (infos, rejects);
     let published = publish_dataset(o, &plan, &job, &staging, &written, part, provenance);
     let _ = std::fs::remove_dir_all(&staging);
@@ -290,7 +290,6 @@ fn provenance(
     job: &Layout,
     request: &str,
     rejects: usize,
-    split: Option<&super::split::SplitReport>,
 ) -> Provenance {
     let mut source = serde_json::json!({
         "converter": "prep-convert/1",
@@ -310,9 +309,11 @@ fn provenance(
             source["test_fraction"] = serde_json::Value::Null;
         }
     }
-    if let Some(s) = split {
-        // The split as it came out: groups and samples by split, the realised fractions.
-        source["split"] = serde_json::json!(s);
+    if let Some(d) = &plan.drawn {
+        // The groups each split came to, and the warning where they cannot give the fraction;
+        // the samples are the manifest's `splits` (as planned, so every part of a job records
+        // the same, and `prep merge` keeps it).
+        source["split"] = serde_json::json!(super::split::SplitReport::new(d, None));
     }
     if o.skip_empty_masks {
         source["skip_empty_masks"] = true.into();

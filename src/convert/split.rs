@@ -188,7 +188,8 @@ pub struct SplitReport {
     pub groups: BTreeMap<String, usize>,
     /// The share of the groups in test.
     pub groups_test_fraction: f64,
-    /// Samples by split; None for one part of a job (`--part`), which holds only its share.
+    /// Samples by split; None in the manifest (its `splits` count them) and for one part of a
+    /// job (`--part`), which holds only its share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<BTreeMap<String, u64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -24,6 +24,7 @@ mod parts;
 mod ranks;
 mod scans;
 mod scans_series;
+mod splits;
 mod synth;
 mod synth_task;
 mod tiff;
