@@ -3,6 +3,7 @@
 
 use super::tree_fields;
 use super::tree_units::{check_modalities, patient_folders, read_dicom_headers, tree_units};
+pub(super) use super::tree_units::{count, json_str};
 use super::units::{Plan, TreeSplit};
 use super::*;
 
@@ -528,20 +529,4 @@ pub(super) fn split_folders<'a>(
 ) -> Result<tree::SplitFolders> {
     tree::split_folders(tops, loose)
         .map_err(|e| Error::Invalid(format!("{}: {e}", tree::shown_path(&o.input))))
-}
-
-/// A name in double quotes, escaped as a JSON string (a newline in it forges no line).
-pub(super) fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
-}
-
-/// "1 file", "3 files".
-pub(super) fn count(n: usize, what: &str) -> String {
-    // "series" is its own plural.
-    let s = if n == 1 || what.ends_with("series") {
-        ""
-    } else {
-        "s"
-    };
-    format!("{n} {what}{s}")
 }

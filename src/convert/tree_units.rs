@@ -3,10 +3,25 @@
 //! in fact patient folders, and modalities that should not share one dataset.
 
 use super::file_fields::FileFields;
-use super::folders::{count, json_str};
 use super::split::{self, By, Drawn};
 use super::units::Unit;
 use super::*;
+
+/// A name in double quotes, escaped as a JSON string (a newline in it forges no line).
+pub(super) fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// "1 file", "3 files".
+pub(super) fn count(n: usize, what: &str) -> String {
+    // "series" is its own plural.
+    let s = if n == 1 || what.ends_with("series") {
+        ""
+    } else {
+        "s"
+    };
+    format!("{n} {what}{s}")
+}
 
 /// Each DICOM file's header (read up to its pixel data), by relative path.
 pub(super) type Headers<'t> = BTreeMap<&'t str, dicom::SeriesHeader>;

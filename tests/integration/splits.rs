@@ -280,6 +280,23 @@ fn without_patient_id_studies_are_the_groups() {
         "{}",
         stdout(&o)
     );
+    // --json's report holds the split with its samples.
+    let o = convert(
+        &input,
+        &out,
+        &["--test-fraction", "0.25", "--force", "--json"],
+        0,
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        r["split"]["samples"],
+        serde_json::json!({"test": 2, "train": 6})
+    );
+    assert_eq!(r["split"]["samples_test_fraction"], 0.25);
+    assert_eq!(
+        r["split"]["groups"],
+        serde_json::json!({"test": 1, "train": 3})
+    );
 }
 
 #[test]
