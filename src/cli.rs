@@ -286,6 +286,13 @@ pub enum FitArg {
     Pad,
 }
 
+/// `--classes`: where a tree's classes come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClassesArg {
+    Auto,
+    Folders,
+}
+
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
     /// A folder (one sub-folder per class, files directly inside it as one class, or a dataset's
@@ -360,9 +367,25 @@ pub struct ConvertArgs {
     /// source's own (folder names, CIFAR's batches.meta, Fashion-MNIST's ten), else 0, 1, 2...
     #[arg(long, value_name = "NAMES|@FILE")]
     pub class_names: Option<String>,
-    /// Fraction of inputs put in the test split, by a hash of their path. Sources with their own
-    /// split keep it: IDX and CIFAR files, and trees whose top folders are split folders (train/
-    /// with val/, valid/, validation/ or test/), where this flag is refused.
+    /// Where a tree's classes come from. auto: its sub-folders, except DICOM folders that are
+    /// patients (each holds the files of one PatientID, no two the same: PAT001/, PAT002/):
+    /// then one class named after INPUT, split by patient, said on stderr (--labels or
+    /// --label-from give classes). folders: the sub-folders even then, every class wholly in one
+    /// split.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub classes: ClassesArg,
+    /// DICOM: keep files of several modalities (CT with MR, ...: different units) in one
+    /// dataset. Without it such a tree is refused, naming each modality with its file count.
+    #[arg(long)]
+    pub mixed_modalities: bool,
+    /// Fraction of inputs put in the test split. Groups (DICOM patients, else studies or series;
+    /// MSD cases; volume and video files; runs of an unsplit .npy's samples) are ranked by a hash
+    /// of their key and round(F x groups) go to test, at least one when F > 0 and there are two
+    /// or more, and at least one stays in train when F < 1; image files go by a hash of their
+    /// path. The summary gives the split that came out, with a warning where the groups cannot
+    /// give F (3 patients at 0.1: 1 of 3). Sources with their own split keep it: IDX and CIFAR
+    /// files, and trees whose top folders are split folders (train/ with val/, valid/,
+    /// validation/ or test/), where this flag is refused.
     #[arg(long, value_name = "F", default_value_t = 0.1, allow_negative_numbers = true, value_parser = fraction)]
     pub test_fraction: f64,
     /// What to do with an input that cannot be decoded.

@@ -1,6 +1,6 @@
 use super::outln;
 use super::{thousands, UsageError};
-use crate::cli::{ConvertArgs, FitArg, KindArg, OnErrorArg, OrientationArg};
+use crate::cli::{ClassesArg, ConvertArgs, FitArg, KindArg, OnErrorArg, OrientationArg};
 use anyhow::Context;
 use prep::convert::{convert, ConvertOptions, ConvertReport, Kind, OnError};
 use prep::format::shard::Dtype;
@@ -168,6 +168,8 @@ fn convert_options(
         label_from: a.label_from.clone(),
         test_fraction: a.test_fraction,
         test_fraction_given: a.given.iter().any(|g| g == "test_fraction"),
+        folder_classes: a.classes == ClassesArg::Folders,
+        mixed_modalities: a.mixed_modalities,
         on_error: match a.on_error {
             OnErrorArg::Skip => OnError::Skip,
             OnErrorArg::Fail => OnError::Fail,
@@ -222,6 +224,9 @@ fn print_report(a: &ConvertArgs, r: &ConvertReport) -> anyhow::Result<()> {
         human(r.bytes_on_disk),
         human(r.peak_rss_bytes)
     );
+    if let Some(s) = &r.split {
+        outln!("{}", s.line());
+    }
     print_rejects(a, r);
     Ok(())
 }

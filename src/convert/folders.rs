@@ -1,9 +1,10 @@
 //! A tree of files: how it is labelled (class folders, a labels CSV or a regex), its split folders,
 //! and its units (DICOM files grouped into series).
 
-use super::file_fields::FileFields;
 use super::tree_fields;
-use super::units::{Plan, TreeSplit, Unit};
+use super::tree_units::{check_modalities, patient_folders, read_dicom_headers, tree_units};
+pub(super) use super::tree_units::{count, json_str};
+use super::units::{Plan, TreeSplit};
 use super::*;
 
 /// How the files of a tree get their classes.
@@ -15,6 +16,11 @@ pub(super) enum Labelling {
 }
 
 pub(super) fn labelling(o: &ConvertOptions) -> Result<Labelling> {
+    if o.folder_classes && (o.labels.is_some() || o.label_from.is_some()) {
+        return Err(Error::Invalid(
+            "--classes folders takes the classes from the folders, --labels and --label-from from elsewhere; give one".into(),
+        ));
+    }
     Ok(match (&o.labels, &o.label_from) {
         (Some(_), Some(_)) => {
             return Err(Error::Invalid(
@@ -83,7 +89,7 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         _ => None,
     };
     let mut mask_rejects = Vec::new();
-    let (chosen, fields, with) = tree_fields::attach(
+    let (mut chosen, fields, with) = tree_fields::attach(
         o,
         masks.as_ref(),
         csv,
@@ -93,10 +99,15 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         &mut notes,
     )?;
     note_splits(o, &labelling, &chosen, &folders, &mut notes)?;
+    let headers = read_dicom_headers(o, &chosen);
+    check_modalities(o, &chosen, &headers, &mut notes)?;
+    if matches!(labelling, Labelling::Layout) {
+        patient_folders(o, &tree, &mut chosen, &headers, &mut notes);
+    }
     let classes = sorted_classes(o, &chosen, &rejects)?;
     let kind = found_kind(kind, &chosen);
     let inputs = chosen.len() + rejects.len() + mask_rejects.len();
-    let tu = tree_units(o, chosen, &classes, &folders, &with);
+    let tu = tree_units(o, chosen, &classes, &folders, &with, &headers);
     rejects.extend(tu.rejects);
     notes.extend(tu.notes);
     let mut plan = Plan {
@@ -118,6 +129,7 @@ pub(super) fn plan_tree(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
             },
         }),
         stored: None,
+        drawn: tu.drawn,
     };
     if let Some(ds) = dataset {
         tree_fields::from_dataset_folder(&mut plan, ds);
@@ -517,298 +529,4 @@ pub(super) fn split_folders<'a>(
 ) -> Result<tree::SplitFolders> {
     tree::split_folders(tops, loose)
         .map_err(|e| Error::Invalid(format!("{}: {e}", tree::shown_path(&o.input))))
-}
-
-/// A name in double quotes, escaped as a JSON string (a newline in it forges no line).
-pub(super) fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
-}
-
-/// "1 file", "3 files".
-pub(super) fn count(n: usize, what: &str) -> String {
-    // "series" is its own plural.
-    let s = if n == 1 || what.ends_with("series") {
-        ""
-    } else {
-        "s"
-    };
-    format!("{n} {what}{s}")
-}
-
-/// The units of a labelled tree, by split, and what decided the split.
-pub(super) struct TreeUnits {
-    pub(super) splits: BTreeMap<String, Vec<Unit>>,
-    /// The key the DICOM inputs were split by when one key served them all ("PatientID",
-    /// "StudyInstanceUID", "SeriesInstanceUID"), "path" when there are none or none had an
-    /// identifier, "mixed" otherwise. Other files are split by their path.
-    pub(super) split_key: String,
-    /// Units split by each key.
-    pub(super) split_keys: BTreeMap<String, usize>,
-    /// DICOM files that do not fit their series.
-    pub(super) rejects: Vec<RejectEntry>,
-    pub(super) notes: Vec<String>,
-}
-
-/// One unit per file, except DICOM files, which are grouped into series (`source::dicom::series`): a
-/// series is one unit. Units keep the order of their first files. A file is split by a hash of its
-/// path; DICOM inputs by a hash of their patient (else study, else series) so that no patient is
-/// in both splits.
-pub(super) fn tree_units(
-    o: &ConvertOptions,
-    chosen: Vec<(&tree::TreeFile, String)>,
-    classes: &[String],
-    folders: &tree::SplitFolders,
-    with: &BTreeMap<String, Arc<FileFields>>,
-) -> TreeUnits {
-    let s = Sorter {
-        o,
-        classes,
-        folders,
-        by_folder: matches!(folders, tree::SplitFolders::Splits(_)),
-        with,
-    };
-    let headers = read_dicom_headers(o, &chosen);
-    let mut made = Made::default();
-    let (inputs, at) = file_units(&s, &chosen, &headers, &mut made);
-    let g = series::group(inputs, &o.decode);
-    let (n_series, n_files) = series_units(&s, g.groups, &at, &mut made);
-    made.units.sort_by_key(|u| u.0);
-    let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
-    for (_, split, unit) in made.units {
-        splits.entry(split).or_default().push(unit);
-    }
-    let split_key = match made.dicom_keys.len() {
-        0 if s.by_folder => "folders".to_string(),
-        0 => "path".to_string(),
-        1 => made.dicom_keys.first().expect("one").to_string(),
-        _ => "mixed".to_string(),
-    };
-    let notes = dicom_notes(n_series, n_files, &made.dicom_keys, &g.uneven);
-    TreeUnits {
-        splits,
-        split_key,
-        split_keys: made.split_keys,
-        rejects: g
-            .rejects
-            .into_iter()
-            .map(|(path, reason)| RejectEntry { path, reason })
-            .chain(made.field_rejects)
-            .collect(),
-        notes,
-    }
-}
-
-/// What decides a unit's label and split.
-struct Sorter<'a> {
-    o: &'a ConvertOptions,
-    classes: &'a [String],
-    folders: &'a tree::SplitFolders,
-    /// The tree's own split folders split it.
-    by_folder: bool,
-    /// Each file's fields, where the plan has fields.
-    with: &'a BTreeMap<String, Arc<FileFields>>,
-}
-
-impl Sorter<'_> {
-    /// The index of class `c` among the sorted classes.
-    fn label(&self, c: &str) -> u32 {
-        self.classes
-            .binary_search_by(|x| x.as_str().cmp(c))
-            .expect("class listed") as u32
-    }
-
-    /// A unit's split: its split folder's (`rel` is its first file), else a hash of `key`.
-    fn split_of(&self, rel: &str, key: &str) -> String {
-        if let tree::SplitFolders::Splits(m) = self.folders {
-            if let Some(s) = rel.split_once('/').and_then(|(top, _)| m.get(top)) {
-                return s.clone();
-            }
-        }
-        if tree::is_test(key, self.o.test_fraction) {
-            "test".into()
-        } else {
-            "train".into()
-        }
-    }
-
-    /// A unit of one file of class `c`.
-    fn file_unit(&self, f: &tree::TreeFile, c: &str) -> Unit {
-        Unit::File {
-            rel: f.rel.clone(),
-            path: f.path.clone(),
-            kind: f.kind,
-            label: Some(self.label(c)),
-            with: self.with.get(&f.rel).cloned(),
-        }
-    }
-}
-
-/// The units made so far, and the keys that split them.
-#[derive(Default)]
-struct Made {
-    /// (position of the first file among the inputs, split, unit)
-    units: Vec<(usize, String, Unit)>,
-    split_keys: BTreeMap<String, usize>,
-    dicom_keys: std::collections::BTreeSet<&'static str>,
-    /// Files of series that cannot carry the plan's fields.
-    field_rejects: Vec<RejectEntry>,
-}
-
-/// Every DICOM header, read in parallel up to the pixel data.
-fn read_dicom_headers<'c>(
-    o: &ConvertOptions,
-    chosen: &'c [(&tree::TreeFile, String)],
-) -> BTreeMap<&'c str, dicom::SeriesHeader> {
-    let dicom: Vec<&tree::TreeFile> = chosen
-        .iter()
-        .filter(|(f, _)| f.kind == Some(FileKind::Dicom))
-        .map(|(f, _)| *f)
-        .collect();
-    let pb = crate::util::progress::bar(dicom.len() as u64, "headers", "files", o.quiet);
-    let headers: BTreeMap<&str, dicom::SeriesHeader> = dicom
-        .par_iter()
-        .filter_map(|f| {
-            // Once a signal asked to stop, the rest is skipped (convert_into then stops).
-            if crate::util::interrupt::requested().is_some() {
-                return None;
-            }
-            let h = dicom::read_header(&f.path).ok();
-            pb.inc(1);
-            // A header that cannot be read leaves the file on its own: decoding it says why.
-            h.map(|h| (f.rel.as_str(), h))
-        })
-        .collect();
-    pb.finish_and_clear();
-    headers
-}
-
-/// A unit for each file without a DICOM header; the others are returned as series inputs, with
-/// the position of every file among the inputs.
-fn file_units<'c>(
-    s: &Sorter,
-    chosen: &'c [(&tree::TreeFile, String)],
-    headers: &BTreeMap<&str, dicom::SeriesHeader>,
-    made: &mut Made,
-) -> (Vec<series::Input>, BTreeMap<&'c str, usize>) {
-    let mut at: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut inputs = Vec::new();
-    for (i, (f, c)) in chosen.iter().enumerate() {
-        at.insert(&f.rel, i);
-        match headers.get(f.rel.as_str()) {
-            Some(h) => inputs.push(series::Input {
-                rel: f.rel.clone(),
-                path: f.path.clone(),
-                class: c.clone(),
-                header: h.clone(),
-            }),
-            None => {
-                let key = if s.by_folder { "folders" } else { "path" };
-                if f.kind == Some(FileKind::Dicom) {
-                    made.dicom_keys.insert(key);
-                }
-                *made.split_keys.entry(key.into()).or_default() += 1;
-                made.units
-                    .push((i, s.split_of(&f.rel, &f.rel), s.file_unit(f, c)));
-            }
-        }
-    }
-    (inputs, at)
-}
-
-/// A unit for each group of DICOM files (a series, or a file on its own); returns the series
-/// and the files in them.
-fn series_units(
-    s: &Sorter,
-    groups: Vec<series::Group>,
-    at: &BTreeMap<&str, usize>,
-    made: &mut Made,
-) -> (usize, usize) {
-    let (mut n_series, mut n_files) = (0, 0);
-    for group in groups {
-        let key = if s.by_folder {
-            "folders"
-        } else {
-            group.key.name()
-        };
-        made.dicom_keys.insert(key);
-        *made.split_keys.entry(key.into()).or_default() += 1;
-        let unit = match group.what {
-            series::What::File { rel, path } => Unit::File {
-                with: s.with.get(&rel).cloned(),
-                rel,
-                path,
-                kind: Some(FileKind::Dicom),
-                label: Some(s.label(&group.class)),
-            },
-            // A labels CSV's columns label single files; a series is one volume of many.
-            series::What::Series(plan)
-                if plan
-                    .slots
-                    .iter()
-                    .flatten()
-                    .any(|f| s.with.get(&f.rel).is_some_and(|w| w.labels_it())) =>
-            {
-                for f in plan.slots.iter().flatten() {
-                    made.field_rejects.push(RejectEntry {
-                        path: f.rel.clone(),
-                        reason: format!(
-                            "in DICOM series {}, one volume: the labels CSV's label and value columns label single files (convert the series without them)",
-                            plan.uid
-                        ),
-                    });
-                }
-                continue;
-            }
-            series::What::Series(plan) => {
-                n_series += 1;
-                n_files += plan.files();
-                let meta = plan
-                    .slots
-                    .iter()
-                    .flatten()
-                    .find_map(|f| s.with.get(&f.rel).and_then(|w| w.meta.clone()));
-                Unit::Series {
-                    meta,
-                    name: format!(
-                        "{} (series {}, {} files)",
-                        group.first,
-                        plan.uid,
-                        plan.files()
-                    ),
-                    probe: plan.probe(&s.o.decode),
-                    plan: Arc::new(plan),
-                    label: s.label(&group.class),
-                }
-            }
-        };
-        made.units.push((
-            at[group.first.as_str()],
-            s.split_of(&group.first, &group.key_value),
-            unit,
-        ));
-    }
-    (n_series, n_files)
-}
-
-/// How the DICOM files were grouped and split, and the series converted slice by slice.
-fn dicom_notes(
-    n_series: usize,
-    n_files: usize,
-    dicom_keys: &std::collections::BTreeSet<&'static str>,
-    uneven: &[String],
-) -> Vec<String> {
-    let mut notes = Vec::new();
-    if n_series > 0 {
-        let by: Vec<String> = dicom_keys.iter().map(|k| k.to_string()).collect();
-        notes.push(format!(
-            "dicom: {} in {}, each one volume; train/test split by {}",
-            count(n_files, "file"),
-            count(n_series, "series"),
-            by.join(", else ")
-        ));
-    }
-    for u in uneven {
-        notes.push(format!("{u}; converted slice by slice"));
-    }
-    notes
 }

@@ -15,12 +15,16 @@ mod output;
 mod part;
 mod plan;
 mod run;
+mod split;
 mod stored;
 mod target;
 mod tree_fields;
+mod tree_units;
 mod units;
 mod volumes;
 mod write;
+
+pub use split::SplitReport;
 
 use run::convert_into;
 
@@ -110,6 +114,11 @@ pub struct ConvertOptions {
     pub test_fraction: f64,
     /// `--test-fraction` was given (refused for a tree that keeps its own split folders).
     pub test_fraction_given: bool,
+    /// `--classes folders`: a DICOM tree's class folders stay classes even where each holds
+    /// one patient (`tree_units::patient_folders`).
+    pub folder_classes: bool,
+    /// `--mixed-modalities`: DICOM files of several modalities may share the dataset.
+    pub mixed_modalities: bool,
     pub on_error: OnError,
     pub decode: DecodeOptions,
     pub format: OutputFormat,
@@ -148,6 +157,9 @@ pub struct ConvertReport {
     /// hash or come from the source's files.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub split_folders: BTreeMap<String, String>,
+    /// How train and test were drawn and what came out, where prep drew them (`split`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<SplitReport>,
     /// What the conversion decided on its own (one class for a flat folder, channels from mixed
     /// inputs, ...), also printed on stderr unless quiet.
     pub notes: Vec<String>,

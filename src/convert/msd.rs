@@ -1,6 +1,6 @@
 //! A Medical Segmentation Decathlon / nnU-Net dataset (`source::msd`, `formats/msd.md`) as a
-//! plan: one unit per training case, split into train and test by a hash of the case id (so a
-//! case's slices are never in two splits), one class (`all`) and a `mask` field named by
+//! plan: one unit per training case, split into train and test by case (`split::draw`: a case's
+//! slices are never in two splits, and a few cases still give both splits), one class (`all`) and a `mask` field named by
 //! dataset.json's labels. imagesTs/ has no labels: it is left out, with a note.
 
 use super::units::{CaseJob, Plan, TreeSplit, Unit};
@@ -79,18 +79,26 @@ pub(super) fn plan_msd(o: &ConvertOptions) -> Result<Plan> {
         meta: meta.clone(),
         skipped: AtomicU64::new(0),
     });
+    let by_case = found
+        .cases
+        .into_iter()
+        .map(|case| {
+            let by = super::split::By::Group {
+                what: "case",
+                key: case.id.clone(),
+            };
+            let unit = Unit::Case {
+                name: case.images[0].rel.clone(),
+                case: Arc::new(case),
+                job: job.clone(),
+            };
+            (by, unit)
+        })
+        .collect();
+    let (by_split, drawn) = super::split::draw(by_case, o.test_fraction);
     let mut splits: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
-    for case in found.cases {
-        let split = if tree::is_test(&case.id, o.test_fraction) {
-            "test"
-        } else {
-            "train"
-        };
-        splits.entry(split.into()).or_default().push(Unit::Case {
-            name: case.images[0].rel.clone(),
-            case: Arc::new(case),
-            job: job.clone(),
-        });
+    for (split, unit) in by_split {
+        splits.entry(split).or_default().push(unit);
     }
     let per_split: Vec<String> = splits
         .iter()
@@ -117,6 +125,7 @@ pub(super) fn plan_msd(o: &ConvertOptions) -> Result<Plan> {
             folders: BTreeMap::new(),
         }),
         stored: None,
+        drawn,
     })
 }
 

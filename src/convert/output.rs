@@ -53,6 +53,12 @@ pub(super) fn request_key(o: &ConvertOptions) -> String {
     if o.skip_empty_masks {
         h.update(b"skip_empty_masks");
     }
+    if o.folder_classes {
+        h.update(b"folder_classes");
+    }
+    if o.mixed_modalities {
+        h.update(b"mixed_modalities");
+    }
     // Links are not followed into folders (a link loop would never end): a link to a folder
     // counts by where it points, a link to a file by that file.
     pub(super) fn walk(root: &Path, p: &Path, h: &mut Xxh3) {
@@ -145,6 +151,7 @@ pub(super) fn already_converted(o: &ConvertOptions, request: &str) -> Option<Con
         inputs: src["inputs"].as_u64().unwrap_or(0) as usize,
         rejects: vec![],
         split_folders: serde_json::from_value(src["split_folders"].clone()).unwrap_or_default(),
+        split: serde_json::from_value(src["split"].clone()).ok(),
         notes: vec![],
         seconds: 0.0,
         samples_per_sec: 0.0,

@@ -3,7 +3,7 @@
 
 use super::folders::plan_tree;
 use super::stored::plan_stored;
-use super::units::{array_units, Array, ArrayData, Plan, Unit};
+use super::units::{array_units, Array, ArrayData, Plan, Unit, ARRAY_CHUNK};
 use super::*;
 
 pub(super) fn detect(input: &Path) -> Kind {
@@ -116,6 +116,7 @@ fn refuse_labels(o: &ConvertOptions, kind: Kind) -> Result<()> {
             ("--labels", o.labels.is_some()),
             ("--label-from", o.label_from.is_some()),
             ("--masks", o.masks.is_some()),
+            ("--classes folders", o.folder_classes),
         ] {
             if given {
                 return Err(Error::Invalid(format!(
@@ -199,6 +200,7 @@ fn plan_idx(o: &ConvertOptions) -> Result<Plan> {
         notes: vec![],
         split_key: None,
         stored: None,
+        drawn: None,
     })
 }
 
@@ -270,6 +272,7 @@ fn plan_cifar(o: &ConvertOptions) -> Result<Plan> {
         notes: vec![],
         split_key: None,
         stored: None,
+        drawn: None,
     })
 }
 
@@ -285,6 +288,8 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
     let mut read = Vec::new();
     // Each pair's metadata file, or the name it would have.
     let mut metas = Vec::new();
+    // How train and test were drawn, for one unsplit pair.
+    let mut drawn = None;
     for (split, ip, lp) in &pairs {
         let float = o.dtype.is_some_and(Dtype::is_float);
         let im = npy::read_images(ip, float).map_err(|r| fail(input, &file_name(ip), r))?;
@@ -335,14 +340,27 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
             labels,
         });
         if split.is_empty() {
-            // One unsplit pair: split by sample index hash, in chunks kept whole.
-            for u in array_units(&file_name(ip), a) {
-                let s = if tree::is_test(u.name(), o.test_fraction) {
-                    "test"
-                } else {
-                    "train"
-                };
-                splits.entry(s.into()).or_default().push(u);
+            // One unsplit pair: drawn by runs of samples kept whole, about a hundred of them (a
+            // run of 2048 at most), so that a small array still gets the fraction asked.
+            let name = file_name(ip);
+            let run = a.n.div_ceil(100).clamp(1, ARRAY_CHUNK);
+            let runs = (0..a.n)
+                .step_by(run)
+                .map(|start| {
+                    let key = format!("{name}[{start}..]");
+                    let unit = Unit::Array {
+                        name: key.clone(),
+                        array: a.clone(),
+                        start,
+                        len: run.min(a.n - start),
+                    };
+                    (super::split::By::Group { what: "chunk", key }, unit)
+                })
+                .collect();
+            let (by_split, d) = super::split::draw(runs, o.test_fraction);
+            drawn = d;
+            for (s, u) in by_split {
+                splits.entry(s).or_default().push(u);
             }
         } else {
             splits.insert(split.clone(), array_units(&file_name(ip), a));
@@ -365,6 +383,7 @@ fn plan_npy(o: &ConvertOptions) -> Result<Plan> {
         notes: vec![],
         split_key: None,
         stored: None,
+        drawn,
     })
 }
 

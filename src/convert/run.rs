@@ -33,6 +33,9 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
     check_out(out, o.force)?;
     let mut plan = plan(o)?;
     name_classes(o, &mut plan)?;
+    if let Some(w) = plan.drawn.as_ref().and_then(|d| d.warning.clone()) {
+        plan.notes.push(w);
+    }
     crate::util::interrupt::check()?;
     let mut notes = plan.notes.clone();
     let volumes = super::volumes::survey(&plan, &o.decode);
@@ -76,6 +79,19 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
         }
         notes.push(note);
     }
+    // What the split came to; a part holds only its share of the samples.
+    let split = plan.drawn.as_ref().map(|d| {
+        let samples = part
+            .is_none()
+            .then(|| infos.iter().map(|(s, i)| (s.clone(), i.samples)).collect());
+        super::split::SplitReport::new(d, samples)
+    });
+    for w in split.iter().flat_map(|s| &s.warnings) {
+        if !notes.contains(w) {
+            eprintln!("{w}");
+            notes.push(w.clone());
+        }
+    }
     let mut provenance = provenance(o, &plan, &job, &request, rejects.len());
     if let Some(v) = &volumes {
         provenance.source["volumes"] = v.json(&o.decode);
@@ -88,7 +104,9 @@ pub(super) fn convert_into(o: &ConvertOptions, locked: bool) -> Result<ConvertRe
     let published = publish_dataset(o, &plan, &job, &staging, &written, part, provenance);
     let _ = std::fs::remove_dir_all(&staging);
     published?;
-    Ok(report(o, plan, &job, written, notes, t0))
+    let mut r = report(o, plan, &job, written, notes, t0);
+    r.split = split;
+    Ok(r)
 }
 
 /// What can be refused before anything is created or read.
@@ -149,8 +167,9 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
     refuse_fields_here(o, &fields, &target)?;
     // The headers read above skip their work once a signal asked to stop.
     crate::util::interrupt::check()?;
-    if !o.quiet {
-        for n in notes.iter() {
+    for n in notes.iter() {
+        // A warning is said even with --quiet: a split that is not what was asked, ...
+        if !o.quiet || n.starts_with("warning:") {
             eprintln!("{n}");
         }
     }
@@ -300,6 +319,12 @@ fn provenance(
             source["test_fraction"] = serde_json::Value::Null;
         }
     }
+    if let Some(d) = &plan.drawn {
+        // The groups each split came to, and the warning where they cannot give the fraction;
+        // the samples are the manifest's `splits` (as planned, so every part of a job records
+        // the same, and `prep merge` keeps it).
+        source["split"] = serde_json::json!(super::split::SplitReport::new(d, None));
+    }
     if o.skip_empty_masks {
         source["skip_empty_masks"] = true.into();
     }
@@ -336,6 +361,7 @@ fn report(
             .map(|t| t.folders.clone())
             .unwrap_or_default(),
         notes,
+        split: None,
         seconds: secs,
         samples_per_sec: samples as f64 / secs.max(1e-9),
         bytes_on_disk: crate::format::folder::dir_bytes(&o.out),

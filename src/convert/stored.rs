@@ -39,6 +39,7 @@ pub(super) fn plan_stored(o: &ConvertOptions, kind: Kind) -> Result<Plan> {
         root: input.clone(),
         notes,
         split_key: None,
+        drawn: None,
         stored: Some((shape, dtype)),
     })
 }

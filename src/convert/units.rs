@@ -367,6 +367,8 @@ pub(super) struct Plan {
     /// For a prep dataset or column-major files: the samples' shape and dtype (None: the
     /// dtype is found as the values are read).
     pub(super) stored: Option<(Shape, Option<Dtype>)>,
+    /// How train and test were drawn (`split::draw`); None where the source has its splits.
+    pub(super) drawn: Option<super::split::Drawn>,
 }
 
 pub(super) const ARRAY_CHUNK: usize = 2048;

@@ -103,15 +103,19 @@ fn flat_folders_of_every_kind_convert_as_one_class() {
             0,
         );
         let e = stderr(&o);
+        // Four images may all hash into train, and four volumes give 1 of 4 to test: a
+        // warning then says so.
+        let lines = e.lines().filter(|l| !l.starts_with("warning: ")).count();
         assert!(
-            e.contains(&format!("one class \"{name}\"")) && e.lines().count() == 1,
+            e.contains(&format!("one class \"{name}\"")) && lines == 1,
             "{name}: {e}"
         );
         let v = inspect(&out);
         assert_eq!(v["classes"], serde_json::json!([name]), "{v}");
         assert_eq!(totals(&v), (samples, vec![samples]), "{name}: {v}");
         assert!(rejects(&out).is_empty(), "{name}: {:?}", rejects(&out));
-        // --quiet says nothing.
+        // --quiet says nothing but warnings (here: an empty test split, where the hash of the
+        // four paths put none in test).
         let out = t.path().join(format!("quiet-{name}"));
         let o = run(
             &[
@@ -123,7 +127,8 @@ fn flat_folders_of_every_kind_convert_as_one_class() {
             ],
             0,
         );
-        assert_eq!(stderr(&o), "", "{name}");
+        let e = stderr(&o);
+        assert!(e.lines().all(|l| l.starts_with("warning: ")), "{name}: {e}");
     }
 }
 

@@ -11,6 +11,8 @@ pub struct SeriesHeader {
     pub patient_id: Option<String>,
     pub study_uid: Option<String>,
     pub series_uid: Option<String>,
+    /// Modality (0008,0060): CT, MR, PT, CR, ... (a dataset mixing them is refused unless asked).
+    pub modality: Option<String>,
     pub rows: u32,
     pub cols: u32,
     /// Number of Frames (1 when absent).
@@ -104,6 +106,7 @@ pub(super) fn header_of(obj: &DefaultDicomObject) -> Result<SeriesHeader, Reject
         patient_id: text(tags::PATIENT_ID),
         study_uid: text(tags::STUDY_INSTANCE_UID),
         series_uid: text(tags::SERIES_INSTANCE_UID),
+        modality: text(tags::MODALITY),
         rows,
         cols,
         frames: uint(tags::NUMBER_OF_FRAMES).unwrap_or(1),

@@ -842,6 +842,7 @@ fn header_length_beyond_the_file_is_rejected_from_a_prefix() {
 fn read_header_gives_what_series_need_and_never_panics() {
     let t = tempfile::tempdir().unwrap();
     let els = [
+        (tags::MODALITY, VR::CS, "CT"),
         (tags::PATIENT_ID, VR::LO, "PAT 7 "),
         (tags::STUDY_INSTANCE_UID, VR::UI, "1.2.3"),
         (tags::SERIES_INSTANCE_UID, VR::UI, "1.2.3.4"),
@@ -871,6 +872,7 @@ fn read_header_gives_what_series_need_and_never_panics() {
                 patient_id: Some("PAT 7".into()),
                 study_uid: Some("1.2.3".into()),
                 series_uid: Some("1.2.3.4".into()),
+                modality: Some("CT".into()),
                 rows: rows as u32,
                 cols: cols as u32,
                 frames: 1,
