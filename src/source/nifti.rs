@@ -23,8 +23,7 @@ use nifti::{Endianness, NiftiHeader, NiftiType};
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
-/// A file may hold at most this many voxels in all.
-pub const MAX_VOXELS: u64 = 1 << 31;
+pub use super::volume::MAX_VOXELS;
 /// Percentiles are computed exactly on volumes up to this many finite voxels, and on an evenly
 /// strided sample of this many above it (keeps the scratch copy at 256 MiB).
 const PERCENTILE_SAMPLE: usize = 1 << 26;

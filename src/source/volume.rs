@@ -20,6 +20,9 @@
 
 use super::Reject;
 
+/// A file (or a resampled volume) may hold at most this many voxels in all.
+pub const MAX_VOXELS: u64 = 1 << 31;
+
 /// The orientation volumes are brought to before slicing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub enum Orientation {
@@ -265,7 +268,7 @@ pub fn resampled_dims(
             )));
         };
         let n = (dims[k] as f64 * s / to[k]).round().max(1.0);
-        if n > super::nifti::MAX_VOXELS as f64 {
+        if n > MAX_VOXELS as f64 {
             return Err(Reject::new(format!(
                 "--spacing: {} voxels of {s} mm along axis {k} would become {n} of {} mm",
                 dims[k], to[k]
@@ -274,13 +277,10 @@ pub fn resampled_dims(
         out[k] = n as usize;
     }
     let total = out.iter().map(|&d| d as u64).product::<u64>();
-    if total > super::nifti::MAX_VOXELS {
+    if total > MAX_VOXELS {
         return Err(Reject::new(format!(
             "--spacing: the resampled volume would be {}x{}x{} = {total} voxels (limit {})",
-            out[0],
-            out[1],
-            out[2],
-            super::nifti::MAX_VOXELS
+            out[0], out[1], out[2], MAX_VOXELS
         )));
     }
     Ok(out)
