@@ -157,6 +157,14 @@ impl TaskArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FourthAxisArg {
+    /// Up to 4 volumes are channels (modalities), more are time points.
+    Auto,
+    Channels,
+    Time,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum OrientationArg {
     /// Closest to LPS: axial slices with anterior at the top and the patient's right on the
     /// left, coronal and sagittal ones with superior at the top.
@@ -413,6 +421,11 @@ pub struct ConvertArgs {
     /// nearest for label volumes), e.g. 1 or 0.8x0.8x2.5 (along the oriented x, y, z).
     #[arg(long, value_name = "MM", value_parser = spacing)]
     pub spacing: Option<[f64; 3]>,
+    /// 4-D NIfTI files: their 4th axis as channels (each slice one sample of every modality,
+    /// each windowed on its own) or time points (each a volume of samples, one window for the
+    /// whole series, `t` in --meta). auto: up to 4 volumes are channels.
+    #[arg(long, value_enum, default_value_t = FourthAxisArg::Auto)]
+    pub fourth_axis: FourthAxisArg,
     /// Scans with label volumes (MSD / nnU-Net folders): leave out slices whose mask is all
     /// background (value 0); a line on stderr counts them.
     #[arg(long)]

@@ -1,6 +1,8 @@
 use super::outln;
 use super::{thousands, UsageError};
-use crate::cli::{ClassesArg, ConvertArgs, FitArg, KindArg, OnErrorArg, OrientationArg};
+use crate::cli::{
+    ClassesArg, ConvertArgs, FitArg, FourthAxisArg, KindArg, OnErrorArg, OrientationArg,
+};
 use anyhow::Context;
 use prep::convert::{convert, ConvertOptions, ConvertReport, Kind, OnError};
 use prep::format::shard::Dtype;
@@ -184,6 +186,11 @@ fn convert_options(
                 OrientationArg::Stored => prep::source::volume::Orientation::Stored,
             },
             spacing: a.spacing,
+            fourth: match a.fourth_axis {
+                FourthAxisArg::Auto => prep::source::volume::FourthAxis::Auto,
+                FourthAxisArg::Channels => prep::source::volume::FourthAxis::Channels,
+                FourthAxisArg::Time => prep::source::volume::FourthAxis::Time,
+            },
             ..Default::default()
         },
         format: a.store.format(),

@@ -11,15 +11,20 @@ pub(super) struct Survey {
     pub(super) grey: u64,
     pub(super) smallest: Option<(u32, u32)>,
     pub(super) largest: Option<(u32, u32)>,
+    /// Volumes whose 4th axis is channels: how many, and the fewest and most channels.
+    pub(super) multi: u64,
+    pub(super) channels: Option<(u8, u8)>,
 }
 
 impl Survey {
     pub(super) fn of(p: &Probe) -> Survey {
         Survey {
             colour: u64::from(p.colour),
-            grey: u64::from(!p.colour),
+            grey: u64::from(!p.colour && p.channels.is_none()),
             smallest: p.size,
             largest: p.size,
+            multi: u64::from(p.channels.is_some()),
+            channels: p.channels.map(|c| (c, c)),
         }
     }
 
@@ -35,6 +40,11 @@ impl Survey {
             grey: a.grey + b.grey,
             smallest: pick(a.smallest, b.smallest, true),
             largest: pick(a.largest, b.largest, false),
+            multi: a.multi + b.multi,
+            channels: match (a.channels, b.channels) {
+                (Some(x), Some(y)) => Some((x.0.min(y.0), x.1.max(y.1))),
+                (x, y) => x.or(y),
+            },
         }
     }
 }
@@ -108,7 +118,19 @@ pub(super) fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> R
     // because a grey one came first.
     if o.channels.is_none() && p.native.is_none() {
         let s = survey(o, p);
-        if s.colour > 0 {
+        if let Some((few, most)) = s.channels {
+            if few != most || s.colour + s.grey > 0 {
+                return Err(Error::Invalid(format!(
+                    "{}: {} of {} to {} channels (a 4th axis of modalities) beside {} of 1 or 3: every sample needs one channel count (convert them apart, or --fourth-axis time)",
+                    tree::shown_path(&o.input),
+                    folders::count(s.multi as usize, "volume"),
+                    few,
+                    most,
+                    folders::count((s.colour + s.grey) as usize, "input")
+                )));
+            }
+            c = few;
+        } else if s.colour > 0 {
             c = 3;
         } else if s.grey > 0 {
             c = 1;

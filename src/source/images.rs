@@ -84,6 +84,7 @@ fn probe_reader<R: std::io::BufRead + std::io::Seek>(path: &Path, r: R) -> Resul
     Ok(Probe {
         colour: d.color_type().has_color(),
         size: Some((h, w)),
+        channels: None,
     })
 }
 
@@ -116,7 +117,8 @@ mod tests {
             probe(&grey).unwrap(),
             Probe {
                 colour: false,
-                size: Some((4, 9))
+                size: Some((4, 9)),
+                channels: None,
             }
         );
         // An RGB PNG with a private ancillary chunk larger than the prefix before its pixels.
@@ -146,7 +148,8 @@ mod tests {
             probe(&p).unwrap(),
             Probe {
                 colour: true,
-                size: Some((5, 7))
+                size: Some((5, 7)),
+                channels: None,
             }
         );
         let bad = t.path().join("bad.png");

@@ -107,7 +107,9 @@ pub fn read(path: &Path) -> Result<Vec<MaskFrame>, Reject> {
         let i = frames.len();
         let f = match frame {
             Frame::Image(img) => from_image(img),
-            Frame::Float(f) => from_values(f.width, f.height, f.channels, &f.data),
+            Frame::Float(f) | Frame::Windowed(f) => {
+                from_values(f.width, f.height, f.channels, &f.data)
+            }
         }
         .map_err(|why| {
             Reject::new(if i == 0 {

@@ -136,11 +136,12 @@ pub fn read(path: &Path, n: usize) -> Result<MetaLines, Reject> {
 }
 
 /// The keys of the metadata `prep convert --meta` gives the samples of a tree's files.
-pub const FILE_KEYS: [&str; 9] = [
+pub const FILE_KEYS: [&str; 10] = [
     "source",
     "frame",
     "time",
     "slice",
+    "t",
     "patient",
     "series",
     "spacing_x",
@@ -169,8 +170,14 @@ pub struct FileFacts {
 
 enum PerImage {
     Frame,
-    Video { rate: Option<f64> },
+    Video {
+        rate: Option<f64>,
+    },
     Slice,
+    /// A time series of volumes, `per` slices each: image k is slice k % per of time point k / per.
+    TimeSlice {
+        per: usize,
+    },
 }
 
 impl FileFacts {
@@ -198,10 +205,20 @@ impl FileFacts {
             },
             FileKind::Nifti => {
                 // The voxel size of the volume as it is cut: oriented, resampled.
-                let g = super::nifti::grid(path)
-                    .and_then(|g| g.geometry.target(opts.orientation, opts.spacing));
+                let grid = super::nifti::grid(path).ok();
+                let g = grid
+                    .as_ref()
+                    .and_then(|g| g.geometry.target(opts.orientation, opts.spacing).ok());
                 spacing(g.map_or([None; 3], |g| g.spacing));
-                PerImage::Slice
+                let time = grid
+                    .as_ref()
+                    .map(|gr| super::nifti::fourth_axis(gr, opts.fourth));
+                match (time, g) {
+                    (Some(super::nifti::Fourth::Time(_)), Some(g)) => PerImage::TimeSlice {
+                        per: g.dims[opts.axis.min(2)].max(1),
+                    },
+                    _ => PerImage::Slice,
+                }
             }
             FileKind::Dicom => {
                 let h = super::dicom::read_header(path).ok();
@@ -259,6 +276,10 @@ impl FileFacts {
             }
             PerImage::Slice => {
                 m.insert("slice".into(), k.into());
+            }
+            PerImage::TimeSlice { per } => {
+                m.insert("t".into(), (k / per).into());
+                m.insert("slice".into(), (k % per).into());
             }
             PerImage::Video { rate } => {
                 let (frame, time) = super::video::frame_at(k, opts, rate);

@@ -72,6 +72,9 @@ pub enum Frame {
     /// Values in the source's own units (modality units, NIfTI after scaling, float arrays):
     /// `DynamicImage` has no single-channel float variant, and no window is applied.
     Float(FloatFrame),
+    /// Planes already windowed onto 0..=65535, of any channel count (a multi-channel volume's
+    /// modalities for an integer target: `DynamicImage` has no 2- or 4-channel grey).
+    Windowed(FloatFrame),
 }
 
 impl From<DynamicImage> for Frame {
@@ -86,7 +89,7 @@ impl Frame {
     pub(crate) fn expect_image(self) -> DynamicImage {
         match self {
             Frame::Image(img) => img,
-            Frame::Float(f) => panic!(
+            Frame::Float(f) | Frame::Windowed(f) => panic!(
                 "expected an image, got {}x{} float values",
                 f.width, f.height
             ),
@@ -98,6 +101,7 @@ impl Frame {
         match self {
             Frame::Image(img) => (transform::native(img).0, (img.height(), img.width())),
             Frame::Float(f) => (if f.channels >= 3 { 3 } else { 1 }, (f.height, f.width)),
+            Frame::Windowed(f) => (f.channels as u8, (f.height, f.width)),
         }
     }
 }
@@ -154,6 +158,8 @@ pub struct DecodeOptions {
     pub scan_values: bool,
     /// Volumes: the orientation they are brought to before slicing (`volume`).
     pub orientation: volume::Orientation,
+    /// 4-D NIfTI files in a tree: whether the 4th axis is channels or time points.
+    pub fourth: volume::FourthAxis,
     /// Volumes: resample to this voxel size (mm along the oriented axes 0, 1, 2) before slicing.
     pub spacing: Option<[f64; 3]>,
 }
@@ -168,6 +174,7 @@ impl Default for DecodeOptions {
             percentiles: (0.5, 99.5),
             float: false,
             scan_values: false,
+            fourth: volume::FourthAxis::Auto,
             orientation: volume::Orientation::Lps,
             spacing: None,
         }
@@ -193,6 +200,8 @@ pub struct Probe {
     pub colour: bool,
     /// (height, width) of its first image, where the header tells it cheaply.
     pub size: Option<(u32, u32)>,
+    /// A volume whose 4th axis is channels (modalities): how many.
+    pub channels: Option<u8>,
 }
 
 /// Kinds of single files a tree may hold, by extension (and content, for DICOM files without one).

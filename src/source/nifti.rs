@@ -34,13 +34,24 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
     if opts.axis > 2 {
         return Err(Reject::new(format!("axis {} is not 0, 1 or 2", opts.axis)));
     }
+    let values = opts.float || opts.scan_values;
+    let g = grid(path)?;
+    if let Fourth::Channels(c) = fourth_axis(&g, opts.fourth) {
+        return decode_channels(path, c, opts, emit);
+    }
+    // A time series shares one window, over all its volumes: a signal that changes over time
+    // must not be windowed away one volume at a time.
+    let window = match opts.window {
+        None if !values && g.volumes > 1 => Some(series_window(path, &g, opts.percentiles)?),
+        w => w,
+    };
     let mut scratch: Vec<f32> = Vec::new();
     read_volumes(path, &mut |_, grid, vol| {
         let (vox, g) = volume::prepare(vol, &grid.geometry, opts, false)?;
-        if opts.float || opts.scan_values {
+        if values {
             return emit_float_slices(&vox, g.dims, opts.axis, emit);
         }
-        let (low, high) = match opts.window {
+        let (low, high) = match window {
             Some(w) => w,
             None => percentile_window(vol, opts.percentiles, &mut scratch)?,
         };
@@ -53,6 +64,116 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
         )
     })
     .map(|_| ())
+}
+
+/// What a file's 4th axis holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fourth {
+    /// One 3-D volume.
+    One,
+    /// Channels (modalities) of one volume: each slice is a sample of this many channels.
+    Channels(usize),
+    /// Time points: each is a volume of its own, its slices samples.
+    Time(usize),
+}
+
+/// How `asked` reads the 4th axis of a file of `g`: `Auto` takes up to 4 volumes as channels
+/// (BraTS-like modality stacks) and more as time points (fMRI, perfusion).
+pub fn fourth_axis(g: &Grid, asked: volume::FourthAxis) -> Fourth {
+    match (g.volumes, asked) {
+        (1, _) => Fourth::One,
+        (n, volume::FourthAxis::Channels) => Fourth::Channels(n),
+        (n, volume::FourthAxis::Time) => Fourth::Time(n),
+        (n, volume::FourthAxis::Auto) if n <= 4 => Fourth::Channels(n),
+        (n, _) => Fourth::Time(n),
+    }
+}
+
+/// The most channels a sample may have.
+pub const MAX_CHANNELS: usize = 64;
+
+/// A volume whose `c` volumes are its channels: every channel volume is oriented and windowed on
+/// its own (`opts.window`, else its percentiles), then each slice is one frame of `c` planes.
+/// Memory: all `c` channel volumes, as slices.
+fn decode_channels(
+    path: &Path,
+    c: usize,
+    opts: &DecodeOptions,
+    emit: &mut Emit,
+) -> Result<(), Reject> {
+    if c > MAX_CHANNELS {
+        return Err(Reject::new(format!(
+            "{c} volumes along the 4th axis are too many channels (at most {MAX_CHANNELS}): --fourth-axis time takes them as time points"
+        )));
+    }
+    let values = opts.float || opts.scan_values;
+    let mut scratch: Vec<f32> = Vec::new();
+    // [channel][slice] -> the slice's values (windowed onto 0..=65535 unless `values`).
+    let mut planes: Vec<Vec<Vec<f32>>> = Vec::with_capacity(c);
+    let (mut w, mut h) = (0u32, 0u32);
+    read_volumes(path, &mut |_, grid, vol| {
+        let (vox, g) = volume::prepare(vol, &grid.geometry, opts, false)?;
+        let (low, high) = match (values, opts.window) {
+            (true, _) => (0.0, 0.0),
+            (_, Some(w)) => w,
+            _ => percentile_window(vol, opts.percentiles, &mut scratch)?,
+        };
+        let mut slices = Vec::new();
+        let map = |x: f32| {
+            if values {
+                x
+            } else {
+                window_to_u16(x as f64, low, high) as f32
+            }
+        };
+        cut(&vox, g.dims, opts.axis, map, &mut |ww, hh, px| {
+            (w, h) = (ww, hh);
+            slices.push(px);
+            Ok(())
+        })?;
+        planes.push(slices);
+        Ok(())
+    })?;
+    let count = planes.first().map_or(0, Vec::len);
+    for s in 0..count {
+        let data: Vec<f32> = planes
+            .iter_mut()
+            .flat_map(|p| std::mem::take(&mut p[s]))
+            .collect();
+        let f = FloatFrame {
+            channels: c,
+            height: h,
+            width: w,
+            data,
+        };
+        emit(if values {
+            Frame::Float(f)
+        } else {
+            Frame::Windowed(f)
+        })?;
+    }
+    Ok(())
+}
+
+/// The percentile window over every volume of a file (a strided sample of at most
+/// `PERCENTILE_SAMPLE` voxels), read in a first pass.
+fn series_window(path: &Path, g: &Grid, p: (f64, f64)) -> Result<(f64, f64), Reject> {
+    let per = g.dims.iter().product::<usize>();
+    let stride = (per * g.volumes).div_ceil(PERCENTILE_SAMPLE).max(1);
+    let mut sample: Vec<f32> = Vec::new();
+    read_volumes(path, &mut |v, _, vol| {
+        // The strided positions over the whole series, continued across volumes.
+        let first = (stride - (v * per) % stride) % stride;
+        sample.extend(
+            vol.iter()
+                .skip(first)
+                .step_by(stride)
+                .copied()
+                .filter(|x| x.is_finite()),
+        );
+        Ok(())
+    })?;
+    Ok(percentiles_in_place(&mut sample, p))
 }
 
 /// The voxel grid a file's header declares.
@@ -115,20 +236,30 @@ fn read_header(path: &Path) -> Result<Layout, Reject> {
     } else {
         read_full(&mut buffered, &mut hdr)
     };
-    read.map_err(|_| Reject::new("cannot read a NIfTI-1 header"))?;
+    read.map_err(|e| match e {
+        ReadFail::Eof(n) => Reject::new(format!(
+            "truncated NIfTI: {n} bytes, a NIfTI-1 header needs 348"
+        )),
+        ReadFail::Io(e) => io_reject("cannot read NIfTI header", e),
+        ReadFail::Alloc => Reject::new("out of memory"),
+    })?;
     parse_header(&hdr)
 }
 
 /// A volume is grey; the slice size comes from the header alone (only its 348 bytes are read,
 /// un-gzipped where needed), after orientation and spacing.
 pub fn probe(path: &Path, opts: &DecodeOptions) -> Result<Probe, Reject> {
-    let g = grid(path)?
-        .geometry
-        .target(opts.orientation, opts.spacing)?;
+    let grid = grid(path)?;
+    let g = grid.geometry.target(opts.orientation, opts.spacing)?;
     let (h, w) = volume::slice_size(g.dims, opts.axis);
+    let channels = match fourth_axis(&grid, opts.fourth) {
+        Fourth::Channels(c) if c <= MAX_CHANNELS => Some(c as u8),
+        _ => None,
+    };
     Ok(Probe {
         colour: false,
         size: Some((h as u32, w as u32)),
+        channels,
     })
 }
 

@@ -58,6 +58,7 @@ pub fn probe(path: &Path) -> Result<Probe, Reject> {
     Ok(Probe {
         colour: i.model != Model::Grey,
         size: Some((i.height, i.width)),
+        channels: None,
     })
 }
 

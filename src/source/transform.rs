@@ -43,6 +43,7 @@ impl Target {
 pub fn to_sample(frame: Frame, t: &Target, out: &mut Vec<u8>) -> Result<(), Reject> {
     let img = match (frame, t.dtype) {
         (Frame::Image(img), Dtype::U8 | Dtype::U16) => img,
+        (Frame::Windowed(f), Dtype::U8 | Dtype::U16) => return windowed_sample(f, t, out),
         (Frame::Float(_), Dtype::U8) => {
             return Err(Reject::new(
                 "float values need a float target (--dtype f32 or f16)",
@@ -64,7 +65,7 @@ const LUMA: [f64; 3] = [0.2126, 0.7152, 0.0722];
 
 fn float_sample(frame: Frame, t: &Target, out: &mut Vec<u8>) -> Result<(), Reject> {
     let f = match frame {
-        Frame::Float(f) => f,
+        Frame::Float(f) | Frame::Windowed(f) => f,
         Frame::Image(img) => image_values(img),
     };
     let (w, h) = (f.width as usize, f.height as usize);
@@ -91,6 +92,13 @@ fn float_sample(frame: Frame, t: &Target, out: &mut Vec<u8>) -> Result<(), Rejec
     let planes: Vec<&[f32]> = f.data.chunks_exact(plane).collect();
     let mixed: Vec<Vec<f32>>;
     let chosen: Vec<&[f32]> = match (t.channels, planes.len()) {
+        // Every plane: a multi-channel volume's modalities.
+        (c, n) if c as usize == n => planes,
+        (c, n) if n != 1 && n != 3 && c as usize != n => {
+            return Err(Reject::new(format!(
+                "{n} channels, the target {c}: each sample keeps all of a volume's channels (leave out --channels)"
+            )))
+        }
         (1, n) if n >= 3 => {
             mixed = vec![(0..plane)
                 .map(|p| {
@@ -126,6 +134,27 @@ fn float_sample(frame: Frame, t: &Target, out: &mut Vec<u8>) -> Result<(), Rejec
                     out.extend_from_slice(&u.to_le_bytes())
                 }
                 _ => out.extend_from_slice(&v.to_le_bytes()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Planes windowed onto 0..=65535 into a u8 or u16 sample of as many channels (u8: the nearest
+/// of 256 levels, as a 16-bit image's conversion gives).
+fn windowed_sample(f: FloatFrame, t: &Target, out: &mut Vec<u8>) -> Result<(), Reject> {
+    let plane = f.width as usize * f.height as usize;
+    if f.channels != t.channels as usize {
+        return Err(Reject::new(format!(
+            "{} channels, the target {}: each sample keeps all of a volume's channels (leave out --channels)",
+            f.channels, t.channels
+        )));
+    }
+    for p in f.data.chunks_exact(plane.max(1)) {
+        for v in fit_float(p, f.width, f.height, t) {
+            match t.dtype {
+                Dtype::U8 => out.push((v / 257.0).round().clamp(0.0, 255.0) as u8),
+                _ => out.extend((v.round().clamp(0.0, 65535.0) as u16).to_le_bytes()),
             }
         }
     }

@@ -301,6 +301,7 @@ pub fn probe(path: &Path) -> Result<Probe, Reject> {
         Ok(Probe {
             colour: !fmt.is_some_and(is_grey_pix_fmt),
             size: Some((h, w)),
+            channels: None,
         })
     };
     if let Some(ffprobe) = ffprobe_next_to(&ffmpeg) {

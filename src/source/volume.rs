@@ -42,6 +42,16 @@ impl Orientation {
     }
 }
 
+/// What a 4-D volume's 4th axis is taken to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FourthAxis {
+    /// Up to 4 volumes are channels (modalities), more are time points.
+    #[default]
+    Auto,
+    Channels,
+    Time,
+}
+
 /// A unit direction for each voxel axis, in LPS.
 pub type Axes = [[f64; 3]; 3];
 

@@ -30,11 +30,23 @@ fn nifti(
     at: Placement,
     value: impl Fn(usize, usize, usize) -> i16,
 ) {
+    nifti4(path, dims, 1, sp, at, |i, j, k, _| value(i, j, k))
+}
+
+/// `nifti` with `t` volumes along a 4th axis (time points or channels).
+fn nifti4(
+    path: &Path,
+    dims: [usize; 3],
+    t: usize,
+    sp: [f64; 3],
+    at: Placement,
+    value: impl Fn(usize, usize, usize, usize) -> i16,
+) {
     let mut h = vec![0u8; 352];
     let put = |h: &mut Vec<u8>, off: usize, b: &[u8]| h[off..off + b.len()].copy_from_slice(b);
     put(&mut h, 0, &348i32.to_le_bytes());
-    put(&mut h, 40, &3i16.to_le_bytes());
-    for (i, d) in dims.iter().enumerate() {
+    put(&mut h, 40, &(if t > 1 { 4i16 } else { 3 }).to_le_bytes());
+    for (i, d) in dims.iter().chain([&t]).enumerate() {
         put(&mut h, 42 + 2 * i, &(*d as i16).to_le_bytes());
     }
     put(&mut h, 70, &4i16.to_le_bytes());
@@ -67,10 +79,12 @@ fn nifti(
     put(&mut h, 108, &352f32.to_le_bytes());
     put(&mut h, 112, &1f32.to_le_bytes());
     h[344..348].copy_from_slice(b"n+1\0");
-    for k in 0..dims[2] {
-        for j in 0..dims[1] {
-            for i in 0..dims[0] {
-                h.extend(value(i, j, k).to_le_bytes());
+    for v in 0..t {
+        for k in 0..dims[2] {
+            for j in 0..dims[1] {
+                for i in 0..dims[0] {
+                    h.extend(value(i, j, k, v).to_le_bytes());
+                }
             }
         }
     }
@@ -370,4 +384,127 @@ fn u16_and_f32_keep_every_hounsfield_value_of_a_ct_series() {
         .map(|v| v as i32)
         .collect();
     assert!(got.len() <= 256 && got.contains(&0) && got.contains(&255));
+}
+
+#[test]
+fn a_modality_stack_gives_multi_channel_samples() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("brats");
+    // Two cases of 4 modalities, each modality on its own scale (as T1, T1c, T2 and FLAIR are).
+    for case in 0..2 {
+        nifti4(
+            &dir.join(format!("case{case}.nii")),
+            N,
+            4,
+            MM,
+            Placement::Sform([L, P, S]),
+            |i, j, k, m| (anatomy(i, j, k) + 300) * (m as i16 + 1) + case,
+        );
+    }
+    let out = t.path().join("f32");
+    let o = convert(&dir, &out, &[], 0);
+    let v: serde_json::Value =
+        serde_json::from_slice(&run(&["inspect", out.to_str().unwrap(), "--json"], 0).stdout)
+            .unwrap();
+    assert_eq!(v["shape"], serde_json::json!([4, 3, 4]), "{}", stderr(&o));
+    let got = values(&out);
+    assert_eq!(got.len(), 2 * N[2], "one sample per axial slice");
+    // Sample = slice c of a case: 4 planes, plane m the modality's values.
+    let one = got
+        .iter()
+        .find(|s| s[0] == (anatomy(0, 0, 2) + 300) as f32)
+        .expect("slice 2 of case 0");
+    for m in 0..4 {
+        let plane: Vec<f32> = (0..N[1])
+            .flat_map(|b| (0..N[0]).map(move |a| ((anatomy(a, b, 2) + 300) * (m + 1)) as f32))
+            .collect();
+        assert_eq!(one[m as usize * 12..][..12], plane[..], "modality {m}");
+    }
+    // u8: every modality windowed on its own, so each plane spans the same 0..255.
+    let out = t.path().join("u8");
+    convert(&dir, &out, &["--dtype", "u8"], 0);
+    let got = values(&out);
+    assert_eq!(got[0].len(), 4 * 12);
+    let top = |m: usize| {
+        got.iter()
+            .map(|s| s[m * 12..][..12].iter().cloned().fold(0.0, f32::max))
+            .fold(0.0, f32::max)
+    };
+    assert!(
+        (0..4).all(|m| top(m) == 255.0),
+        "{:?}",
+        (0..4).map(top).collect::<Vec<_>>()
+    );
+    // Taken as time points instead: 4 x 5 grey slices a case.
+    let out = t.path().join("time");
+    convert(&dir, &out, &["--fourth-axis", "time"], 0);
+    assert_eq!(values(&out).len(), 2 * 4 * N[2]);
+}
+
+#[test]
+fn a_time_series_keeps_its_signal_and_records_t() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("fmri");
+    // 8 time points: the signal rises by 1% a step over a baseline of 1000.
+    let tp = 8;
+    nifti4(
+        &dir.join("run.nii"),
+        N,
+        tp,
+        MM,
+        Placement::Sform([L, P, S]),
+        |i, j, k, v| 1000 + (anatomy(i, j, k) + 200) / 4 + 10 * v as i16,
+    );
+    for dtype in ["u8", "u16"] {
+        let out = t.path().join(dtype);
+        convert(
+            &dir,
+            &out,
+            &["--dtype", dtype, "--window=900:1200", "--meta"],
+            0,
+        );
+        let by_t = slice_means(&out);
+        assert_eq!(by_t.len(), tp * N[2]);
+        // Slice 2 at every t: its mean rises with t as in the source.
+        let means: Vec<f64> = (0..tp).map(|v| by_t[&(v, 2)]).collect();
+        assert!(means.windows(2).all(|w| w[1] > w[0]), "{dtype}: {means:?}");
+    }
+    // No window given: one percentile window over the whole series, not one per time point
+    // (which would make every time point's slice look the same).
+    let out = t.path().join("auto");
+    convert(&dir, &out, &["--dtype", "u8", "--meta"], 0);
+    let by_t = slice_means(&out);
+    let means: Vec<f64> = (0..tp).map(|v| by_t[&(v, 2)]).collect();
+    assert!(means.windows(2).all(|w| w[1] > w[0]), "{means:?}");
+    assert!(means[tp - 1] - means[0] > 20.0, "{means:?}");
+}
+
+/// The mean of every sample by its (t, slice) metadata.
+fn slice_means(out: &Path) -> std::collections::BTreeMap<(usize, usize), f64> {
+    let ds = prep::format::shard::Dataset::open(out).unwrap();
+    let fields = &ds.manifest.fields;
+    let k = fields.find("meta").expect("a meta field");
+    let f = fields.iter().nth(k).unwrap();
+    let dtype = ds.manifest.sample.dtype;
+    let mut by = std::collections::BTreeMap::new();
+    for info in ds.manifest.splits.values() {
+        for sh in &info.shards {
+            let r = ds.open_shard(sh).unwrap();
+            for b in 0..r.num_blocks() {
+                let block = r.read_block(b).unwrap();
+                for i in 0..block.len() {
+                    let m = f.decode_meta(block.field(fields, k, i)).unwrap();
+                    let s = block.sample(i);
+                    let n = s.len() / dtype.size();
+                    let mean = (0..n).map(|q| dtype.get(s, q) as f64).sum::<f64>() / n as f64;
+                    let key = (
+                        m["t"].as_u64().unwrap() as usize,
+                        m["slice"].as_u64().unwrap() as usize,
+                    );
+                    by.insert(key, mean);
+                }
+            }
+        }
+    }
+    by
 }

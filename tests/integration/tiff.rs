@@ -1086,7 +1086,7 @@ fn a_page_of_another_size_is_resized_with_the_stack() {
 fn rgb_of(frame: Frame) -> Vec<u8> {
     match frame {
         Frame::Image(img) => img.into_rgb8().into_raw(),
-        Frame::Float(_) => panic!("expected an image"),
+        Frame::Float(_) | Frame::Windowed(_) => panic!("expected an image"),
     }
 }
 
@@ -1094,7 +1094,7 @@ fn rgb_of(frame: Frame) -> Vec<u8> {
 fn grey_of(frame: Frame) -> Vec<u8> {
     match frame {
         Frame::Image(img) => img.into_luma8().into_raw(),
-        Frame::Float(_) => panic!("expected an image"),
+        Frame::Float(_) | Frame::Windowed(_) => panic!("expected an image"),
     }
 }
 

@@ -165,6 +165,7 @@ fn probe_head(
     Ok(Some(Probe {
         colour: spp >= 3,
         size: Some(size),
+        channels: None,
     }))
 }
 

@@ -129,6 +129,7 @@ impl SeriesPlan {
         Ok(Probe {
             colour: self.colour,
             size: Some(size),
+            channels: None,
         })
     }
 }
@@ -872,7 +873,9 @@ fn read_slice(
                 "decodes to {}x{} with {} channel(s), its series is {rows}x{cols} grey",
                 f.height, f.width, f.channels
             ))),
-            Frame::Image(_) => Err(Reject::new("not a grey image, its series is grey")),
+            Frame::Image(_) | Frame::Windowed(_) => {
+                Err(Reject::new("not a grey image, its series is grey"))
+            }
         }
     })?;
     out.ok_or_else(|| Reject::new("holds no image"))

@@ -250,6 +250,7 @@ fn decode_float(bytes: &[u8], axis: usize) -> Vec<FloatFrame> {
         match f {
             Frame::Float(f) => out.push(f),
             Frame::Image(i) => panic!("expected float values, got {:?}", i.color()),
+            Frame::Windowed(_) => panic!("expected float values"),
         }
         Ok(())
     })

@@ -188,7 +188,7 @@ fn float_option_emits_scaled_values_without_window() {
         decode(p, o, &mut |f| {
             match f {
                 Frame::Float(f) => out.push(f),
-                Frame::Image(_) => panic!("expected float values"),
+                Frame::Image(_) | Frame::Windowed(_) => panic!("expected float values"),
             }
             Ok(())
         })
@@ -279,7 +279,7 @@ fn percentiles_match_numpy() {
 }
 
 #[test]
-fn four_d_windows_each_volume_and_ignores_nan() {
+fn four_d_time_points_share_one_window_and_channels_stack() {
     let dir = tempfile::tempdir().unwrap();
     // 2 x 2 x 2 x 3 float32 volumes; volume t holds (i + 1) * 10^t, one NaN in volume 1.
     let mut vals = Vec::new();
@@ -298,24 +298,43 @@ fn four_d_windows_each_volume_and_ignores_nan() {
         "t.nii.gz",
         &gz(&nifti_bytes(&[2, 2, 2, 3], 16, 32, 1.0, 0.0, &data, false)),
     );
+    let time = DecodeOptions {
+        percentiles: (0.0, 100.0),
+        fourth: crate::source::volume::FourthAxis::Time,
+        ..DecodeOptions::default()
+    };
+    let imgs = run(&p, &time).unwrap();
+    assert_eq!(imgs.len(), 6);
+    assert!(imgs.iter().all(|i| i.dimensions() == (2, 2)));
+    // One window over the series (1 .. 800): later time points are brighter, the last
+    // volume's maximum is white, the first's minimum black. (Voxel (x, y) is pixel
+    // (1 - x, 1 - y): RAS brought to LPS.)
+    assert_eq!(imgs[0].get_pixel(1, 1)[0], 0);
+    assert_eq!(imgs[5].get_pixel(0, 0)[0], 65535);
+    assert_eq!(imgs[1].get_pixel(0, 0)[0], window_to_u16(8.0, 1.0, 800.0));
+    assert_eq!(imgs[3].get_pixel(0, 0)[0], window_to_u16(80.0, 1.0, 800.0));
+    // NaN voxel (x=1, y=1, z=0) of volume 1 is 0.
+    assert_eq!(imgs[2].get_pixel(0, 0)[0], 0);
+    // Auto: 3 volumes are channels: 2 frames of 3 planes, each plane windowed on its own.
+    let mut frames = Vec::new();
     let o = DecodeOptions {
         percentiles: (0.0, 100.0),
         ..DecodeOptions::default()
     };
-    let imgs = run(&p, &o).unwrap();
-    assert_eq!(imgs.len(), 6);
-    assert!(imgs.iter().all(|i| i.dimensions() == (2, 2)));
-    // Min and max of every volume map to 0 and 65535 whatever the volume's scale.
-    // (Voxel (x, y) is pixel (1 - x, 1 - y): RAS brought to LPS.)
-    for t in [0, 2] {
-        assert_eq!(imgs[2 * t].get_pixel(1, 1)[0], 0);
-        assert_eq!(imgs[2 * t + 1].get_pixel(0, 0)[0], 65535);
-        assert_eq!(imgs[2 * t], imgs[0]);
+    decode(&p, &o, &mut |f| {
+        match f {
+            Frame::Windowed(f) => frames.push(f),
+            _ => panic!("expected windowed planes"),
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(frames.len(), 2);
+    assert_eq!(frames[1].channels, 3);
+    // Slice z = 1, pixel (0, 0) is voxel (1, 1, 1) = i 7, each channel's maximum.
+    for c in [0, 2] {
+        assert_eq!(frames[1].data[c * 4], 65535.0, "channel {c}");
     }
-    // NaN voxel (x=1, y=1, z=0) of volume 1 is 0, not a window bound.
-    assert_eq!(imgs[2].get_pixel(0, 0)[0], 0);
-    assert_eq!(imgs[3].get_pixel(0, 0)[0], 65535);
-    assert_eq!(imgs[2].get_pixel(1, 1)[0], 0);
 }
 
 #[test]
