@@ -121,11 +121,10 @@ pub(super) fn target(o: &ConvertOptions, p: &Plan, notes: &mut Vec<String>) -> R
         if let Some((few, most)) = s.channels {
             if few != most || s.colour + s.grey > 0 {
                 return Err(Error::Invalid(format!(
-                    "{}: {} of {} to {} channels (a 4th axis of modalities) beside {} of 1 or 3: every sample needs one channel count (convert them apart, or --fourth-axis time)",
+                    "{}: {} of {} channels (a 4th axis of modalities) beside {} of 1 or 3: every sample needs one channel count (convert them apart, or --fourth-axis time)",
                     tree::shown_path(&o.input),
                     folders::count(s.multi as usize, "volume"),
-                    few,
-                    most,
+                    if few == most { few.to_string() } else { format!("{few} to {most}") },
                     folders::count((s.colour + s.grey) as usize, "input")
                 )));
             }

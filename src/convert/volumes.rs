@@ -3,6 +3,7 @@
 //! that warn where slices would be distorted.
 
 use super::units::{Plan, Unit};
+use crate::source::nifti::{fourth_axis, Fourth};
 use crate::source::volume::{Geometry, Orientation};
 use crate::source::{DecodeOptions, FileKind};
 use rayon::prelude::*;
@@ -23,13 +24,16 @@ pub(super) struct Volumes {
     /// row) size; and how many such volumes.
     oblong: Option<(String, (f64, f64))>,
     oblong_count: usize,
+    /// 4-D NIfTI files whose 4th axis is taken as channels, and as time points.
+    channels: usize,
+    times: usize,
 }
 
 /// The geometry of every volume of the plan (headers only; a header that cannot be read is left
 /// to the decoder to report). None when the plan holds no volume.
 pub(super) fn survey(plan: &Plan, d: &DecodeOptions) -> Option<Volumes> {
     let units: Vec<&Unit> = plan.splits.values().flatten().collect();
-    let found: Vec<(String, Geometry)> = units
+    let found: Vec<(String, Geometry, Fourth)> = units
         .par_iter()
         .filter_map(|u| match u {
             Unit::File {
@@ -39,9 +43,11 @@ pub(super) fn survey(plan: &Plan, d: &DecodeOptions) -> Option<Volumes> {
                 ..
             } => crate::source::nifti::grid(path)
                 .ok()
-                .map(|g| (rel.clone(), g.geometry)),
-            Unit::Series { plan, name, .. } if !plan.colour => Some((name.clone(), plan.geometry)),
-            Unit::Case { case, name, .. } => Some((name.clone(), case.geometry)),
+                .map(|g| (rel.clone(), g.geometry, fourth_axis(&g, d.fourth))),
+            Unit::Series { plan, name, .. } if !plan.colour => {
+                Some((name.clone(), plan.geometry, Fourth::One))
+            }
+            Unit::Case { case, name, .. } => Some((name.clone(), case.geometry, Fourth::One)),
             _ => None,
         })
         .collect();
@@ -54,8 +60,15 @@ pub(super) fn survey(plan: &Plan, d: &DecodeOptions) -> Option<Volumes> {
         spacing: Vec::new(),
         oblong: None,
         oblong_count: 0,
+        channels: 0,
+        times: 0,
     };
-    for (name, g) in &found {
+    for (name, g, fourth) in &found {
+        match fourth {
+            Fourth::Channels(_) => v.channels += 1,
+            Fourth::Time(_) => v.times += 1,
+            Fourth::One => {}
+        }
         *v.stored.entry(g.codes()).or_default() += 1;
         let Ok(t) = g.target(d.orientation, d.spacing) else {
             continue;
@@ -96,6 +109,19 @@ impl Volumes {
                 listed.join(", "),
                 d.axis
             )),
+        }
+        if self.channels + self.times > 0 {
+            out.push(format!(
+                "volumes: 4-D files take their 4th axis as channels ({}) or time points ({}); --fourth-axis {} {}",
+                self.channels,
+                self.times,
+                if self.channels > 0 { "time" } else { "channels" },
+                if d.fourth == crate::source::volume::FourthAxis::Auto {
+                    "to choose otherwise (auto: up to 4 volumes are channels)"
+                } else {
+                    "to choose otherwise"
+                }
+            ));
         }
         if unknown > 0 && d.orientation == Orientation::Lps {
             out.push(format!(
