@@ -1,7 +1,8 @@
 //! One unit into target samples, with the samples that could not be used.
 
+use super::file_fields::push_mask;
 use super::stored::decode_stored;
-use super::units::{Decoded, Failed, Unit};
+use super::units::{Decoded, Failed, SeriesLabel, SeriesMask, Unit};
 use super::*;
 
 /// Decode one unit into target samples. A file is used whole or rejected whole; an array unit
@@ -71,22 +72,70 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
             };
         }
         Unit::Series {
-            plan, label, meta, ..
+            plan,
+            label,
+            meta,
+            mask,
+            ..
         } => {
             let facts = meta.as_ref().map(|_| series_facts(plan));
+            // The series' masks, cut as its images will be; a label that cannot be used leaves
+            // the whole series out, each file named.
+            let masks = match mask.as_ref().map(|m| series_masks(plan, m, d)) {
+                Some(Err(why)) => {
+                    let left = plan
+                        .slots
+                        .iter()
+                        .flatten()
+                        .map(|f| RejectEntry {
+                            path: f.rel.clone(),
+                            reason: why.0.clone(),
+                        })
+                        .collect();
+                    return Ok((px, labels, fields, left));
+                }
+                Some(Ok(m)) => Some(m),
+                None => None,
+            };
             // Files that do not make it are named one by one, so a series never fails as a whole
             // here.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                series::decode_series(plan, d, &mut |frame| {
+                let left = series::decode_series(plan, d, &mut |frame| {
+                    let i = labels.len();
+                    if let (Some(m), Some(ms)) = (mask, &masks) {
+                        let (_, hw) = frame.native();
+                        let Some(mf) = ms.get(i).filter(|mf| (mf.height, mf.width) == hw) else {
+                            return Err(Reject::new(format!(
+                                "its masks do not cut to slice {i} ({}x{}): the series and its label disagree",
+                                hw.0, hw.1
+                            )));
+                        };
+                        push_mask(mf, &m.rule, &series_label_name(m, i), t, &mut fields)?;
+                    }
                     to_sample(frame, t, &mut px)
-                        .map_err(|why| Reject::new(format!("image {}: {why}", labels.len())))?;
+                        .map_err(|why| Reject::new(format!("image {i}: {why}")))?;
                     if let (Some(f), Some(facts)) = (meta, &facts) {
-                        let m = facts.image(labels.len(), d);
+                        let m = facts.image(i, d);
                         fields.extend(f.encode_meta(&m).map_err(Reject::new)?);
                     }
                     labels.push(*label);
                     Ok(())
-                })
+                })?;
+                // A mask for every slice, a slice for every mask: a slice left out along the
+                // stored axis would shift every mask after it.
+                match &masks {
+                    Some(ms) if ms.len() != labels.len() => Err(series::leave_all(
+                        plan,
+                        left,
+                        &format!(
+                            "its series {} gave {} slices, its label {}: a series with masks needs every slice",
+                            plan.uid,
+                            labels.len(),
+                            ms.len()
+                        ),
+                    )),
+                    _ => Ok(left),
+                }
             }));
             let left = match r {
                 Ok(Ok(left)) => left,
@@ -115,6 +164,31 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
         }
     }
     Ok((px, labels, fields, left_out))
+}
+
+/// A series' masks as `source::dicom::labels` cuts them.
+fn series_masks(
+    plan: &series::SeriesPlan,
+    m: &SeriesMask,
+    d: &DecodeOptions,
+) -> Result<Vec<crate::source::mask::MaskFrame>, Reject> {
+    use crate::source::dicom::labels::{series_masks, Label};
+    match &m.label {
+        SeriesLabel::Volume(p, shown) => series_masks(plan, Label::Volume(p), d)
+            .map_err(|r| Reject::new(format!("label volume {shown}: {}", r.0))),
+        SeriesLabel::Stack(v) => {
+            let paths: Vec<&Path> = v.iter().map(|(p, _)| p.as_path()).collect();
+            series_masks(plan, Label::Stack(&paths), d)
+        }
+    }
+}
+
+/// The mask a series' slice `i` comes from, as reports name it.
+fn series_label_name(m: &SeriesMask, i: usize) -> String {
+    match &m.label {
+        SeriesLabel::Volume(_, shown) => shown.clone(),
+        SeriesLabel::Stack(v) => v.get(i).map_or_else(String::new, |x| x.1.clone()),
+    }
 }
 
 /// The facts of a DICOM series read as one volume: its first file's patient, series and pixel

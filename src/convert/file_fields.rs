@@ -20,6 +20,9 @@ pub(super) struct MaskRule {
 pub(super) struct FileFields {
     /// Its mask: (path, as reports name it, the field's rules).
     pub(super) mask: Option<(PathBuf, String, Arc<MaskRule>)>,
+    /// The mask is a label volume over its DICOM series (`source::dicom::labels`), not an
+    /// image of this file's own.
+    pub(super) volume: bool,
     /// Its labels and values from the labels CSV, the same for every frame.
     pub(super) csv: Box<[u8]>,
     /// The metadata field (`--meta`), last of the fields: each frame's facts of its file.
@@ -31,6 +34,9 @@ impl FileFields {
     pub(super) fn read_mask(&self) -> Result<Option<Vec<MaskFrame>>, Reject> {
         match &self.mask {
             None => Ok(None),
+            Some((_, shown, _)) if self.volume => Err(Reject::new(format!(
+                "label volume {shown} labels a DICOM series, but this file is on its own (multi-frame, without a Series Instance UID, or the only file of its series): give it a mask image of its own"
+            ))),
             Some((path, shown, _)) => mask::read(path)
                 .map(Some)
                 .map_err(|why| Reject::new(format!("mask {shown}: {why}"))),
@@ -94,8 +100,8 @@ impl FileFields {
     }
 
     /// Whether the file's samples carry anything besides metadata.
-    pub(super) fn labels_it(&self) -> bool {
-        self.mask.is_some() || !self.csv.is_empty()
+    pub(super) fn csv_labels_it(&self) -> bool {
+        !self.csv.is_empty()
     }
 
     /// After the image's `n` frames: its mask must have had as many.
@@ -116,7 +122,7 @@ fn frames(n: usize) -> String {
 
 /// A mask frame brought to the target (nearest, with its image's placement) in the field's
 /// dtype; a value beyond `--mask-names` rejects its file.
-fn push_mask(
+pub(super) fn push_mask(
     m: &MaskFrame,
     rule: &MaskRule,
     shown: &str,
@@ -143,7 +149,7 @@ fn push_mask(
             // The headers promised 8 bits (the file changed since, or lied).
             if max > 255 {
                 return Err(Reject::new(format!(
-                    "mask {shown} holds value {max}, but the masks are stored as u8 (their headers say 8 bits)"
+                    "mask {shown} holds value {max}, but the masks are stored as u8 (their headers say 8 bits; --mask-names with more than 256 names stores u16)"
                 )));
             }
             out.extend(fit_mask(v, w, h, t).into_iter().map(|x| x as u8));

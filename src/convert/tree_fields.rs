@@ -161,7 +161,7 @@ pub(super) fn attach<'t>(
     }
     let mut fields = Vec::new();
     let mut chosen = chosen;
-    let mut paired: BTreeMap<&str, (PathBuf, String)> = BTreeMap::new();
+    let mut paired: BTreeMap<&str, (PathBuf, String, bool)> = BTreeMap::new();
     let mut rule = None;
     if let Some(ms) = ms {
         if o.part.is_some() && o.mask_names.is_none() {
@@ -173,7 +173,7 @@ pub(super) fn attach<'t>(
         let (kept, by) = pair(ms, chosen, rejects, mask_rejects, notes)?;
         chosen = kept;
         paired = by;
-        let wide = paired.par_iter().any(|(_, (p, _))| mask::wide(p));
+        let wide = paired.par_iter().any(|(_, (p, _, _))| mask::wide(p));
         let names = o.mask_names.clone();
         let dtype = if wide || names.as_ref().is_some_and(|n| n.len() > 256) {
             Dtype::U16
@@ -216,13 +216,22 @@ pub(super) fn attach<'t>(
     let mut per_file = BTreeMap::new();
     if !fields.is_empty() {
         for (f, _) in &chosen {
-            let mask = paired
-                .get(f.rel.as_str())
+            let pair = paired.get(f.rel.as_str());
+            let volume = pair.is_some_and(|p| p.2);
+            let mask = pair
                 .zip(rule.as_ref())
-                .map(|((p, shown), r)| (p.clone(), shown.clone(), r.clone()));
+                .map(|((p, shown, _), r)| (p.clone(), shown.clone(), r.clone()));
             let csv = csv.map_or_else(Box::default, |c| c.rows[&f.rel].fields.clone());
             let meta = meta.clone();
-            per_file.insert(f.rel.clone(), Arc::new(FileFields { mask, csv, meta }));
+            per_file.insert(
+                f.rel.clone(),
+                Arc::new(FileFields {
+                    mask,
+                    volume,
+                    csv,
+                    meta,
+                }),
+            );
         }
     }
     Ok((chosen, Fields(fields), per_file))
@@ -238,37 +247,53 @@ fn pair<'t>(
     notes: &mut Vec<String>,
 ) -> Result<(
     Vec<(&'t tree::TreeFile, String)>,
-    BTreeMap<&'t str, (PathBuf, String)>,
+    BTreeMap<&'t str, (PathBuf, String, bool)>,
 )> {
     let mt = tree::walk(&ms.masks)?;
     let mut by_stem: BTreeMap<&str, Vec<&tree::TreeFile>> = BTreeMap::new();
+    // Label volumes of DICOM series, by the series folder they are named after.
+    let mut volumes: BTreeMap<&str, &tree::TreeFile> = BTreeMap::new();
     let mut not_images = 0;
     for m in &mt.files {
-        if matches!(m.kind, Some(FileKind::Image | FileKind::Tiff)) {
-            by_stem.entry(tree::stem_key(&m.rel)).or_default().push(m);
-        } else {
-            not_images += 1;
+        match m.kind {
+            Some(FileKind::Image | FileKind::Tiff) => {
+                by_stem.entry(tree::stem_key(&m.rel)).or_default().push(m)
+            }
+            Some(FileKind::Nifti) => {
+                volumes.insert(volume_key(&m.rel), m);
+            }
+            _ => not_images += 1,
         }
     }
     let mut used = std::collections::BTreeSet::new();
+    let mut used_volumes = std::collections::BTreeSet::new();
     let mut kept = Vec::new();
     let mut paired = BTreeMap::new();
     for (f, c) in chosen {
-        if !matches!(f.kind, Some(FileKind::Image | FileKind::Tiff)) {
+        let dicom = f.kind == Some(FileKind::Dicom);
+        if !dicom && !matches!(f.kind, Some(FileKind::Image | FileKind::Tiff)) {
             rejects.push(RejectEntry {
                 path: f.rel.clone(),
                 reason: format!(
-                    "masks pair with images (PNG, JPEG, BMP, GIF, WebP, TIFF); this is a {} file",
+                    "masks pair with images (PNG, JPEG, BMP, GIF, WebP, TIFF) and DICOM files; this is a {} file",
                     f.kind.map_or("other", FileKind::name)
                 ),
             });
             continue;
         }
         let key = tree::stem_key(&f.rel);
+        // A DICOM slice without a mask image of its own takes its folder's label volume.
+        let folder = f.rel.rfind('/').map_or("", |i| &f.rel[..i]);
         match by_stem.get(key).map(Vec::as_slice) {
+            None if dicom && volumes.contains_key(folder) => {
+                let m = volumes[folder];
+                used_volumes.insert(folder);
+                paired.insert(f.rel.as_str(), (m.path.clone(), ms.shown(&m.rel), true));
+                kept.push((f, c));
+            }
             Some([m]) => {
                 used.insert(key);
-                paired.insert(f.rel.as_str(), (m.path.clone(), ms.shown(&m.rel)));
+                paired.insert(f.rel.as_str(), (m.path.clone(), ms.shown(&m.rel), false));
                 kept.push((f, c));
             }
             Some(several) => {
@@ -285,12 +310,29 @@ fn pair<'t>(
             }
             None => rejects.push(RejectEntry {
                 path: f.rel.clone(),
-                reason: format!(
-                    "no mask: nothing named {}.* in {}",
-                    ms.shown(key),
-                    tree::shown_path(&ms.masks)
-                ),
+                reason: if dicom {
+                    format!(
+                        "no mask: nothing named {}.* in {}, and no label volume {}.nii(.gz) for its series folder",
+                        ms.shown(key),
+                        tree::shown_path(&ms.masks),
+                        ms.shown(if folder.is_empty() { "." } else { folder })
+                    )
+                } else {
+                    format!(
+                        "no mask: nothing named {}.* in {}",
+                        ms.shown(key),
+                        tree::shown_path(&ms.masks)
+                    )
+                },
             }),
+        }
+    }
+    for (key, m) in &volumes {
+        if !used_volumes.contains(key) {
+            mask_rejects.push(RejectEntry {
+                path: ms.shown(&m.rel),
+                reason: "a label volume without a DICOM series (no DICOM files in a folder of its relative path and stem)".into(),
+            });
         }
     }
     for (key, ms_) in &by_stem {
@@ -336,6 +378,18 @@ fn pair<'t>(
     }
     notes.push(note);
     Ok((kept, paired))
+}
+
+/// A label volume's key: its relative path without `.nii` or `.nii.gz` ("p1/ct" for
+/// "p1/ct.nii.gz"), the series folder it labels.
+fn volume_key(rel: &str) -> &str {
+    let lower = rel.to_ascii_lowercase();
+    for end in [".nii.gz", ".nii"] {
+        if lower.ends_with(end) {
+            return &rel[..rel.len() - end.len()];
+        }
+    }
+    rel
 }
 
 fn name_of(p: &Path) -> String {

@@ -2,9 +2,9 @@
 //! drawn by `split`. Before that, what the DICOM headers say of the tree: class folders that are
 //! in fact patient folders, and modalities that should not share one dataset.
 
-use super::file_fields::FileFields;
+use super::file_fields::{FileFields, MaskRule};
 use super::split::{self, By, Drawn};
-use super::units::Unit;
+use super::units::{SeriesLabel, SeriesMask, Unit};
 use super::*;
 
 /// A name in double quotes, escaped as a JSON string (a newline in it forges no line).
@@ -247,7 +247,7 @@ fn series_units(
                     .slots
                     .iter()
                     .flatten()
-                    .any(|f| s.with.get(&f.rel).is_some_and(|w| w.labels_it())) =>
+                    .any(|f| s.with.get(&f.rel).is_some_and(|w| w.csv_labels_it())) =>
             {
                 for f in plan.slots.iter().flatten() {
                     made.field_rejects.push(RejectEntry {
@@ -261,6 +261,18 @@ fn series_units(
                 continue;
             }
             series::What::Series(plan) => {
+                let mask = match series_mask(&plan, &s.with) {
+                    Ok(m) => m,
+                    Err(why) => {
+                        for f in plan.slots.iter().flatten() {
+                            made.field_rejects.push(RejectEntry {
+                                path: f.rel.clone(),
+                                reason: why.clone(),
+                            });
+                        }
+                        continue;
+                    }
+                };
                 n_series += 1;
                 n_files += plan.files();
                 let meta = plan
@@ -270,6 +282,7 @@ fn series_units(
                     .find_map(|f| s.with.get(&f.rel).and_then(|w| w.meta.clone()));
                 Unit::Series {
                     meta,
+                    mask,
                     name: format!(
                         "{} (series {}, {} files)",
                         group.first,
@@ -293,6 +306,56 @@ fn series_units(
             .push((at[group.first.as_str()], s.split_by(&group.first, by), unit));
     }
     (n_series, n_files)
+}
+
+/// Where a series' masks come from, if its files have masks: one label volume for all its
+/// files, or a mask image for the first file of every slice. Err: why the series cannot have
+/// them (some slices with masks and some without, a volume and images mixed, two volumes).
+fn series_mask(
+    plan: &series::SeriesPlan,
+    with: &BTreeMap<String, Arc<FileFields>>,
+) -> std::result::Result<Option<SeriesMask>, String> {
+    let masks: Vec<Option<(&PathBuf, &String, &Arc<MaskRule>, bool)>> = plan
+        .slots
+        .iter()
+        .map(|slot| {
+            let w = with.get(&slot[0].rel)?;
+            let (p, shown, rule) = w.mask.as_ref()?;
+            Some((p, shown, rule, w.volume))
+        })
+        .collect();
+    if masks.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let Some(all) = masks.iter().copied().collect::<Option<Vec<_>>>() else {
+        return Err(format!(
+            "in DICOM series {}, some slices have masks and some not: a series' masks are one label volume or an image for every slice",
+            plan.uid
+        ));
+    };
+    let (_, shown, rule, volume) = all[0];
+    if volume {
+        if all.iter().any(|m| !m.3 || m.0 != all[0].0) {
+            return Err(format!(
+                "in DICOM series {}, label volume {shown} covers only some of its slices (others have their own masks, or another volume)",
+                plan.uid
+            ));
+        }
+        return Ok(Some(SeriesMask {
+            rule: rule.clone(),
+            label: SeriesLabel::Volume(all[0].0.clone(), shown.clone()),
+        }));
+    }
+    if all.iter().any(|m| m.3) {
+        return Err(format!(
+            "in DICOM series {}, mask images and a label volume are mixed",
+            plan.uid
+        ));
+    }
+    Ok(Some(SeriesMask {
+        rule: rule.clone(),
+        label: SeriesLabel::Stack(all.iter().map(|m| (m.0.clone(), m.1.clone())).collect()),
+    }))
 }
 
 /// How the DICOM files were grouped and split, and the series converted slice by slice.

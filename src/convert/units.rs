@@ -30,6 +30,8 @@ pub(super) enum Unit {
         label: u32,
         /// The metadata field (`--meta`): the series' facts, each slice's number.
         meta: Option<Field>,
+        /// Its masks (`--masks`): a label volume, or an image a slice.
+        mask: Option<SeriesMask>,
         /// What it will give, from its headers.
         probe: Result<Probe, Reject>,
     },
@@ -345,6 +347,20 @@ impl Array {
             },
         }))
     }
+}
+
+/// Where a DICOM series' masks come from, and how they are stored.
+#[derive(Debug, Clone)]
+pub(super) struct SeriesMask {
+    pub(super) rule: Arc<super::file_fields::MaskRule>,
+    pub(super) label: SeriesLabel,
+}
+
+/// A series' label volume, or a mask image for each slice in order (path, as reports name it).
+#[derive(Debug, Clone)]
+pub(super) enum SeriesLabel {
+    Volume(PathBuf, String),
+    Stack(Vec<(PathBuf, String)>),
 }
 
 /// What the source holds, before any pixel is converted.

@@ -508,3 +508,149 @@ fn slice_means(out: &Path) -> std::collections::BTreeMap<(usize, usize), f64> {
     }
     by
 }
+
+/// The label of LPS voxel (a, b, c).
+fn organ(a: usize, b: usize, c: usize) -> u8 {
+    ((a + 2 * b + c) % 3) as u8
+}
+
+/// An axial DICOM series of the anatomy (plus `1000 * p`) for patient `p`, in `dir`.
+fn axial_series(dir: &Path, p: usize) {
+    let [nx, ny, nz] = N;
+    for c in 0..nz {
+        let px = (0..ny)
+            .flat_map(|r| (0..nx).map(move |q| anatomy(q, r, c) as i32 + 1000 * p as i32))
+            .collect();
+        let s = Slice {
+            patient: Some(format!("P{p}")),
+            series: Some(format!("1.2.826.0.1.3680043.99.7.{p}")),
+            position: Some([0.0, 0.0, c as f64 * MM[2]]),
+            orientation: Some([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+            spacing: [MM[1], MM[0]],
+            ..Slice::new(ny as u16, nx as u16, px)
+        };
+        write(&dir.join(format!("s{c}.dcm")), &s.bytes());
+    }
+}
+
+/// Every sample's (patient, slice) from its first pixel, with its mask.
+fn masks_by_slice(out: &Path) -> std::collections::BTreeMap<(usize, usize), Vec<u8>> {
+    let ds = prep::format::shard::Dataset::open(out).unwrap();
+    let fields = &ds.manifest.fields;
+    let k = fields.find("mask").expect("a mask field");
+    let mut by = std::collections::BTreeMap::new();
+    for info in ds.manifest.splits.values() {
+        for sh in &info.shards {
+            let r = ds.open_shard(sh).unwrap();
+            for b in 0..r.num_blocks() {
+                let block = r.read_block(b).unwrap();
+                for i in 0..block.len() {
+                    let first = f32::from_le_bytes(block.sample(i)[..4].try_into().unwrap());
+                    let v = first as i32 + 200;
+                    let (p, c) = (v / 1000, (v % 1000) / 100);
+                    by.insert((p as usize, c as usize), block.field(fields, k, i).to_vec());
+                }
+            }
+        }
+    }
+    by
+}
+
+#[test]
+fn a_dicom_series_takes_its_label_volume_or_mask_images() {
+    let t = tempfile::tempdir().unwrap();
+    let (input, masks) = (t.path().join("in"), t.path().join("masks"));
+    let [nx, ny, nz] = N;
+    for p in 0..3 {
+        axial_series(&input.join(format!("p{p}/ct")), p);
+    }
+    // p0: a label volume stored LPS; p1: the same labels stored RAS (as ITK-SNAP or 3D Slicer
+    // may write them); p2: a mask image for every slice file.
+    nifti(
+        &masks.join("p0/ct.nii.gz"),
+        N,
+        MM,
+        Placement::Sform([L, P, S]),
+        |i, j, k| organ(i, j, k) as i16,
+    );
+    nifti(
+        &masks.join("p1/ct.nii"),
+        N,
+        MM,
+        Placement::Sform([R, A, S]),
+        |i, j, k| organ(nx - 1 - i, ny - 1 - j, k) as i16,
+    );
+    for c in 0..nz {
+        let img = image::GrayImage::from_fn(nx as u32, ny as u32, |q, r| {
+            image::Luma([organ(q as usize, r as usize, c)])
+        });
+        let path = masks.join(format!("p2/ct/s{c}.png"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        img.save(&path).unwrap();
+    }
+    let out = t.path().join("out");
+    let m = masks.to_str().unwrap();
+    let o = convert(&input, &out, &["--masks", m], 0);
+    assert!(
+        rejects_of(&out).is_empty(),
+        "{:?} {}",
+        rejects_of(&out),
+        stderr(&o)
+    );
+    let by = masks_by_slice(&out);
+    assert_eq!(by.len(), 3 * nz, "{by:?}");
+    for p in 0..3 {
+        for c in 0..nz {
+            let want: Vec<u8> = (0..ny)
+                .flat_map(|r| (0..nx).map(move |q| organ(q, r, c)))
+                .collect();
+            assert_eq!(by[&(p, c)], want, "patient {p} slice {c}");
+        }
+    }
+    // Along x (sagittal slices): the masks are cut as the images are.
+    let out = t.path().join("sag");
+    convert(&input, &out, &["--masks", m, "--axis", "0"], 0);
+    let ds = prep::format::shard::Dataset::open(&out).unwrap();
+    assert_eq!(
+        ds.manifest.fields.iter().next().unwrap().shape,
+        vec![nz as u32, ny as u32]
+    );
+
+    // A label volume on another grid is refused by name, the series left out whole.
+    nifti(
+        &masks.join("p0/ct.nii.gz"),
+        [nx, ny, nz + 1],
+        MM,
+        Placement::Sform([L, P, S]),
+        |_, _, _| 0,
+    );
+    let out = t.path().join("bad");
+    convert(&input, &out, &["--masks", m], 0);
+    let r = rejects_of(&out);
+    assert_eq!(r.len(), nz, "{r:?}");
+    assert!(
+        r.iter().all(|(p, why)| p.starts_with("p0/")
+            && why.contains("p0/ct.nii.gz")
+            && why.contains("grid")),
+        "{r:?}"
+    );
+    // A label volume with no series beside it.
+    nifti(
+        &masks.join("p9/ct.nii"),
+        N,
+        MM,
+        Placement::Sform([L, P, S]),
+        |_, _, _| 0,
+    );
+    let out = t.path().join("orphan");
+    let o = convert(&input, &out, &["--masks", m], 0);
+    let all = std::fs::read_to_string(out.join("rejects.jsonl")).unwrap_or_default() + &stderr(&o);
+    assert!(
+        all.contains("p9/ct.nii") && all.contains("without a DICOM series"),
+        "{all}"
+    );
+}
+
+fn rejects_of(out: &Path) -> Vec<(String, String)> {
+    crate::scans_series::rejects(out)
+}

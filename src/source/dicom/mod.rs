@@ -34,6 +34,7 @@
 //! under `catch_unwind` so that a panic on hostile bytes becomes a `Reject`.
 
 mod header;
+pub mod labels;
 mod pixels;
 mod reject;
 mod scan;

@@ -348,6 +348,12 @@ fn one_series(uid: String, files: Vec<Input>, opts: &DecodeOptions, out: &mut Gr
         reject_all(&files, &why, out);
         return;
     }
+    // One file is no volume: it converts on its own, placed or not.
+    if files.len() == 1 {
+        let f = files.into_iter().next().expect("one file");
+        out.groups.push(lone(f));
+        return;
+    }
     let geos: Vec<Geometry> = files.iter().map(|f| Geometry::of(&f.header)).collect();
     let reference = reference_geometry(&geos);
     let fit = fit_reference(&uid, files, &geos, &reference, out);
@@ -683,7 +689,7 @@ pub fn decode_series(
 }
 
 /// Every file not yet named gets `why`: the whole series is left out.
-fn leave_all(s: &SeriesPlan, left: LeftOut, why: &str) -> LeftOut {
+pub fn leave_all(s: &SeriesPlan, left: LeftOut, why: &str) -> LeftOut {
     let mut out = left;
     for f in s.slots.iter().flatten() {
         if !out.iter().any(|(r, _)| *r == f.rel) {
