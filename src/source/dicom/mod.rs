@@ -494,4 +494,6 @@ fn colour_image(
 }
 
 #[cfg(test)]
+mod codec_tests;
+#[cfg(test)]
 pub(crate) mod tests;

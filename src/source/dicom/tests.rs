@@ -68,7 +68,7 @@ fn dicom_fragments(s: &Spec, frags: Vec<Vec<u8>>) -> Vec<u8> {
     )
 }
 
-fn dicom_with(s: &Spec, pixel: dicom_object::mem::InMemElement) -> Vec<u8> {
+pub(crate) fn dicom_with(s: &Spec, pixel: dicom_object::mem::InMemElement) -> Vec<u8> {
     let mut obj = InMemDicomObject::new_empty();
     let us = |t, v: u16| DataElement::new(t, VR::US, PrimitiveValue::from(v));
     obj.put(DataElement::new(
