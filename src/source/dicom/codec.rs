@@ -11,7 +11,8 @@ use std::borrow::Cow;
 
 const JPEG_LS_SYNTAXES: [&str; 2] = ["1.2.840.10008.1.2.4.80", "1.2.840.10008.1.2.4.81"];
 
-/// JPEG 2000 (Part 1 and 2) and HTJ2K: the syntaxes dicom-rs decodes with openjp2.
+/// JPEG 2000 (Part 1 and 2) and HTJ2K: the syntaxes dicom-rs decodes with openjp2 (which has
+/// OpenJPEG's HTJ2K decoder; no HTJ2K file is among the tests).
 const J2K_SYNTAXES: [&str; 7] = [
     "1.2.840.10008.1.2.4.90",
     "1.2.840.10008.1.2.4.91",
@@ -140,7 +141,7 @@ fn jpeg_sof(stream: &[u8]) -> Option<(u8, u32, u32, u32, bool)> {
                     dct,
                 ));
             }
-            0xD8 | 0xD9 | 0xDA => return None,
+            0xD8..=0xDA => return None,
             _ => {
                 let len = stream.get(pos + 2..pos + 4)?;
                 pos += 2 + u16::from_be_bytes([len[0], len[1]]) as usize;
