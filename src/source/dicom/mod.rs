@@ -1,9 +1,10 @@
 //! DICOM Part 10 files: every frame of the pixel data becomes one image.
 //!
 //! Parsing and pixel decoding are dicom-rs (`dicom-object`, `dicom-pixeldata` with the pure-Rust
-//! codecs only: uncompressed, deflated, RLE Lossless and the JPEG baseline / extended / lossless
-//! family). JPEG 2000, JPEG-LS, JPEG XL, HTJ2K and the video syntaxes are rejected as unsupported
-//! transfer syntaxes.
+//! codecs only: uncompressed, deflated, RLE Lossless, the JPEG baseline / extended / lossless
+//! family and JPEG 2000), with grey JPEG-LS and 12-bit lossy JPEG decoded in `codec` (colour
+//! JPEG-LS and colour 12-bit JPEG are refused by name). JPEG XL and the video syntaxes are
+//! rejected as unsupported transfer syntaxes.
 //!
 //! Grey images (MONOCHROME1/2): the stored samples go through the Modality LUT (Rescale Slope and
 //! Intercept, per frame where the file has them per frame), then a linear window onto 0..=65535
@@ -33,6 +34,7 @@
 //! 1..=65535, at most 2^30 samples in all) before pixel data is decoded; every dicom-rs call runs
 //! under `catch_unwind` so that a panic on hostile bytes becomes a `Reject`.
 
+mod codec;
 mod header;
 pub mod labels;
 mod pixels;
@@ -202,6 +204,9 @@ fn decode_object(
     check_dimensions(obj)?;
     check_jpeg_frames(obj, &ts)?;
     check_rle_frames(obj, &ts)?;
+    codec::check_j2k_frames(obj, &ts)?;
+    let native = codec::decode_to_native(obj, &ts)?;
+    let obj = native.as_ref().unwrap_or(obj);
     let px = guard("decoding DICOM pixel data", || obj.decode_pixel_data())?
         .map_err(|e| pixel_reject(&e, &ts))?;
 
@@ -489,5 +494,7 @@ fn colour_image(
     })
 }
 
+#[cfg(test)]
+mod codec_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -68,7 +68,7 @@ fn dicom_fragments(s: &Spec, frags: Vec<Vec<u8>>) -> Vec<u8> {
     )
 }
 
-fn dicom_with(s: &Spec, pixel: dicom_object::mem::InMemElement) -> Vec<u8> {
+pub(crate) fn dicom_with(s: &Spec, pixel: dicom_object::mem::InMemElement) -> Vec<u8> {
     let mut obj = InMemDicomObject::new_empty();
     let us = |t, v: u16| DataElement::new(t, VR::US, PrimitiveValue::from(v));
     obj.put(DataElement::new(
@@ -460,7 +460,7 @@ fn unsupported_and_missing_pixel_data() {
     let e = decode_all(&bytes, &DecodeOptions::default()).unwrap_err();
     assert!(e.0.contains("no pixel data"), "{e}");
 
-    // JPEG 2000: an encapsulated fragment the pure-Rust build cannot decode.
+    // JPEG XL: an encapsulated fragment the pure-Rust build cannot decode.
     let mut obj = InMemDicomObject::new_empty();
     let us = |t, v: u16| DataElement::new(t, VR::US, PrimitiveValue::from(v));
     for (t, v) in [
@@ -497,14 +497,14 @@ fn unsupported_and_missing_pixel_data() {
         ]])),
     ));
     let file = obj
-        .with_meta(FileMetaTableBuilder::new().transfer_syntax("1.2.840.10008.1.2.4.90"))
+        .with_meta(FileMetaTableBuilder::new().transfer_syntax("1.2.840.10008.1.2.4.110"))
         .unwrap();
     let mut bytes = Vec::new();
     file.write_all(&mut bytes).unwrap();
     let e = decode_all(&bytes, &DecodeOptions::default()).unwrap_err();
     assert_eq!(
         e.0,
-        "unsupported transfer syntax 1.2.840.10008.1.2.4.90 (JPEG 2000)"
+        "unsupported transfer syntax 1.2.840.10008.1.2.4.110 (JPEG XL)"
     );
     // Cut inside its fragment: the header walk names the truncation.
     let e = decode_all(&bytes[..bytes.len() - 3], &DecodeOptions::default()).unwrap_err();
