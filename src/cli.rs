@@ -432,8 +432,8 @@ pub struct ConvertArgs {
     pub skip_empty_masks: bool,
     /// Trees of files and MSD/nnU-Net folders: give every sample a `meta` field of where it
     /// comes from: its source path (MSD: its case), page/frame or slice number, a video frame's
-    /// time, DICOM patient and series, voxel spacing (prep inspect counts the keys; Python gives
-    /// a dict a sample).
+    /// time, a 4-D series' time point t, DICOM patient, study, series and modality, voxel spacing
+    /// as cut (prep inspect counts the keys; Python gives a dict a sample).
     #[arg(long)]
     pub meta: bool,
     #[command(flatten)]

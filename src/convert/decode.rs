@@ -78,7 +78,7 @@ pub(super) fn decode_unit(u: &Unit, t: &Target, d: &DecodeOptions) -> Result<Dec
             mask,
             ..
         } => {
-            let facts = meta.as_ref().map(|_| series_facts(plan));
+            let facts = meta.as_ref().map(|_| series_facts(plan, d));
             // The series' masks, cut as its images will be; a label that cannot be used leaves
             // the whole series out, each file named.
             let masks = match mask.as_ref().map(|m| series_masks(plan, m, d)) {
@@ -193,11 +193,15 @@ fn series_label_name(m: &SeriesMask, i: usize) -> String {
 
 /// The facts of a DICOM series read as one volume: its first file's patient, series and pixel
 /// spacing, slices numbered in volume order.
-fn series_facts(plan: &series::SeriesPlan) -> crate::source::meta::FileFacts {
+fn series_facts(plan: &series::SeriesPlan, d: &DecodeOptions) -> crate::source::meta::FileFacts {
     let first = plan.slots.iter().flatten().next();
     let h = first
         .and_then(|f| crate::source::dicom::read_header(&f.path).ok())
         .unwrap_or_default();
     let rel = first.map_or("", |f| f.rel.as_str());
-    crate::source::meta::FileFacts::of_series(rel, &h, None)
+    let spacing = plan
+        .geometry
+        .target(d.orientation, d.spacing)
+        .map_or([None; 3], |g| g.spacing);
+    crate::source::meta::FileFacts::of_series(rel, &h, spacing)
 }

@@ -136,14 +136,16 @@ pub fn read(path: &Path, n: usize) -> Result<MetaLines, Reject> {
 }
 
 /// The keys of the metadata `prep convert --meta` gives the samples of a tree's files.
-pub const FILE_KEYS: [&str; 10] = [
+pub const FILE_KEYS: [&str; 12] = [
     "source",
     "frame",
     "time",
     "slice",
     "t",
     "patient",
+    "study",
     "series",
+    "modality",
     "spacing_x",
     "spacing_y",
     "spacing_z",
@@ -154,10 +156,10 @@ const ID_CHARS: usize = 64;
 
 /// Bytes of a `FILE_KEYS` metadata field whose longest source path is `source` bytes as JSON:
 /// the path, and room for every other key at its longest (numbers of 24 characters, identifiers
-/// of 64 written out in full).
+/// of 64 written out in full: patient, study, series, modality).
 pub fn file_bytes(source: usize) -> usize {
     let keys: usize = FILE_KEYS.iter().map(|k| k.len() + 4).sum();
-    (2 + keys + source + 2 * (6 * ID_CHARS + 2) + 6 * 24).min(MAX_META_BYTES)
+    (2 + keys + source + 4 * (6 * ID_CHARS + 2) + 7 * 24).min(MAX_META_BYTES)
 }
 
 /// What a file says of each image it gives: its own facts (source path, patient, series, voxel
@@ -227,7 +229,7 @@ impl FileFacts {
                     spacing([ps.map(|p| p[1]), ps.map(|p| p[0]), None]);
                 }
                 let h = h.unwrap_or_default();
-                Self::ids(&mut fixed, h.patient_id, h.series_uid);
+                Self::ids(&mut fixed, &h);
                 PerImage::Slice
             }
             FileKind::Image | FileKind::Tiff => PerImage::Frame,
@@ -236,16 +238,12 @@ impl FileFacts {
     }
 
     /// A DICOM series read as one volume: its first file's facts, slices numbered in order.
-    pub fn of_series(rel: &str, h: &super::dicom::SeriesHeader, spacing_z: Option<f64>) -> Self {
+    /// `spacing`: the voxel size of the series' volume as it is cut (oriented, resampled).
+    pub fn of_series(rel: &str, h: &super::dicom::SeriesHeader, spacing: [Option<f64>; 3]) -> Self {
         let mut fixed = Map::new();
         fixed.insert("source".into(), rel.into());
-        Self::ids(&mut fixed, h.patient_id.clone(), h.series_uid.clone());
-        let ps = h.pixel_spacing;
-        for (k, v) in ["spacing_x", "spacing_y", "spacing_z"].iter().zip([
-            ps.map(|p| p[1]),
-            ps.map(|p| p[0]),
-            spacing_z,
-        ]) {
+        Self::ids(&mut fixed, h);
+        for (k, v) in ["spacing_x", "spacing_y", "spacing_z"].iter().zip(spacing) {
             if let Some(v) = v.and_then(serde_json::Number::from_f64) {
                 fixed.insert(k.to_string(), Value::Number(v));
             }
@@ -256,8 +254,14 @@ impl FileFacts {
         }
     }
 
-    fn ids(fixed: &mut Map<String, Value>, patient: Option<String>, series: Option<String>) {
-        for (k, v) in [("patient", patient), ("series", series)] {
+    /// A DICOM header's patient, study, series and modality, where it gives them.
+    fn ids(fixed: &mut Map<String, Value>, h: &super::dicom::SeriesHeader) {
+        for (k, v) in [
+            ("patient", &h.patient_id),
+            ("study", &h.study_uid),
+            ("series", &h.series_uid),
+            ("modality", &h.modality),
+        ] {
             if let Some(v) = v {
                 fixed.insert(
                     k.into(),

@@ -698,6 +698,7 @@ fn meta_says_where_each_slice_comes_from() {
     let mut slices = series(5, 6, 5);
     for s in &mut slices {
         s.patient = Some("PAT-7".into());
+        s.study = Some("1.2.826.0.1.3680043.99.5".into());
     }
     let perm = shuffled(5);
     write_series(&t.path().join("in/ct"), &slices, |k| {
@@ -738,9 +739,14 @@ fn meta_says_where_each_slice_comes_from() {
     for (k, m) in ct.iter().enumerate() {
         assert_eq!(m["slice"], k, "{m}");
         assert_eq!(m["series"], "1.2.826.0.1.3680043.99.1");
+        assert_eq!(m["study"], "1.2.826.0.1.3680043.99.5");
         assert_eq!(
-            (m["spacing_x"].as_f64(), m["spacing_y"].as_f64()),
-            (Some(0.7), Some(0.7))
+            (
+                m["spacing_x"].as_f64(),
+                m["spacing_y"].as_f64(),
+                m["spacing_z"].as_f64()
+            ),
+            (Some(0.7), Some(0.7), Some(2.5))
         );
         assert!(m["source"].as_str().unwrap().starts_with("ct/x"), "{m}");
     }
