@@ -57,46 +57,30 @@ def first(x):
         return float(x)
 
 def dicom(path):
-    """rows cols frames mean: prep's rules for a grey DICOM, computed with pydicom and numpy."""
+    """rows cols frames mean: prep's rule for a grey DICOM with --dtype u16 (every modality
+    value kept, no window, stored + 32768), computed with pydicom and numpy."""
     import pydicom
     ds = pydicom.dcmread(path)
     a = ds.pixel_array.astype(np.float64)
     frames = int(getattr(ds, "NumberOfFrames", 1) or 1)
     a = a.reshape(frames, int(ds.Rows), int(ds.Columns))
     v = a * float(getattr(ds, "RescaleSlope", 1) or 1) + float(getattr(ds, "RescaleIntercept", 0) or 0)
-    wc, ww = ds.get("WindowCenter"), ds.get("WindowWidth")
-    out = []
-    for f in v:
-        if wc is not None and ww is not None and first(ww) >= 1:
-            c, w = first(wc), first(ww)
-            low, high = c - 0.5 - (w - 1) / 2, c - 0.5 + (w - 1) / 2
-        else:
-            low, high = f.min(), f.max()
-        u = window_u16(f, low, high)
-        if ds.PhotometricInterpretation == "MONOCHROME1":
-            u = 65535.0 - u
-        out.append(u)
-    print(ds.Rows, ds.Columns, frames, float(np.mean(out)) / 65535.0)
+    u = np.clip(np.round(v) + 32768.0, 0.0, 65535.0)
+    print(ds.Rows, ds.Columns, frames, float(np.mean(u)) / 65535.0)
 
 def nifti(path, axis):
-    """slices height width mean: prep's rules for a NIfTI file, computed with nibabel and numpy."""
+    """slices height width mean: prep's rule for a NIfTI file with --dtype u16 (values + 32768),
+    its slices counted in the closest canonical orientation (nibabel's), computed with nibabel
+    and numpy. A 4-D file whose header gives a time step is a time series."""
     import nibabel as nib
-    img = nib.load(path)
+    img = nib.as_closest_canonical(nib.load(path))
     shape = img.shape + (1,) * (3 - len(img.shape)) if len(img.shape) < 3 else img.shape
     x, y, z = shape[:3]
     vols = int(np.prod(shape[3:])) if len(shape) > 3 else 1
-    data = np.asarray(img.dataobj, dtype=np.float64).reshape(x, y, z, vols, order="F")
-    total, n = 0.0, 0
-    for t in range(vols):
-        vol = data[..., t].astype(np.float32).astype(np.float64)
-        fin = vol[np.isfinite(vol)]
-        low, high = np.percentile(fin, [0.5, 99.5]) if fin.size else (0.0, 0.0)
-        vol[np.isnan(vol)] = -np.inf  # prep maps NaN to 0
-        u = window_u16(vol, low, high)
-        total += u.sum()
-        n += u.size
+    data = np.asarray(img.dataobj, dtype=np.float64)
+    u = np.clip(np.round(data) + 32768.0, 0.0, 65535.0)
     count, h, w = {0: (x, z, y), 1: (y, z, x), 2: (z, y, x)}[axis]
-    print(count * vols, h, w, total / n / 65535.0)
+    print(count * vols, h, w, float(u.mean()) / 65535.0)
 
 def summary(path):
     """total per-class-counts shape dtype mean, from `prep inspect --json`."""
@@ -227,7 +211,11 @@ cp "$src/CT_small.dcm" "$tmp/d2/ct/"
 cp "$src/MR_small.dcm" "$tmp/d2/mr/"
 read -r _ _ ct_frames _ < <(h dicom "$src/CT_small.dcm")
 read -r _ _ mr_frames _ < <(h dicom "$src/MR_small.dcm")
-if convert "dicom tree" "$tmp/d2" "$tmp/o2" 0 --kind dicom --size 64x64; then
+# CT and MR together are refused (their units differ) unless asked for.
+if convert "dicom tree, mixed modalities" "$tmp/d2" "$tmp/o2x" 2 --kind dicom --size 64x64; then
+  if grep -q "modalities" "$tmp/o2x.log"; then ok "dicom tree: CT beside MR refused by name"; else bad "dicom tree: the refusal does not name the modalities"; fi
+fi
+if convert "dicom tree" "$tmp/d2" "$tmp/o2" 0 --kind dicom --size 64x64 --mixed-modalities; then
   read -r total per shape dtype _ < <(summary "$tmp/o2")
   expect "dicom tree: samples per class (ct,mr)" "$per" "$ct_frames,$mr_frames"
   expect "dicom tree: shape" "$shape" "1x64x64"
@@ -304,12 +292,12 @@ for kind in dicom nifti; do
   else
     in="$tmp/n3"; cuts=(anat/anat_cut.nii func/func_cut.nii.gz); good=$((anat_slices + func_slices))
   fi
-  if convert "$kind truncated, --on-error skip" "$in" "$tmp/t_$kind" 0 --kind $kind --size 32x32; then
+  if convert "$kind truncated, --on-error skip" "$in" "$tmp/t_$kind" 0 --kind $kind --size 32x32 --mixed-modalities; then
     check_rejects "$kind skip" "$tmp/t_$kind" "${cuts[@]}"
     read -r total _ < <(summary "$tmp/t_$kind")
     expect "$kind skip: good files still converted" "$total" "$good"
   fi
-  if convert "$kind truncated, --on-error fail" "$in" "$tmp/f_$kind" 1 --kind $kind --size 32x32 --on-error fail; then
+  if convert "$kind truncated, --on-error fail" "$in" "$tmp/f_$kind" 1 --kind $kind --size 32x32 --mixed-modalities --on-error fail; then
     named=no
     for c in "${cuts[@]}"; do
       grep -q "$(basename "$c")" "$tmp/f_$kind.log" && named=yes

@@ -423,7 +423,8 @@ pub struct ConvertArgs {
     pub spacing: Option<[f64; 3]>,
     /// 4-D NIfTI files: their 4th axis as channels (each slice one sample of every modality,
     /// each windowed on its own) or time points (each a volume of samples, one window for the
-    /// whole series, `t` in --meta). auto: up to 4 volumes are channels.
+    /// whole series, `t` in --meta). auto: time points where the header gives a time step,
+    /// else up to 4 volumes are channels.
     #[arg(long, value_enum, default_value_t = FourthAxisArg::Auto)]
     pub fourth_axis: FourthAxisArg,
     /// Scans with label volumes (MSD / nnU-Net folders): leave out slices whose mask is all

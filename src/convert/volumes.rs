@@ -117,7 +117,7 @@ impl Volumes {
                 self.times,
                 if self.channels > 0 { "time" } else { "channels" },
                 if d.fourth == crate::source::volume::FourthAxis::Auto {
-                    "to choose otherwise (auto: up to 4 volumes are channels)"
+                    "to choose otherwise (auto: time points where the header gives a time step, else up to 4 volumes are channels)"
                 } else {
                     "to choose otherwise"
                 }

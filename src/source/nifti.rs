@@ -77,14 +77,15 @@ pub enum Fourth {
     Time(usize),
 }
 
-/// How `asked` reads the 4th axis of a file of `g`: `Auto` takes up to 4 volumes as channels
-/// (BraTS-like modality stacks) and more as time points (fMRI, perfusion).
+/// How `asked` reads the 4th axis of a file of `g`: `Auto` takes it as time points where the
+/// header gives it a time step (fMRI, perfusion), else up to 4 volumes as channels (BraTS-like
+/// modality stacks) and more as time points.
 pub fn fourth_axis(g: &Grid, asked: volume::FourthAxis) -> Fourth {
     match (g.volumes, asked) {
         (1, _) => Fourth::One,
         (n, volume::FourthAxis::Channels) => Fourth::Channels(n),
         (n, volume::FourthAxis::Time) => Fourth::Time(n),
-        (n, volume::FourthAxis::Auto) if n <= 4 => Fourth::Channels(n),
+        (n, volume::FourthAxis::Auto) if n <= 4 && g.time_step.is_none() => Fourth::Channels(n),
         (n, _) => Fourth::Time(n),
     }
 }
@@ -185,6 +186,8 @@ pub struct Grid {
     pub volumes: usize,
     /// Where the voxel axes point and their sizes (`geometry.dims` is `dims`).
     pub geometry: Geometry,
+    /// Seconds between volumes, where the header gives the 4th axis a time unit and a step.
+    pub time_step: Option<f64>,
 }
 
 impl Grid {
@@ -280,6 +283,8 @@ struct Layout {
     spacing: [Option<f64>; 3],
     /// The voxel axes' directions (`volume::nifti_axes`).
     axes: Option<volume::Axes>,
+    /// pixdim[4] in seconds, where xyzt_units gives the 4th axis a time unit.
+    time_step: Option<f64>,
 }
 
 impl Layout {
@@ -292,6 +297,7 @@ impl Layout {
                 axes: self.axes,
                 spacing: self.spacing,
             },
+            time_step: self.time_step,
         }
     }
 
@@ -445,6 +451,17 @@ fn parse_header(hdr: &[u8; 348]) -> Result<Layout, Reject> {
         inter,
         spacing: volume::nifti_spacing(&h),
         axes: volume::nifti_axes(&h),
+        time_step: {
+            // xyzt_units bits 3-5: 8 seconds, 16 milliseconds, 24 microseconds.
+            let scale = match h.xyzt_units & 0x38 {
+                0x08 => Some(1.0),
+                0x10 => Some(1e-3),
+                0x18 => Some(1e-6),
+                _ => None,
+            };
+            let step = h.pixdim[4] as f64;
+            scale.filter(|_| step.is_finite() && step > 0.0).map(|k| step * k)
+        },
     })
 }
 

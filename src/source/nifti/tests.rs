@@ -331,6 +331,16 @@ fn four_d_time_points_share_one_window_and_channels_stack() {
     .unwrap();
     assert_eq!(frames.len(), 2);
     assert_eq!(frames[1].channels, 3);
+    // A header that gives the 4th axis a time unit and step (xyzt_units 10: mm and seconds,
+    // pixdim[4] 2 s) makes auto read time points.
+    let mut timed = nifti_bytes(&[2, 2, 2, 3], 16, 32, 1.0, 0.0, &data, false);
+    timed[123] = 10;
+    timed[92..96].copy_from_slice(&2f32.to_le_bytes());
+    let p = write(dir.path(), "timed.nii", &timed);
+    let g = grid(&p).unwrap();
+    assert_eq!(g.time_step, Some(2.0));
+    assert_eq!(fourth_axis(&g, crate::source::volume::FourthAxis::Auto), Fourth::Time(3));
+    assert_eq!(run(&p, &o).unwrap().len(), 6);
     // Slice z = 1, pixel (0, 0) is voxel (1, 1, 1) = i 7, each channel's maximum.
     for c in [0, 2] {
         assert_eq!(frames[1].data[c * 4], 65535.0, "channel {c}");
