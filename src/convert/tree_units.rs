@@ -382,7 +382,8 @@ fn dicom_notes(
 }
 
 /// Class folders that are patient folders (PAT001/, PAT002/ as a PACS exports them): every class
-/// of the layout holds DICOM files of one PatientID, and no two classes share one. As classes
+/// of the layout holds DICOM files of one PatientID, no two classes share one, and each folder is
+/// named by its PatientID. As classes
 /// they would put every class wholly in one split; so, unless `--classes folders` asks for them,
 /// the tree is one class named after the input, split by patient, and a note says so.
 pub(super) fn patient_folders(
@@ -392,7 +393,7 @@ pub(super) fn patient_folders(
     headers: &Headers,
     notes: &mut Vec<String>,
 ) {
-    let Some(folders) = patients_by_folder(chosen, headers) else {
+    let Some((folders, agree)) = patients_by_folder(chosen, headers) else {
         return;
     };
     let shown: Vec<String> = folders
@@ -406,6 +407,12 @@ pub(super) fn patient_folders(
         })
         .collect();
     let shown = super::output::shown_list(&shown);
+    if !agree {
+        notes.push(format!(
+            "warning: every class folder holds the files of one patient ({shown}), so every class is wholly in one split; the folder names are not the PatientIDs, so they stay classes"
+        ));
+        return;
+    }
     if o.folder_classes {
         notes.push(format!(
             "warning: the class folders are patients, each holding the files of one PatientID ({shown}): as --classes folders asks they are the classes, so every class is wholly in one split"
@@ -422,12 +429,13 @@ pub(super) fn patient_folders(
     ));
 }
 
-/// Each class with its one PatientID, where the classes are patient folders (see
-/// `patient_folders`); None where they are not, or a file is not DICOM or has no PatientID.
+/// Each class with its one PatientID, where every class holds one patient and no two the same,
+/// and whether every folder's name agrees with its PatientID (then they are patient folders: see
+/// `patient_folders`); None where not, or a file is not DICOM or has no PatientID.
 fn patients_by_folder(
     chosen: &[(&tree::TreeFile, String)],
     headers: &Headers,
-) -> Option<Vec<(String, String)>> {
+) -> Option<(Vec<(String, String)>, bool)> {
     let mut ids: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
     for (f, c) in chosen {
         if f.kind != Some(FileKind::Dicom) {
@@ -441,11 +449,40 @@ fn patients_by_folder(
     }
     let distinct: std::collections::BTreeSet<&str> = ids.values().flatten().copied().collect();
     let one_each = ids.values().all(|p| p.len() == 1);
+    // The folder's name must agree with its PatientID: class folders of one patient each
+    // (ct/, mr/ in a small set) stay classes.
+    let agree = ids
+        .iter()
+        .all(|(c, p)| p.first().is_some_and(|id| names_agree(c, id)));
     (ids.len() >= 2 && one_each && distinct.len() == ids.len()).then(|| {
-        ids.into_iter()
+        let folders = ids
+            .into_iter()
             .map(|(c, p)| (c.to_string(), p.first().expect("one").to_string()))
-            .collect()
+            .collect();
+        (folders, agree)
     })
+}
+
+/// Whether a folder's name is its PatientID: the same letters and digits (any case, other
+/// characters ignored), or one holding the other where the shorter has 3 or more of them and
+/// a digit ("Patient_001" and "001", "PAT001" and "pat-001").
+fn names_agree(folder: &str, id: &str) -> bool {
+    let norm = |s: &str| -> String {
+        s.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let (f, i) = (norm(folder.rsplit('/').next().unwrap_or(folder)), norm(id));
+    let (short, long) = if f.len() <= i.len() {
+        (&f, &i)
+    } else {
+        (&i, &f)
+    };
+    f == i
+        || (short.len() >= 3
+            && short.chars().any(|c| c.is_ascii_digit())
+            && long.contains(short.as_str()))
 }
 
 /// DICOM files of several modalities (CT beside MR: Hounsfield units beside arbitrary signal)

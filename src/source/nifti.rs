@@ -460,7 +460,9 @@ fn parse_header(hdr: &[u8; 348]) -> Result<Layout, Reject> {
                 _ => None,
             };
             let step = h.pixdim[4] as f64;
-            scale.filter(|_| step.is_finite() && step > 0.0).map(|k| step * k)
+            scale
+                .filter(|_| step.is_finite() && step > 0.0)
+                .map(|k| step * k)
         },
     })
 }

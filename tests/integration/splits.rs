@@ -307,12 +307,22 @@ fn patient_folders_are_patients_not_classes() {
     for p in 0..5 {
         patient(&named.join(format!("PAT{p:03}")), p, None, Some("CT"), 3);
     }
-    // Folders named otherwise, one distinct PatientID each.
+    // Folders named otherwise, one distinct PatientID each: they stay classes (ct/ and mr/ of
+    // one scan each are classes), with a warning that each class is one patient.
     let other = t.path().join("other");
     for p in 0..5 {
         patient(&other.join(format!("scan{p}")), p, None, Some("CT"), 3);
     }
-    for input in [&named, &other] {
+    let out = other.with_extension("out");
+    let o = convert(&other, &out, &[], 0);
+    let ds = Dataset::open(&out).unwrap();
+    assert_eq!(ds.manifest.classes.len(), 5);
+    assert!(
+        stderr(&o).contains("warning: every class folder holds the files of one patient"),
+        "{}",
+        stderr(&o)
+    );
+    for input in [&named] {
         let out = input.with_extension("out");
         let o = convert(input, &out, &[], 0);
         let ds = Dataset::open(&out).unwrap();

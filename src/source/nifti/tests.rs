@@ -339,7 +339,10 @@ fn four_d_time_points_share_one_window_and_channels_stack() {
     let p = write(dir.path(), "timed.nii", &timed);
     let g = grid(&p).unwrap();
     assert_eq!(g.time_step, Some(2.0));
-    assert_eq!(fourth_axis(&g, crate::source::volume::FourthAxis::Auto), Fourth::Time(3));
+    assert_eq!(
+        fourth_axis(&g, crate::source::volume::FourthAxis::Auto),
+        Fourth::Time(3)
+    );
     assert_eq!(run(&p, &o).unwrap().len(), 6);
     // Slice z = 1, pixel (0, 0) is voxel (1, 1, 1) = i 7, each channel's maximum.
     for c in [0, 2] {
