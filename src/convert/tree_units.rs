@@ -261,7 +261,7 @@ fn series_units(
                 continue;
             }
             series::What::Series(plan) => {
-                let mask = match series_mask(&plan, &s.with) {
+                let mask = match series_mask(&plan, s.with) {
                     Ok(m) => m,
                     Err(why) => {
                         for f in plan.slots.iter().flatten() {
@@ -315,7 +315,8 @@ fn series_mask(
     plan: &series::SeriesPlan,
     with: &BTreeMap<String, Arc<FileFields>>,
 ) -> std::result::Result<Option<SeriesMask>, String> {
-    let masks: Vec<Option<(&PathBuf, &String, &Arc<MaskRule>, bool)>> = plan
+    type Found<'a> = (&'a PathBuf, &'a String, &'a Arc<MaskRule>, bool);
+    let masks: Vec<Option<Found>> = plan
         .slots
         .iter()
         .map(|slot| {

@@ -72,7 +72,7 @@ impl Geometry {
     pub fn codes(&self) -> String {
         match &self.axes {
             None => "unknown".into(),
-            Some(a) => a.iter().map(|d| letter(d)).collect(),
+            Some(a) => a.iter().map(letter).collect(),
         }
     }
 
@@ -222,13 +222,8 @@ impl Reorient {
     /// Output voxel `o` (in output axes) reads input index `self.source(o, dims)`.
     pub fn source(&self, o: [usize; 3], dims: [usize; 3]) -> [usize; 3] {
         let mut s = [0; 3];
-        for k in 0..3 {
-            let i = self.perm[k];
-            s[i] = if self.flip[k] {
-                dims[i] - 1 - o[k]
-            } else {
-                o[k]
-            };
+        for ((&i, &flip), &at) in self.perm.iter().zip(&self.flip).zip(&o) {
+            s[i] = if flip { dims[i] - 1 - at } else { at };
         }
         s
     }
@@ -243,9 +238,8 @@ impl Reorient {
         // Per output axis: the input stride, and the input offset of its index 0.
         let mut step = [0isize; 3];
         let mut base = 0isize;
-        for k in 0..3 {
-            let i = self.perm[k];
-            if self.flip[k] {
+        for (k, (&i, &flip)) in self.perm.iter().zip(&self.flip).enumerate() {
+            if flip {
                 step[k] = -(stride[i] as isize);
                 base += ((dims[i] - 1) * stride[i]) as isize;
             } else {
