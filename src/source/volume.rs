@@ -488,7 +488,11 @@ pub fn prepare<'a>(
     match opts.spacing {
         None => Ok((v, g)),
         Some(to) => {
-            let (out, dims) = resample(&v, g.dims, &g.spacing, to, nearest)?;
+            let (mut out, dims) = resample(&v, g.dims, &g.spacing, to, nearest)?;
+            // Whole modality values for a u16 target stay whole: interpolation rounds to them.
+            if opts.scan_values && !opts.float && vol.iter().all(|x| x.fract() == 0.0) {
+                out.iter_mut().for_each(|x| *x = x.round());
+            }
             Ok((
                 Cow::Owned(out),
                 Geometry {

@@ -375,6 +375,16 @@ fn u16_and_f32_keep_every_hounsfield_value_of_a_ct_series() {
             assert_eq!(source(&out)["u16_values"], "modality value + 32768");
         }
     }
+    // Resampled (trilinear between slices) into u16: whole values still, rounded.
+    let out = t.path().join("u16-resampled");
+    convert(&dir, &out, &["--dtype", "u16", "--spacing", "0.7x0.7x1"], 0);
+    let got = values(&out);
+    assert_eq!(
+        got.len(),
+        8,
+        "4 slices of 2 mm become 8 of 1 mm (the same extent)"
+    );
+    assert!(got.iter().flatten().all(|v| v.fract() == 0.0));
     // u8 still shows the series' window: air and bone are both clipped.
     let out = t.path().join("u8");
     convert(&dir, &out, &["--dtype", "u8"], 0);
