@@ -16,7 +16,7 @@
 //! it is cut as `volume` says (axial slices with anterior at the top and the patient's right on
 //! the left; coronal and sagittal ones with superior at the top).
 
-use super::volume::{self, Geometry};
+use super::volume::{self, Geometry, View};
 use super::{window_to_u16, DecodeOptions, Emit, FloatFrame, Frame, Probe, Reject};
 use image::{DynamicImage, ImageBuffer, Luma};
 use nifti::{Endianness, NiftiHeader, NiftiType};
@@ -27,6 +27,9 @@ pub use super::volume::MAX_VOXELS;
 /// Percentiles are computed exactly on volumes up to this many finite voxels, and on an evenly
 /// strided sample of this many above it (keeps the scratch copy at 256 MiB).
 const PERCENTILE_SAMPLE: usize = 1 << 26;
+/// A time series' window is taken from an evenly strided sample of at most this many voxels of
+/// all its volumes (16 MiB: percentiles of 4M values are as good as of all).
+const SERIES_SAMPLE: usize = 1 << 22;
 /// Bytes read and converted at a time.
 const CHUNK: usize = 1 << 20;
 
@@ -47,17 +50,16 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
     };
     let mut scratch: Vec<f32> = Vec::new();
     read_volumes(path, &mut |_, grid, vol| {
-        let (vox, g) = volume::prepare(vol, &grid.geometry, opts, false)?;
+        let p = volume::prepare(vol, &grid.geometry, opts, false)?;
         if values {
-            return emit_float_slices(&vox, g.dims, opts.axis, emit);
+            return emit_float_view_slices(&p.view(), opts.axis, emit);
         }
         let (low, high) = match window {
             Some(w) => w,
             None => percentile_window(vol, opts.percentiles, &mut scratch)?,
         };
-        emit_slices(
-            &vox,
-            g.dims,
+        emit_view_slices(
+            &p.view(),
             opts.axis,
             &|x| window_to_u16(x as f64, low, high),
             emit,
@@ -113,7 +115,7 @@ fn decode_channels(
     let mut planes: Vec<Vec<Vec<f32>>> = Vec::with_capacity(c);
     let (mut w, mut h) = (0u32, 0u32);
     read_volumes(path, &mut |_, grid, vol| {
-        let (vox, g) = volume::prepare(vol, &grid.geometry, opts, false)?;
+        let p = volume::prepare(vol, &grid.geometry, opts, false)?;
         let (low, high) = match (values, opts.window) {
             (true, _) => (0.0, 0.0),
             (_, Some(w)) => w,
@@ -127,7 +129,7 @@ fn decode_channels(
                 window_to_u16(x as f64, low, high) as f32
             }
         };
-        cut(&vox, g.dims, opts.axis, map, &mut |ww, hh, px| {
+        cut(&p.view(), opts.axis, map, &mut |ww, hh, px| {
             (w, h) = (ww, hh);
             slices.push(px);
             Ok(())
@@ -160,7 +162,7 @@ fn decode_channels(
 /// `PERCENTILE_SAMPLE` voxels), read in a first pass.
 fn series_window(path: &Path, g: &Grid, p: (f64, f64)) -> Result<(f64, f64), Reject> {
     let per = g.dims.iter().product::<usize>();
-    let stride = (per * g.volumes).div_ceil(PERCENTILE_SAMPLE).max(1);
+    let stride = (per * g.volumes).div_ceil(SERIES_SAMPLE).max(1);
     let mut sample: Vec<f32> = Vec::new();
     read_volumes(path, &mut |v, _, vol| {
         // The strided positions over the whole series, continued across volumes.
@@ -652,7 +654,17 @@ pub(crate) fn emit_slices(
     map: &dyn Fn(f32) -> u16,
     emit: &mut Emit,
 ) -> Result<(), Reject> {
-    cut(vol, dims, axis, map, &mut |w, h, px| {
+    emit_view_slices(&View::stored(vol, dims), axis, map, emit)
+}
+
+/// `emit_slices` of a volume read through a view (oriented without a copy).
+pub(crate) fn emit_view_slices(
+    v: &View,
+    axis: usize,
+    map: &dyn Fn(f32) -> u16,
+    emit: &mut Emit,
+) -> Result<(), Reject> {
+    cut(v, axis, map, &mut |w, h, px| {
         let img = ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(w, h, px)
             .expect("buffer holds w*h pixels");
         emit(DynamicImage::ImageLuma16(img).into())
@@ -666,7 +678,12 @@ pub(crate) fn emit_float_slices(
     axis: usize,
     emit: &mut Emit,
 ) -> Result<(), Reject> {
-    cut(vol, dims, axis, |v| v, &mut |w, h, px| {
+    emit_float_view_slices(&View::stored(vol, dims), axis, emit)
+}
+
+/// `emit_float_slices` through a view.
+pub(crate) fn emit_float_view_slices(v: &View, axis: usize, emit: &mut Emit) -> Result<(), Reject> {
+    cut(v, axis, |x| x, &mut |w, h, px| {
         emit(Frame::Float(FloatFrame::grey(w, h, px)))
     })
 }
@@ -674,15 +691,12 @@ pub(crate) fn emit_float_slices(
 /// The slicing rule of `emit_slices`: each slice's `map`ped values, row-major, to `out(width,
 /// height, values)`.
 fn cut<T>(
-    vol: &[f32],
-    dims: [usize; 3],
+    v: &View,
     axis: usize,
     map: impl Fn(f32) -> T,
     out: &mut dyn FnMut(u32, u32, Vec<T>) -> Result<(), Reject>,
 ) -> Result<(), Reject> {
-    let [nx, ny, nz] = dims;
-    debug_assert_eq!(vol.len(), nx * ny * nz);
-    let at = |x: usize, y: usize, z: usize| vol[x + nx * (y + ny * z)];
+    let [nx, ny, nz] = v.dims;
     let flip = axis != 2;
     let row_of = |r: usize, h: usize| if flip { h - 1 - r } else { r };
     let (count, w, h) = match axis {
@@ -695,12 +709,12 @@ fn cut<T>(
         for r in 0..h {
             let b = row_of(r, h);
             match axis {
-                0 => px.extend((0..w).map(|c| map(at(s, c, b)))),
-                1 => px.extend((0..w).map(|c| map(at(c, s, b)))),
-                _ => {
-                    let row = &vol[nx * (b + ny * s)..][..nx];
-                    px.extend(row.iter().map(|&v| map(v)));
-                }
+                0 => px.extend((0..w).map(|c| map(v.at(s, c, b)))),
+                1 => px.extend((0..w).map(|c| map(v.at(c, s, b)))),
+                _ => match v.row(b, s) {
+                    Some(row) => px.extend(row.iter().map(|&x| map(x))),
+                    None => px.extend((0..w).map(|c| map(v.at(c, b, s)))),
+                },
             }
         }
         out(w as u32, h as u32, px)?;

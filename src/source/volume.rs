@@ -228,6 +228,27 @@ impl Reorient {
         s
     }
 
+    /// `vol` (x fastest, `dims`) read in the output axes, without a copy.
+    pub fn view<'a>(&self, vol: &'a [f32], dims: [usize; 3]) -> View<'a> {
+        let stride = [1, dims[0], dims[0] * dims[1]];
+        let mut step = [0isize; 3];
+        let mut base = 0isize;
+        for (k, (&i, &flip)) in self.perm.iter().zip(&self.flip).enumerate() {
+            if flip {
+                step[k] = -(stride[i] as isize);
+                base += ((dims[i] - 1) * stride[i]) as isize;
+            } else {
+                step[k] = stride[i] as isize;
+            }
+        }
+        View {
+            vol,
+            dims: self.dims(dims),
+            base,
+            step,
+        }
+    }
+
     /// `vol` (x fastest, `dims`) in the output axes.
     pub fn apply<T: Copy>(&self, vol: &[T], dims: [usize; 3]) -> Vec<T> {
         if self.is_identity() {
@@ -469,38 +490,96 @@ pub fn slice_size(dims: [usize; 3], axis: usize) -> (usize, usize) {
 }
 
 /// A volume as read (x fastest, its source's geometry) brought to the orientation and spacing
-/// of `opts`: the voxels (borrowed when nothing changes) and their geometry. `nearest`: a label
-/// volume, resampled by nearest voxel.
+/// of `opts`. Reorienting copies nothing: the result is read through a `View` of the source
+/// voxels; only `--spacing` makes a new volume. `nearest`: a label volume, resampled by nearest
+/// voxel.
 pub fn prepare<'a>(
     vol: &'a [f32],
     geo: &Geometry,
     opts: &super::DecodeOptions,
     nearest: bool,
-) -> Result<(std::borrow::Cow<'a, [f32]>, Geometry), Reject> {
-    use std::borrow::Cow;
+) -> Result<Prepared<'a>, Reject> {
     let r = geo.reorient(opts.orientation);
     let g = r.geometry(geo);
-    let v: Cow<[f32]> = if r.is_identity() {
-        Cow::Borrowed(vol)
-    } else {
-        Cow::Owned(r.apply(vol, geo.dims))
-    };
     match opts.spacing {
-        None => Ok((v, g)),
+        None => Ok(Prepared {
+            data: std::borrow::Cow::Borrowed(vol),
+            src_dims: geo.dims,
+            r,
+            geometry: g,
+        }),
         Some(to) => {
-            let (mut out, dims) = resample(&v, g.dims, &g.spacing, to, nearest)?;
+            let oriented = r.apply(vol, geo.dims);
+            let (mut out, dims) = resample(&oriented, g.dims, &g.spacing, to, nearest)?;
+            drop(oriented);
             // Whole modality values for a u16 target stay whole: interpolation rounds to them.
             if opts.scan_values && !opts.float && vol.iter().all(|x| x.fract() == 0.0) {
                 out.iter_mut().for_each(|x| *x = x.round());
             }
-            Ok((
-                Cow::Owned(out),
-                Geometry {
+            Ok(Prepared {
+                data: std::borrow::Cow::Owned(out),
+                src_dims: dims,
+                r: Reorient::IDENTITY,
+                geometry: Geometry {
                     dims,
                     axes: g.axes,
                     spacing: to.map(Some),
                 },
-            ))
+            })
         }
+    }
+}
+
+/// A volume brought to its orientation and spacing (`prepare`).
+pub struct Prepared<'a> {
+    data: std::borrow::Cow<'a, [f32]>,
+    src_dims: [usize; 3],
+    r: Reorient,
+    /// Its geometry as it is cut (`geometry.dims` are the view's).
+    pub geometry: Geometry,
+}
+
+impl Prepared<'_> {
+    pub fn view(&self) -> View<'_> {
+        self.r.view(&self.data, self.src_dims)
+    }
+}
+
+/// Voxels read through a permutation and flips of their axes: voxel (x, y, z) of the view is
+/// `vol[base + x step0 + y step1 + z step2]`.
+pub struct View<'a> {
+    vol: &'a [f32],
+    pub dims: [usize; 3],
+    base: isize,
+    step: [isize; 3],
+}
+
+impl<'a> View<'a> {
+    /// `vol` as it is stored (x fastest).
+    pub fn stored(vol: &'a [f32], dims: [usize; 3]) -> Self {
+        debug_assert_eq!(vol.len(), dims.iter().product::<usize>());
+        View {
+            vol,
+            dims,
+            base: 0,
+            step: [1, dims[0] as isize, (dims[0] * dims[1]) as isize],
+        }
+    }
+
+    pub fn at(&self, x: usize, y: usize, z: usize) -> f32 {
+        let i = self.base
+            + x as isize * self.step[0]
+            + y as isize * self.step[1]
+            + z as isize * self.step[2];
+        self.vol[i as usize]
+    }
+
+    /// Row (y, z) along x, where it lies contiguous and forward in memory.
+    pub fn row(&self, y: usize, z: usize) -> Option<&'a [f32]> {
+        if self.step[0] != 1 {
+            return None;
+        }
+        let i = (self.base + y as isize * self.step[1] + z as isize * self.step[2]) as usize;
+        Some(&self.vol[i..i + self.dims[0]])
     }
 }

@@ -10,7 +10,7 @@
 
 use super::series::SeriesPlan;
 use crate::source::mask::{self, MaskFrame, MaskValues};
-use crate::source::nifti::{self, emit_float_slices};
+use crate::source::nifti::{self, emit_float_view_slices};
 use crate::source::volume::{self, Geometry};
 use crate::source::{DecodeOptions, Frame, Reject};
 use std::path::Path;
@@ -34,9 +34,9 @@ pub fn series_masks(
         Label::Volume(path) => volume_label(s, path, opts)?,
         Label::Stack(paths) => stack(s, paths)?,
     };
-    let (vox, g) = volume::prepare(&vol, &geo, opts, true)?;
+    let p = volume::prepare(&vol, &geo, opts, true)?;
     let mut out = Vec::new();
-    emit_float_slices(&vox, g.dims, opts.axis, &mut |f| {
+    emit_float_view_slices(&p.view(), opts.axis, &mut |f| {
         if let Frame::Float(f) = f {
             // Whole numbers in 0..=65535 (checked as read): exact as u16.
             let v: Vec<u16> = f.data.iter().map(|&x| x as u16).collect();

@@ -29,7 +29,7 @@
 //! patient's series all fall in the same split.
 
 use super::{decode, min_max, SeriesHeader, MAX_SAMPLES};
-use crate::source::nifti::{emit_float_slices, emit_slices};
+use crate::source::nifti::{emit_float_view_slices, emit_view_slices};
 use crate::source::volume;
 use crate::source::{window_to_u16, DecodeOptions, Emit, Frame, Probe, Reject};
 use std::collections::BTreeMap;
@@ -832,18 +832,17 @@ fn emit_volume(
         dims: [s.cols as usize, s.rows as usize, slices],
         ..s.geometry
     };
-    let (vox, g) = volume::prepare(vol, &geo, opts, false)?;
+    let p = volume::prepare(vol, &geo, opts, false)?;
     if opts.float || opts.scan_values {
-        emit_float_slices(&vox, g.dims, opts.axis, emit)
+        emit_float_view_slices(&p.view(), opts.axis, emit)
     } else {
         let (low, high) = opts
             .window
             .or(window)
             .unwrap_or_else(|| min_max(vol.iter().map(|&v| v as f64)));
         let invert = s.invert;
-        emit_slices(
-            &vox,
-            g.dims,
+        emit_view_slices(
+            &p.view(),
             opts.axis,
             &|v| {
                 let u = window_to_u16(v as f64, low, high);

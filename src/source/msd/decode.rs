@@ -135,12 +135,13 @@ fn read_label(case: &Case, o: &CaseOptions, d: &DecodeOptions) -> Result<Masks, 
     nifti::read_volumes(&case.label.path, &mut |_, g, vol| {
         same_grid(g, case, 1)?;
         check_labels(vol, g.dims, o.labels)?;
-        let (vol, g) = volume::prepare(vol, &case.geometry, d, true)?;
+        let p = volume::prepare(vol, &case.geometry, d, true)?;
+        let n = p.geometry.dims.iter().product::<usize>();
         masks
             .values
-            .try_reserve_exact(vol.len())
-            .map_err(|_| Reject::new(format!("cannot allocate {} label values", vol.len())))?;
-        nifti::emit_float_slices(&vol, g.dims, axis, &mut |f| {
+            .try_reserve_exact(n)
+            .map_err(|_| Reject::new(format!("cannot allocate {n} label values")))?;
+        nifti::emit_float_view_slices(&p.view(), axis, &mut |f| {
             if let Frame::Float(f) = f {
                 // Whole numbers below the label count (checked above): exact as u16.
                 masks.values.extend(f.data.iter().map(|&v| v as u16));
@@ -243,13 +244,12 @@ fn read_channels(
             (_, Some(w)) => w,
             _ => nifti::percentile_window(vol, d.percentiles, &mut scratch)?,
         };
-        let (vox, g) = volume::prepare(vol, &case.geometry, d, false)?;
+        let p = volume::prepare(vol, &case.geometry, d, false)?;
         if values {
-            return nifti::emit_float_slices(&vox, g.dims, d.axis, &mut put);
+            return nifti::emit_float_view_slices(&p.view(), d.axis, &mut put);
         }
-        nifti::emit_slices(
-            &vox,
-            g.dims,
+        nifti::emit_view_slices(
+            &p.view(),
             d.axis,
             &|x| window_to_u16(x as f64, low, high),
             &mut put,
