@@ -158,9 +158,11 @@ impl TaskArg {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum FourthAxisArg {
-    /// Up to 4 volumes are channels (modalities), more are time points.
+    /// Time points where the header gives a time step, else up to 4 volumes are channels.
     Auto,
+    /// Channels (modalities): each slice one sample of every channel.
     Channels,
+    /// Time points: each volume's slices samples, one window for the series.
     Time,
 }
 

@@ -45,7 +45,8 @@ impl Orientation {
 /// What a 4-D volume's 4th axis is taken to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FourthAxis {
-    /// Up to 4 volumes are channels (modalities), more are time points.
+    /// Time points where the header gives a time step, else up to 4 volumes are channels
+    /// (modalities) and more time points.
     #[default]
     Auto,
     Channels,
