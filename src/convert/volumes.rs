@@ -125,7 +125,7 @@ impl Volumes {
         }
         if unknown > 0 && d.orientation == Orientation::Lps {
             out.push(format!(
-                "volumes: {unknown} without an orientation (DICOM series placed by Instance Number) are cut as stored"
+                "volumes: {unknown} without an orientation (a DICOM series placed by Instance Number, a NIfTI file whose affine has an axis of length 0) are cut as stored"
             ));
         }
         if let (Some((name, (c, r))), None) = (&self.oblong, d.spacing) {

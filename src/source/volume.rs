@@ -73,7 +73,16 @@ impl Geometry {
     pub fn codes(&self) -> String {
         match &self.axes {
             None => "unknown".into(),
-            Some(a) => a.iter().map(letter).collect(),
+            Some(a) => {
+                // Each axis named by the patient axis `to_lps` gives it (one each, even where an
+                // oblique axis lies as near to two).
+                let r = Reorient::to_lps(a);
+                let mut out = ['?'; 3];
+                for (k, (&i, &flip)) in r.perm.iter().zip(&r.flip).enumerate() {
+                    out[i] = [['L', 'R'], ['P', 'A'], ['S', 'I']][k][usize::from(flip)];
+                }
+                out.iter().collect()
+            }
         }
     }
 
@@ -141,22 +150,6 @@ pub fn disagree(a: &Geometry, b: &Geometry) -> Option<String> {
         }
     }
     None
-}
-
-/// The patient direction vector `d` runs toward most: L/R, P/A or S/I.
-fn letter(d: &[f64; 3]) -> char {
-    let k = (0..3)
-        .max_by(|&a, &b| d[a].abs().total_cmp(&d[b].abs()))
-        .unwrap_or(0);
-    let pos = d[k] >= 0.0;
-    match (k, pos) {
-        (0, true) => 'L',
-        (0, false) => 'R',
-        (1, true) => 'P',
-        (1, false) => 'A',
-        (_, true) => 'S',
-        (_, false) => 'I',
-    }
 }
 
 /// A permutation and flips of a volume's axes: output axis `k` is input axis `perm[k]`, read

@@ -50,10 +50,16 @@ fn axis_codes_and_the_closest_lps_orientation() {
     assert!(Reorient::to_lps(&obl).is_identity());
     // 45 degrees exactly: ties go to the first pair found, and each axis is used once.
     let h = std::f64::consts::FRAC_1_SQRT_2;
-    let r = Reorient::to_lps(&[[h, h, 0.0], [-h, h, 0.0], [0.0, 0.0, 1.0]]);
+    let diagonal = [[h, h, 0.0], [-h, h, 0.0], [0.0, 0.0, 1.0]];
+    let r = Reorient::to_lps(&diagonal);
     let mut p = r.perm;
     p.sort();
     assert_eq!(p, [0, 1, 2]);
+    // Its codes name each patient axis once.
+    let codes = geo(diagonal).codes();
+    let mut letters: Vec<char> = codes.chars().collect();
+    letters.sort();
+    assert!(letters.windows(2).all(|w| w[0] != w[1]), "{codes}");
 }
 
 #[test]
