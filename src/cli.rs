@@ -401,7 +401,7 @@ pub struct ConvertArgs {
     /// What to do with an input that cannot be decoded.
     #[arg(long, value_enum, default_value = "skip")]
     pub on_error: OnErrorArg,
-    /// Video: keep every Nth frame.
+    /// Video: keep every Nth frame; 4-D NIfTI time series: every Nth time point.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = count::<u32>(1, 1_000_000))]
     pub every: u32,
     /// Video: sample frames at F per second (instead of --every).

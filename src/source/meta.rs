@@ -176,9 +176,11 @@ enum PerImage {
         rate: Option<f64>,
     },
     Slice,
-    /// A time series of volumes, `per` slices each: image k is slice k % per of time point k / per.
+    /// A time series of volumes, `per` slices each, every `every`th time point kept: image k is
+    /// slice k % per of time point (k / per) x every.
     TimeSlice {
         per: usize,
+        every: usize,
     },
 }
 
@@ -218,6 +220,7 @@ impl FileFacts {
                 match (time, g) {
                     (Some(super::nifti::Fourth::Time(_)), Some(g)) => PerImage::TimeSlice {
                         per: g.dims[opts.axis.min(2)].max(1),
+                        every: opts.every.max(1) as usize,
                     },
                     _ => PerImage::Slice,
                 }
@@ -281,8 +284,8 @@ impl FileFacts {
             PerImage::Slice => {
                 m.insert("slice".into(), k.into());
             }
-            PerImage::TimeSlice { per } => {
-                m.insert("t".into(), (k / per).into());
+            PerImage::TimeSlice { per, every } => {
+                m.insert("t".into(), (k / per * every).into());
                 m.insert("slice".into(), (k % per).into());
             }
             PerImage::Video { rate } => {

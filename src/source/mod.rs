@@ -135,7 +135,7 @@ pub type Emit<'a> = dyn FnMut(Frame) -> Result<(), Reject> + 'a;
 /// Options that shape how files are decoded.
 #[derive(Debug, Clone)]
 pub struct DecodeOptions {
-    /// Video: keep every Nth frame (1 = all).
+    /// Video: keep every Nth frame (1 = all); 4-D NIfTI time series: every Nth time point.
     pub every: u32,
     /// Video: sample frames at this rate (frames per second) instead of `every`.
     pub fps: Option<f64>,

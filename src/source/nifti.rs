@@ -49,7 +49,15 @@ pub fn decode(path: &Path, opts: &DecodeOptions, emit: &mut Emit) -> Result<(), 
         w => w,
     };
     let mut scratch: Vec<f32> = Vec::new();
-    read_volumes(path, &mut |_, grid, vol| {
+    // `--every N` keeps every Nth time point (the window is still the whole series').
+    let every = match fourth_axis(&g, opts.fourth) {
+        Fourth::Time(_) => opts.every.max(1) as usize,
+        _ => 1,
+    };
+    read_volumes(path, &mut |v, grid, vol| {
+        if v % every != 0 {
+            return Ok(());
+        }
         let p = volume::prepare(vol, &grid.geometry, opts, false)?;
         if values {
             return emit_float_view_slices(&p.view(), opts.axis, emit);

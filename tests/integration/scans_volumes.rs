@@ -487,6 +487,13 @@ fn a_time_series_keeps_its_signal_and_records_t() {
     let means: Vec<f64> = (0..tp).map(|v| by_t[&(v, 2)]).collect();
     assert!(means.windows(2).all(|w| w[1] > w[0]), "{means:?}");
     assert!(means[tp - 1] - means[0] > 20.0, "{means:?}");
+    // --every 3 keeps time points 0, 3 and 6, named so, through the same window.
+    let out = t.path().join("every");
+    convert(&dir, &out, &["--dtype", "u8", "--meta", "--every", "3"], 0);
+    let picked = slice_means(&out);
+    let ts: std::collections::BTreeSet<usize> = picked.keys().map(|k| k.0).collect();
+    assert_eq!(ts, [0, 3, 6].into());
+    assert_eq!(picked[&(3, 2)], by_t[&(3, 2)]);
 }
 
 /// The mean of every sample by its (t, slice) metadata.
