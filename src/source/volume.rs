@@ -243,29 +243,17 @@ impl Reorient {
         }
     }
 
-    /// `vol` (x fastest, `dims`) in the output axes.
-    pub fn apply<T: Copy>(&self, vol: &[T], dims: [usize; 3]) -> Vec<T> {
+    /// `vol` (x fastest, `dims`) in the output axes, copied.
+    pub fn apply(&self, vol: &[f32], dims: [usize; 3]) -> Vec<f32> {
         if self.is_identity() {
             return vol.to_vec();
         }
-        let od = self.dims(dims);
-        let stride = [1, dims[0], dims[0] * dims[1]];
-        // Per output axis: the input stride, and the input offset of its index 0.
-        let mut step = [0isize; 3];
-        let mut base = 0isize;
-        for (k, (&i, &flip)) in self.perm.iter().zip(&self.flip).enumerate() {
-            if flip {
-                step[k] = -(stride[i] as isize);
-                base += ((dims[i] - 1) * stride[i]) as isize;
-            } else {
-                step[k] = stride[i] as isize;
-            }
-        }
+        let v = self.view(vol, dims);
+        let [nx, ny, nz] = v.dims;
         let mut out = Vec::with_capacity(vol.len());
-        for z in 0..od[2] {
-            for y in 0..od[1] {
-                let row = base + z as isize * step[2] + y as isize * step[1];
-                out.extend((0..od[0]).map(|x| vol[(row + x as isize * step[0]) as usize]));
+        for z in 0..nz {
+            for y in 0..ny {
+                out.extend((0..nx).map(|x| v.at(x, y, z)));
             }
         }
         out
