@@ -470,10 +470,23 @@ pub struct TrainArgs {
     /// Sample shape of column-major files without prep's manifest.json, which do not say it.
     #[arg(long, value_name = "CxHxW", conflicts_with = "resume", value_parser = crate::parse::shape)]
     pub shape: Option<Shape>,
-    /// The network: small (three convolutions, for small images and quick runs) or resnet18
-    /// (7x7/2 stem and max-pool from 96 px up, a 3x3/1 stem below).
-    #[arg(long, default_value = "small", value_parser = MODELS)]
-    pub model: String,
+    /// The network: small (three convolutions, for small images and quick runs), resnet18
+    /// (7x7/2 stem and max-pool from 96 px up, a 3x3/1 stem below), or unet (segmentation: a
+    /// 2-D U-Net of four downsamplings, a per-pixel output). Default: unet for a mask task,
+    /// else small.
+    #[arg(long, value_parser = MODELS)]
+    pub model: Option<String>,
+    /// What to learn: class, mask (segmentation), labels (multi-label), values (regression), or
+    /// a field's name. Default: the dataset's one mask, labels or values field, else the class.
+    #[arg(long, value_name = "TASK", conflicts_with = "resume")]
+    pub task: Option<String>,
+    /// Loss of a values task: mse (default) or smooth-l1. (Masks train with per-pixel
+    /// cross-entropy + soft Dice, labels with binary cross-entropy.)
+    #[arg(long, value_parser = ["auto", "mse", "smooth-l1"], conflicts_with = "resume")]
+    pub loss: Option<String>,
+    /// Channels of the U-Net's first level (its levels have w, 2w, 4w, 8w, 16w); default 32.
+    #[arg(long, value_name = "W", value_parser = count::<usize>(1, 1024), conflicts_with = "resume")]
+    pub width: Option<usize>,
     /// Passes over the training split (1 and up); the learning rate rises then falls over them
     /// (one-cycle). With --resume, more than the run's extends it to this many.
     #[arg(long, default_value_t = 15, value_parser = count::<usize>(1, MAX_EPOCHS))]
@@ -547,6 +560,9 @@ pub struct TrainArgs {
     /// Skip damaged blocks (each one logged) instead of stopping.
     #[arg(long)]
     pub skip_damaged: bool,
+    /// Stop after this many steps, with a checkpoint (for tests of resuming).
+    #[arg(long, hide = true, value_name = "STEPS")]
+    pub stop_after: Option<usize>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -41,8 +41,25 @@ pub fn run(a: EvalArgs) -> anyhow::Result<ExitCode> {
     .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
     .and_then(|v| v["test_accuracy"].as_f64());
     if a.json {
-        let v = serde_json::json!({ "split": a.split, "accuracy": e.accuracy, "loss": e.loss, "samples": e.samples, "device": e.device, "summary_test_accuracy": recorded, "confusion": e.confusion });
+        let mut v = serde_json::json!({ "split": a.split, "accuracy": e.accuracy, "loss": e.loss, "samples": e.samples, "device": e.device, "summary_test_accuracy": recorded, "confusion": e.confusion });
+        if let Some(s) = &e.scores {
+            let (name, value) = s.headline();
+            v["score_name"] = name.into();
+            v["score"] = value.into();
+            v["scores"] = serde_json::to_value(s)?;
+        }
         outln!("{}", serde_json::to_string_pretty(&v)?);
+    } else if let Some(s) = &e.scores {
+        outln!(
+            "{} on {} split {}: {} over {} samples, loss {:.4}, on {}",
+            shown_path(&a.run),
+            shown_path(&a.data),
+            a.split,
+            s.summary(),
+            e.samples,
+            e.loss,
+            e.device
+        );
     } else {
         // summary.json holds the test split's figure: compared only with the same split.
         let note = match recorded {

@@ -3,7 +3,6 @@ use super::UsageError;
 use crate::cli::TrainArgs;
 use anyhow::Context;
 use prep::dist;
-use prep::nn::architecture::default_lr;
 use prep::train::{gpu_count, train, Recipe, TrainOptions};
 use prep::util::error::shown_path;
 use prep::util::mem::human;
@@ -177,7 +176,6 @@ fn train_options(
     quiet: bool,
     world: &Option<dist::World>,
 ) -> TrainOptions {
-    let lr = a.lr.unwrap_or(default_lr(&a.model));
     // --lr, --momentum, --label-smoothing and --weight-decay are range-checked by clap (cli.rs).
     TrainOptions {
         data: a.data.clone().unwrap_or_default(),
@@ -185,9 +183,12 @@ fn train_options(
         out: a.out.clone(),
         resume: a.resume.clone(),
         model: a.model.clone(),
+        width: a.width,
+        task: a.task.clone(),
+        loss: a.loss.clone(),
         epochs,
         batch: a.batch as usize,
-        lr,
+        lr: a.lr,
         momentum: a.momentum,
         weight_decay: a.weight_decay,
         label_smoothing: a.label_smoothing,
@@ -199,7 +200,7 @@ fn train_options(
         precision: a.precision.clone(),
         skip_damaged: a.skip_damaged,
         quiet,
-        stop_after: None,
+        stop_after: a.stop_after,
         world: world.clone(),
         sync_bn: a.sync_bn,
     }
@@ -280,8 +281,8 @@ fn resume_conflicts(a: &TrainArgs, r: &Recipe, launched: bool) -> Vec<String> {
     let differ = |out: &mut Vec<String>, flag: &str, ours: String, theirs: String| {
         out.push(format!("--{flag} {ours} differs from the run's {theirs}"));
     };
-    if given("model") && a.model != r.model.name {
-        differ(&mut out, "model", a.model.clone(), r.model.name.clone());
+    if let Some(m) = a.model.as_ref().filter(|m| **m != r.model.name) {
+        differ(&mut out, "model", m.clone(), r.model.name.clone());
     }
     if given("epochs") && a.epochs < r.epochs {
         out.push(format!(

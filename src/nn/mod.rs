@@ -11,7 +11,7 @@ pub mod gradcheck;
 pub mod model;
 
 pub use architecture::ModelConfig;
-pub use model::{Model, Params};
+pub use model::{Model, Objective, Params};
 
 /// Per-sample augmentation, decided on the host (seeded) and applied where the batch is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -257,6 +257,19 @@ pub trait Backend {
         n: usize,
         k: usize,
     );
+
+    // TEMPORARY (replaced by the losses branch at merge)
+    #[allow(clippy::too_many_arguments)]
+    fn load_masks(&mut self, raw: &[u8], wide: bool, n: usize, h: usize, w: usize, pad: usize, aug: &[Aug], ignore: Option<u32>, out: &mut Self::Buf) { unimplemented!() }
+    fn load_targets(&mut self, values: &[f32], out: &mut Self::Buf) { unimplemented!() }
+    #[allow(clippy::too_many_arguments)]
+    fn seg_loss(&mut self, logits: &Self::Buf, targets: &Self::Buf, dice: f32, dlogits: &mut Self::Buf, n: usize, k: usize, hw: usize) { unimplemented!() }
+    fn seg_score(&mut self, logits: &Self::Buf, targets: &Self::Buf, n: usize, k: usize, hw: usize) { unimplemented!() }
+    fn take_seg_counts(&mut self, k: usize) -> Vec<u64> { unimplemented!() }
+    fn bce_logits(&mut self, logits: &Self::Buf, targets: &Self::Buf, dlogits: &mut Self::Buf, n: usize, k: usize) { unimplemented!() }
+    #[allow(clippy::too_many_arguments)]
+    fn regression_loss(&mut self, pred: &Self::Buf, targets: &Self::Buf, smooth_l1: bool, dpred: &mut Self::Buf, n: usize, k: usize) { unimplemented!() }
+    // END TEMPORARY
 
     /// `sgd_step` on every tensor; `decay[i]` says whether weight decay applies to tensor i.
     #[allow(clippy::too_many_arguments)]

@@ -109,8 +109,25 @@ fn pair<T>(v: &mut [T], a: usize, b: usize) -> (&T, &mut T) {
     }
 }
 
+/// What the model's output is trained against (`Model::loss`), and where its targets come from:
+/// the batch's labels (classes) or `Model::targets` (every other task).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Objective {
+    /// Softmax cross-entropy over classes (`Backend::softmax_xent`).
+    #[default]
+    Classes,
+    /// Per-pixel cross-entropy plus `dice` x soft Dice over [k, h, w] logits (`Backend::seg_loss`).
+    Segment { dice: f32 },
+    /// Binary cross-entropy with logits per label (`Backend::bce_logits`).
+    Labels,
+    /// Mean squared error, or smooth L1, per value (`Backend::regression_loss`).
+    Values { smooth_l1: bool },
+}
+
 pub struct Model<B: Backend> {
     pub cfg: ModelConfig,
+    /// Set by the caller before training when the task is not classes.
+    pub objective: Objective,
     pub params: Params<B>,
     nodes: Vec<Node<B>>,
     dims: Vec<Dims>,
@@ -120,6 +137,9 @@ pub struct Model<B: Backend> {
     pub input: B::Buf,
     /// Labels of the batch in `input`, as the backend's loss reads them.
     pub labels: B::Buf,
+    /// Targets of the batch for every objective but classes: per-pixel class numbers [n, h, w]
+    /// (-1 ignored), or [n, k] labels (0/1) or standardised values.
+    pub targets: B::Buf,
 }
 
 impl<B: Backend> Model<B> {
@@ -180,6 +200,8 @@ impl<B: Backend> Model<B> {
             dlogits: be.zeros(0),
             input: be.zeros(0),
             labels: be.zeros(0),
+            targets: be.zeros(0),
+            objective: Objective::Classes,
         }
     }
 
@@ -257,18 +279,31 @@ impl<B: Backend> Model<B> {
         &self.nodes.last().expect("a model has layers").y
     }
 
-    /// Loss and its gradient for the last forward pass of `n` samples; the loss sum and correct
-    /// count accumulate in the backend (`Backend::take_loss_stats`).
+    /// Loss and its gradient for the last forward pass of `n` samples (label smoothing applies to
+    /// classes only); the loss sum and correct count accumulate in the backend
+    /// (`Backend::take_loss_stats`).
     pub fn loss(&mut self, be: &mut B, n: usize, smoothing: f32) {
-        let logits = &self.nodes.last().expect("a model has layers").y;
-        be.softmax_xent(
-            logits,
-            &self.labels,
-            smoothing,
-            &mut self.dlogits,
-            n,
-            self.cfg.classes,
-        )
+        let out = &self.nodes.last().expect("a model has layers").y;
+        let (k, h, w) = *self.dims.last().expect("a model has values");
+        let dl = &mut self.dlogits;
+        match self.objective {
+            Objective::Classes => be.softmax_xent(out, &self.labels, smoothing, dl, n, k),
+            Objective::Segment { dice } => be.seg_loss(out, &self.targets, dice, dl, n, k, h * w),
+            Objective::Labels => be.bce_logits(out, &self.targets, dl, n, k),
+            Objective::Values { smooth_l1 } => {
+                be.regression_loss(out, &self.targets, smooth_l1, dl, n, k)
+            }
+        }
+    }
+
+    /// The last forward pass's output.
+    pub fn last_output(&self) -> &B::Buf {
+        &self.nodes.last().expect("a model has layers").y
+    }
+
+    /// The output's shape: (outputs, height, width); 1 x 1 for a model ending in a linear layer.
+    pub fn out_dims(&self) -> (usize, usize, usize) {
+        *self.dims.last().expect("a model has values")
     }
 
     /// Backward from `dlogits` (set by `loss`), writing every parameter gradient.

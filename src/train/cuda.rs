@@ -236,7 +236,7 @@ fn make_feed(be: &mut Cuda, ctx: &RunCtx, mode: &str) -> Result<Box<dyn Feed<Cud
         f.share = share;
         Box::new(f)
     } else {
-        Box::new(HostFeed::new(ctx.train_src.clone(), r, ctx.workers).for_rank(share))
+        Box::new(HostFeed::new(ctx.train_src.clone(), r, ctx.workers)?.for_rank(share))
     })
 }
 
@@ -297,6 +297,9 @@ pub struct DeviceFeed {
     order: Buf,
     aug: Buf,
     mean_std: Buf,
+    /// The trained field of every sample (none for classes): masks as stored (u8 or u16), or
+    /// labels and values as f32 targets (`Task::host_targets`); and whether masks are u16.
+    targets: Option<(Buf, bool)>,
     sizes: Vec<usize>,
     present: Vec<bool>,
     dtype: Dtype,
@@ -320,6 +323,19 @@ impl DeviceFeed {
             be.status().map_err(dev_err)?;
         }
         let mut labels = vec![0u32; total];
+        let field = super::feed::target_field(&src, r)?;
+        let task = &r.task;
+        let mask = task.kind == super::TaskKind::Mask;
+        // Masks go to the GPU block by block as they are; labels and values are small and are
+        // converted on the host first.
+        let mut mask_buf = be.empty(Dt::U8);
+        let mut host_targets: Vec<f32> = Vec::new();
+        let fb = field.map_or(0, |(f, _)| src.fields.0[f].bytes());
+        if let (Some(_), true) = (field, mask) {
+            if !be.ensure(&mut mask_buf, total * fb, Dt::U8) {
+                be.status().map_err(dev_err)?;
+            }
+        }
         let mut present = vec![true; sizes.len()];
         let mut damaged = 0;
         let mut start = 0usize;
@@ -347,6 +363,26 @@ impl DeviceFeed {
                             )
                         }
                         .map_err(|e| Error::Device(format!("copying to the GPU: {e:?}")))?;
+                        if let Some((f, _)) = field {
+                            let n = b.len();
+                            let bytes = &b.fields()[src.fields.range(f, n)];
+                            if mask {
+                                unsafe {
+                                    cudarc::driver::result::memcpy_htod_async(
+                                        mask_buf.ptr() + (at * fb) as u64,
+                                        bytes,
+                                        stream,
+                                    )
+                                }
+                                .map_err(|e| {
+                                    Error::Device(format!("copying to the GPU: {e:?}"))
+                                })?;
+                            } else {
+                                let k = task.names.len();
+                                host_targets.resize(at * k, 0.0);
+                                host_targets.extend(task.host_targets(bytes, n));
+                            }
+                        }
                         Ok(())
                     }
                     Err(e) if skip => {
@@ -361,6 +397,17 @@ impl DeviceFeed {
         )?;
         let mut lab = be.empty(Dt::U32);
         be.upload_into(&mut lab, &labels, Dt::U32);
+        let targets = match field {
+            None => None,
+            Some((_, wide)) if mask => Some((mask_buf, wide)),
+            Some(_) => {
+                // Samples of damaged blocks at the end were never filled in: they are never read.
+                host_targets.resize(total * task.names.len(), 0.0);
+                let mut t = be.empty(Dt::F32);
+                be.upload_into(&mut t, &host_targets, Dt::F32);
+                Some((t, false))
+            }
+        };
         let mut ms = r.mean.clone();
         ms.extend_from_slice(&r.std);
         let mut mean_std = be.empty(Dt::F32);
@@ -373,6 +420,7 @@ impl DeviceFeed {
             order: be.empty(Dt::U32),
             aug: be.empty(Dt::U32),
             mean_std,
+            targets,
             sizes,
             present,
             dtype: src.spec.dtype,
@@ -449,6 +497,17 @@ impl Feed<Cuda> for DeviceFeed {
             &mut model.input,
             &mut model.labels,
         );
+        if let Some((t, wide)) = &self.targets {
+            let (h, w) = (r.model.height, r.model.width);
+            let order = self.order.ptr() + off;
+            if r.task.kind == super::TaskKind::Mask {
+                let ignore = r.task.ignore;
+                be.load_masks_device(t.ptr(), *wide, order, aug, b, h, w, pad, ignore, &mut model.targets);
+            } else {
+                let k = r.task.names.len();
+                be.gather_targets_device(t.ptr(), order, b, k, &mut model.targets);
+            }
+        }
         self.next += 1;
         Ok(Some((i, b)))
     }
@@ -513,7 +572,7 @@ mod tests {
             input_dtype: None,
             data_id: None,
         };
-        let mut host = HostFeed::new(src.clone(), &r, 2);
+        let mut host = HostFeed::new(src.clone(), &r, 2).unwrap();
         let dev_src = src.clone();
         let mut dev = DeviceFeed::new(&mut g, src, &r, 2).unwrap();
         let init = init_values(&cfg, 1);
@@ -547,7 +606,7 @@ mod tests {
         // A data-parallel rank's share: the same batches in both modes, as many as every rank
         // takes (`rank_batches`: 15 of 64 from 16 of the 32 blocks).
         let share = Share::new(1, 2).unwrap();
-        let mut host = HostFeed::new(dev_src.clone(), &r, 2).for_rank(share);
+        let mut host = HostFeed::new(dev_src.clone(), &r, 2).unwrap().for_rank(share);
         dev.share = share;
         for (epoch, start) in [(0, 0), (1, 3)] {
             Feed::<Cuda>::start(&mut host, &mut g, epoch, start).unwrap();
@@ -586,10 +645,13 @@ mod tests {
             shape: None,
             out: Some(t.path().join(out)),
             resume: None,
-            model: "small".into(),
+            model: Some("small".into()),
+            width: None,
+            task: None,
+            loss: None,
             epochs: 2,
             batch: 128,
-            lr: 0.4,
+            lr: Some(0.4),
             momentum: 0.9,
             weight_decay: 5e-4,
             label_smoothing: 0.1,

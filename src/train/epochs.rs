@@ -1,7 +1,7 @@
 //! The one loop for every backend: epochs of steps, checkpoints, evaluation and the summary.
 
 use super::device::check_cpu_memory;
-use super::eval::evaluate;
+use super::eval::{evaluate, Tested};
 use super::feed::Feed;
 use super::feed::HostFeed;
 use super::metrics::{human_secs, rewrite_metrics, EpochMetrics, Summary};
@@ -32,9 +32,10 @@ pub(super) fn run(
     resume: Option<(Vec<(String, Vec<f32>)>, Cursor)>,
     data: Data,
 ) -> Result<Trained> {
-    let train_src = data.source("train")?;
+    let fields = r.task.kind != TaskKind::Class;
+    let train_src = data.source_for("train", fields)?;
     let test_src = if data.has_split("test") {
-        Some(data.source("test")?)
+        Some(data.source_for("test", fields)?)
     } else {
         if !o.quiet && o.world.as_ref().is_none_or(|w| w.rank == 0) {
             eprintln!(
@@ -110,7 +111,7 @@ pub(super) fn run(
     };
     if r.device == "cpu" {
         check_cpu_memory(r, train_src.spec.bytes())?;
-        let feed = HostFeed::new(train_src, r, workers).for_rank(share);
+        let feed = HostFeed::new(train_src, r, workers)?.for_rank(share);
         return run_on(Cpu::default(), Box::new(feed), ctx);
     }
     #[cfg(feature = "cuda")]
@@ -165,14 +166,12 @@ struct Loop<'a, B: Backend> {
     steps_here: usize,
     seen_here: u64,
     peak_gpu: u64,
-    /// The last epoch's test loss, accuracy and confusion matrix.
-    last_eval: Option<Eval>,
+    /// The last epoch's test figures.
+    last_eval: Option<Tested>,
     cpu_clock: Option<CpuClock>,
     t_start: Instant,
     startup_s: f64,
 }
-
-type Eval = (f64, f64, Vec<Vec<u64>>);
 
 impl<'a, B: Backend> Loop<'a, B> {
     fn start(mut be: B, feed: Box<dyn Feed<B>>, ctx: RunCtx<'a>) -> Result<Self> {
@@ -201,6 +200,8 @@ impl<'a, B: Backend> Loop<'a, B> {
                 Cursor::default(),
             ),
         };
+        let mut model = model;
+        model.objective = r.task.objective();
         timing::mark("model built");
         let metrics_path = dir.join("metrics.jsonl");
         let history = read_history(&metrics_path, cur.epoch)?;
@@ -421,7 +422,7 @@ impl<'a, B: Backend> Loop<'a, B> {
         let skipped = self.feed.damaged();
         let gpu_mem = self.be.gpu_mem_bytes();
         self.peak_gpu = self.peak_gpu.max(gpu_mem);
-        let (test_loss, test_acc, confusion) = match self.test() {
+        let tested = match self.test() {
             // The epoch's training is done: keep it, and test again on --resume.
             Err(e) if e.is_interrupted() => {
                 self.save()?;
@@ -433,9 +434,14 @@ impl<'a, B: Backend> Loop<'a, B> {
         let m = EpochMetrics {
             epoch: epoch + 1,
             train_loss: cur.loss_sum / cur.seen.max(1) as f64,
-            train_accuracy: cur.correct as f64 / cur.seen.max(1) as f64,
-            test_loss,
-            test_accuracy: test_acc,
+            train_accuracy: train_accuracy(self.r, cur),
+            test_loss: tested.loss,
+            test_accuracy: tested.accuracy,
+            test_score: tested.scores.as_ref().map(|s| s.headline().1),
+            test_scores: tested
+                .scores
+                .as_ref()
+                .map(|s| serde_json::to_value(s).expect("serialises")),
             lr,
             // The world's rate: the ranks step together, each on its own batch.
             samples_per_sec: (cur.seen * self.share.count as u64) as f64
@@ -446,7 +452,7 @@ impl<'a, B: Backend> Loop<'a, B> {
             damaged_blocks_skipped: skipped,
         };
         if !self.o.quiet {
-            eprintln!("{}", epoch_line(&m, self.r.epochs));
+            eprintln!("{}", epoch_line(&m, self.r.epochs, &tested));
         }
         self.history.push(m);
         if self.writer {
@@ -460,11 +466,11 @@ impl<'a, B: Backend> Loop<'a, B> {
         };
         self.save()?;
         timing::mark(&format!("epoch {} done", epoch + 1));
-        self.last_eval = Some((test_loss, test_acc, confusion));
+        self.last_eval = Some(tested);
         Ok(())
     }
 
-    fn test(&mut self) -> Result<Eval> {
+    fn test(&mut self) -> Result<Tested> {
         match &self.test_src {
             Some(t) => evaluate(
                 &mut self.be,
@@ -473,7 +479,11 @@ impl<'a, B: Backend> Loop<'a, B> {
                 t.clone(),
                 self.workers,
             ),
-            None => Ok((f64::NAN, f64::NAN, vec![])),
+            None => Ok(Tested {
+                loss: f64::NAN,
+                accuracy: f64::NAN,
+                ..Default::default()
+            }),
         }
     }
 
@@ -489,7 +499,7 @@ impl<'a, B: Backend> Loop<'a, B> {
         if !self.writer {
             return Ok(self.trained(None));
         }
-        let (test_loss, test_accuracy, confusion) = match self.last_eval.take() {
+        let tested = match self.last_eval.take() {
             Some(e) => e,
             // A resumed run that had finished its epochs.
             None => self.test()?,
@@ -498,9 +508,17 @@ impl<'a, B: Backend> Loop<'a, B> {
         let train_secs: f64 = history.iter().map(|m| m.seconds).sum();
         let sps =
             history.iter().map(|m| m.samples_per_sec).sum::<f64>() / history.len().max(1) as f64;
+        let headline = tested.scores.as_ref().map(|s| s.headline());
         let summary = Summary {
-            test_accuracy,
-            test_loss,
+            task: r.task.kind,
+            test_accuracy: tested.accuracy,
+            test_loss: tested.loss,
+            test_score_name: headline.map(|h| h.0.to_string()),
+            test_score: headline.map(|h| h.1),
+            test_scores: tested
+                .scores
+                .as_ref()
+                .map(|s| serde_json::to_value(s).expect("serialises")),
             epochs: r.epochs,
             samples_per_sec: sps,
             seconds: train_secs.max(self.t_start.elapsed().as_secs_f64()),
@@ -508,11 +526,11 @@ impl<'a, B: Backend> Loop<'a, B> {
             peak_gpu_mem_bytes: self.peak_gpu,
             device: self.device_desc.clone(),
             layout: r.layout,
-            confusion,
-            classes: r.classes.clone(),
+            confusion: tested.confusion.clone(),
+            classes: r.task.output_names(&r.classes).to_vec(),
             startup_s: self.startup_s,
         };
-        write_results(self.dir, &summary, history)?;
+        write_results(self.dir, &summary, history, &tested.shown, r)?;
         Ok(self.trained(Some(summary)))
     }
 }
@@ -540,27 +558,54 @@ fn read_history(path: &Path, epochs: usize) -> Result<Vec<EpochMetrics>> {
         .collect())
 }
 
+/// The training accuracy of the epoch in progress: of samples (classes; labels: every label
+/// right), of pixels (masks); none for values.
+fn train_accuracy(r: &Recipe, cur: &Cursor) -> f64 {
+    let seen = cur.seen.max(1) as f64;
+    match r.task.kind {
+        TaskKind::Values => f64::NAN,
+        TaskKind::Mask => cur.correct as f64 / (seen * (r.model.height * r.model.width) as f64),
+        _ => cur.correct as f64 / seen,
+    }
+}
+
 /// The epoch's line on stderr.
-fn epoch_line(m: &EpochMetrics, epochs: usize) -> String {
+fn epoch_line(m: &EpochMetrics, epochs: usize, tested: &Tested) -> String {
     let human = crate::util::mem::human;
     let gpu = if m.gpu_mem_bytes > 0 {
         format!(" | GPU {}", human(m.gpu_mem_bytes))
     } else {
         String::new()
     };
-    let test = if m.test_accuracy.is_nan() {
-        "no test split".to_string()
+    let train = if m.train_accuracy.is_nan() {
+        format!("train loss {:.4}", m.train_loss)
     } else {
-        format!("test loss {:.4} acc {:.4}", m.test_loss, m.test_accuracy)
+        format!("train loss {:.4} acc {:.4}", m.train_loss, m.train_accuracy)
+    };
+    let test = match &tested.scores {
+        _ if m.test_loss.is_nan() => "no test split".to_string(),
+        Some(s) => format!("test loss {:.4} {}", m.test_loss, s.summary()),
+        None => format!("test loss {:.4} acc {:.4}", m.test_loss, m.test_accuracy),
     };
     format!(
-        "epoch {:>3}/{}: train loss {:.4} acc {:.4} | {test} | {:.0} samples/s | {:.1} s | RSS {}{gpu}",
-        m.epoch, epochs, m.train_loss, m.train_accuracy, m.samples_per_sec, m.seconds, human(m.host_rss_bytes)
+        "epoch {:>3}/{}: {train} | {test} | {:.0} samples/s | {:.1} s | RSS {}{gpu}",
+        m.epoch,
+        epochs,
+        m.samples_per_sec,
+        m.seconds,
+        human(m.host_rss_bytes)
     )
 }
 
-/// summary.json, curves.png and, with a test split, confusion.png and confusion.csv.
-fn write_results(dir: &Path, summary: &Summary, history: &[EpochMetrics]) -> Result<()> {
+/// summary.json, curves.png and, with a test split, confusion.png and confusion.csv (classes)
+/// or masks.png (a grid of predicted masks).
+fn write_results(
+    dir: &Path,
+    summary: &Summary,
+    history: &[EpochMetrics],
+    shown: &[super::eval::Shown],
+    r: &Recipe,
+) -> Result<()> {
     write_atomic(
         &dir.join("summary.json"),
         serde_json::to_string_pretty(summary).unwrap().as_bytes(),
@@ -576,7 +621,17 @@ fn write_results(dir: &Path, summary: &Summary, history: &[EpochMetrics]) -> Res
         })
         .collect();
     timing::mark("summary written");
-    plot::curves_png(&points, &dir.join("curves.png"))?;
+    let series: Vec<plot::Series> = match &summary.test_score_name {
+        Some(name) => vec![plot::Series {
+            name: format!("test {name}"),
+            values: history
+                .iter()
+                .map(|m| m.test_score.unwrap_or(f64::NAN))
+                .collect(),
+        }],
+        None => Vec::new(),
+    };
+    plot::curves_png_with(&points, &series, &dir.join("curves.png"))?;
     let (confusion, classes) = (&summary.confusion, &summary.classes);
     if !confusion.is_empty() {
         plot::confusion_png(confusion, classes, &dir.join("confusion.png"))?;
@@ -586,6 +641,23 @@ fn write_results(dir: &Path, summary: &Summary, history: &[EpochMetrics]) -> Res
             csv.push_str(&format!("{},{}\n", classes[k], row.join(",")));
         }
         write_atomic(&dir.join("confusion.csv"), csv.as_bytes())?;
+    }
+    if !shown.is_empty() {
+        let m = &r.model;
+        let samples: Vec<plot::MaskSample> = shown
+            .iter()
+            .map(|s| plot::MaskSample {
+                image: &s.image,
+                truth: &s.truth,
+                predicted: &s.predicted,
+            })
+            .collect();
+        plot::masks_png(
+            &samples,
+            (m.channels, m.height, m.width),
+            classes,
+            &dir.join("masks.png"),
+        )?;
     }
     timing::mark("plots written");
     Ok(())

@@ -15,11 +15,15 @@ pub struct HostFeed {
     loader: Option<input::Loader>,
     damaged: Arc<Mutex<Vec<String>>>,
     share: Share,
+    /// The trained field among the batch's fields (none for classes), and whether it is u16.
+    field: Option<(usize, bool)>,
 }
 
 impl HostFeed {
-    pub fn new(src: Arc<Source>, r: &Recipe, workers: usize) -> Self {
-        HostFeed {
+    pub fn new(src: Arc<Source>, r: &Recipe, workers: usize) -> Result<Self> {
+        let field = target_field(&src, r)?;
+        Ok(HostFeed {
+            field,
             share: Share::ALL,
             per_epoch: input::batches_per_epoch(src.samples, r.batch),
             src,
@@ -33,7 +37,7 @@ impl HostFeed {
             epoch: 0,
             loader: None,
             damaged: Arc::new(Mutex::new(Vec::new())),
-        }
+        })
     }
 
     /// Read only share `share` of each epoch (a data-parallel rank): `input::rank_batches` of it.
@@ -101,6 +105,10 @@ impl<B: Backend> Feed<B> for HostFeed {
             (Vec::new(), 0)
         };
         model.load(be, &raw, &r.mean, &r.std, pad, &aug);
+        if let Some((f, wide)) = self.field {
+            r.task
+                .load(be, model, Some(&batch.fields[f]), wide, n, pad, &aug);
+        }
         loader.give_back(batch.pixels);
         Ok(Some((batch.index, n)))
     }
@@ -108,6 +116,14 @@ impl<B: Backend> Feed<B> for HostFeed {
     fn damaged(&self) -> usize {
         self.damaged.lock().unwrap().len()
     }
+}
+
+/// The field a run trains on among `src`'s fields, and whether its values are u16.
+pub(super) fn target_field(src: &Source, r: &Recipe) -> Result<Option<(usize, bool)>> {
+    Ok(r
+        .task
+        .field_index(src)?
+        .map(|f| (f, src.fields.0[f].dtype == Dtype::U16)))
 }
 
 /// The standard deviation a channel is divided by. u8/u16 statistics are of pixels in [0, 1]: a

@@ -7,9 +7,19 @@ use super::*;
 pub struct EpochMetrics {
     pub epoch: usize,
     pub train_loss: f64,
+    /// NaN (null in the file) where a task has no accuracy (values) or there is no test split.
+    #[serde(deserialize_with = "null_as_nan")]
     pub train_accuracy: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub test_loss: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub test_accuracy: f64,
+    /// A task other than classes: its headline on the test split (mean Dice, mAP or R2) and its
+    /// scores in full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_score: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_scores: Option<serde_json::Value>,
     pub lr: f32,
     pub samples_per_sec: f64,
     pub seconds: f64,
@@ -20,8 +30,20 @@ pub struct EpochMetrics {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
+    /// What the run learned: class, mask, labels or values.
+    #[serde(default)]
+    pub task: TaskKind,
+    #[serde(deserialize_with = "null_as_nan")]
     pub test_accuracy: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub test_loss: f64,
+    /// A task other than classes: the name of its headline figure, the figure and the scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_score_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_score: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_scores: Option<serde_json::Value>,
     pub epochs: usize,
     pub samples_per_sec: f64,
     pub seconds: f64,
@@ -36,6 +58,12 @@ pub struct Summary {
     /// before it trains; 0 in files written before this field).
     #[serde(default)]
     pub startup_s: f64,
+}
+
+/// A figure written as null (serde_json writes NaN so) reads back as NaN, so that the lines
+/// of a run without a test split, or of a task without an accuracy, are kept on `--resume`.
+fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// "45 s", "14 min", "2.5 h".

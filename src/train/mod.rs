@@ -18,11 +18,13 @@ mod folder;
 mod metrics;
 mod recipe;
 mod schedule;
+pub mod scores;
+pub mod task;
 
 pub use device::{gpu_count, pick_device};
 use epochs::run;
 pub use epochs::{run_on, RunCtx};
-pub use eval::{eval, Evaluation};
+pub use eval::{eval, Evaluation, TaskScores, Tested};
 use feed::norm_std;
 pub use feed::{Feed, HostFeed};
 pub use folder::{clear_run, RUN_FILES};
@@ -32,6 +34,7 @@ pub use recipe::{data_identity, read_recipe, Recipe};
 use recipe::{extend, resume_data};
 pub(crate) use schedule::augmentation;
 pub use schedule::one_cycle;
+pub use task::{Task, TaskKind};
 
 use crate::format::shard::{Dtype, Shape};
 use crate::nn::architecture::init_values;
@@ -55,13 +58,20 @@ pub struct TrainOptions {
     pub shape: Option<Shape>,
     pub out: Option<PathBuf>,
     pub resume: Option<PathBuf>,
-    /// `small` or `resnet18` (`nn::architecture::MODELS`).
-    pub model: String,
+    /// A model of `nn::architecture::MODELS`; none: the task's (`TaskKind::default_model`).
+    pub model: Option<String>,
+    /// U-Net base width (channels of its first level); none: 32.
+    pub width: Option<usize>,
+    /// `class`, `mask`, `labels`, `values` or a field's name; none: what the data holds.
+    pub task: Option<String>,
+    /// Loss of a values task: `mse` (default) or `smooth-l1`.
+    pub loss: Option<String>,
     /// Epochs of a new run. With `resume`: more than the run's extends it to this many (`extend`);
     /// as many or fewer keeps the run's own.
     pub epochs: usize,
     pub batch: usize,
-    pub lr: f32,
+    /// Peak learning rate; none: the model's (`nn::architecture::default_lr`).
+    pub lr: Option<f32>,
     pub momentum: f32,
     pub weight_decay: f32,
     pub label_smoothing: f32,
@@ -236,39 +246,7 @@ fn open_data(o: &TrainOptions) -> Result<Data> {
             eprintln!("input: {n}");
         }
     }
-    check_fields(o, &data)?;
     Ok(data)
-}
-
-/// Samples with fields (a mask, labels, values) train on their class only so far: a dataset
-/// whose one class says nothing is refused rather than trained to a meaningless 100%.
-fn check_fields(o: &TrainOptions, data: &Data) -> Result<()> {
-    if data.layout != input::Layout::Shards {
-        return Ok(());
-    }
-    let fields = crate::format::shard::Manifest::read(&o.data)?.fields;
-    let Some(first) = fields.iter().next() else {
-        return Ok(());
-    };
-    let names: Vec<String> = fields
-        .iter()
-        .map(|f| format!("{} ({})", f.name, f.kind.name()))
-        .collect();
-    if data.classes.len() == 1 {
-        return Err(Error::Invalid(format!(
-            "{}: its samples carry {} and one class; prep train learns classes only so far, so there is nothing to train on (training on the {} field comes later)",
-            shown_path(&o.data),
-            names.join(", "),
-            first.kind.name()
-        )));
-    }
-    if !o.quiet {
-        eprintln!(
-            "input: the samples also carry {}; prep train learns their class only so far",
-            names.join(", ")
-        );
-    }
-    Ok(())
 }
 
 /// A new run's recipe: the model for the data's images, the device, and the options.
@@ -277,20 +255,52 @@ fn new_recipe(o: &TrainOptions, data: &Data, world: usize) -> Result<Recipe> {
     if dims.len() != 3 {
         return Err(Error::Invalid(format!(
             "model `{}` takes CxHxW images; this dataset's samples are {}",
-            o.model, data.spec.shape
+            o.model.as_deref().unwrap_or("small"),
+            data.spec.shape
         )));
     }
     let (c, h, w) = (dims[0] as usize, dims[1] as usize, dims[2] as usize);
-    let model = ModelConfig::new(&o.model, c, h, w, data.classes.len())
+    let manifest = match data.layout {
+        Layout::Shards => Some(crate::format::shard::Manifest::read(&o.data)?),
+        Layout::Colmajor => None,
+    };
+    let task = Task::choose(
+        o.task.as_deref(),
+        manifest.as_ref(),
+        &o.data,
+        o.loss.as_deref(),
+    )?;
+    let name = o
+        .model
+        .clone()
+        .unwrap_or_else(|| task.kind.default_model().to_string());
+    task.check_model(&name)?;
+    if o.width.is_some() && name != "unet" {
+        return Err(Error::Invalid(format!(
+            "--width sets the U-Net's channels; --model {name} has fixed ones"
+        )));
+    }
+    let outputs = task.outputs(data.classes.len());
+    let mut model = ModelConfig::new(&name, c, h, w, outputs)
         .map_err(|e| Error::Invalid(format!("{}: {e}", shown_path(&o.data))))?;
+    // MERGE: model.<unet width field> = o.width;
+    if !o.quiet && task.kind != TaskKind::Class {
+        eprintln!(
+            "task: {} (field `{}`: {}) with --model {name}",
+            task.kind.name(),
+            task.field.as_deref().unwrap_or(""),
+            task.names.join(", ")
+        );
+    }
     let device = pick_device(&o.device, o.quiet)?;
     timing::mark("device probed");
     Ok(Recipe {
         data: o.data.clone(),
+        lr: o.lr.unwrap_or_else(|| crate::nn::architecture::default_lr(&name)),
         model,
+        task,
         epochs: o.epochs,
         batch: o.batch,
-        lr: o.lr,
         momentum: o.momentum,
         weight_decay: o.weight_decay,
         label_smoothing: o.label_smoothing,

@@ -466,3 +466,8 @@ mod tests {
         assert_eq!(truncate("T-shirt/top", 10), "T-shirt/t~");
     }
 }
+// TEMPORARY stub (replaced by the scores branch at merge)
+pub struct Series { pub name: String, pub values: Vec<f64> }
+pub fn curves_png_with(p: &[EpochPoint], _s: &[Series], path: &std::path::Path) -> crate::util::error::Result<()> { curves_png(p, path) }
+pub struct MaskSample<'a> { pub image: &'a [f32], pub truth: &'a [u32], pub predicted: &'a [u32] }
+pub fn masks_png(_s: &[MaskSample], _d: (usize, usize, usize), _n: &[String], _p: &std::path::Path) -> crate::util::error::Result<()> { todo!() }

@@ -18,6 +18,9 @@ pub(super) fn one() -> usize {
 pub struct Recipe {
     pub data: PathBuf,
     pub model: ModelConfig,
+    /// What the model learns (runs made before tasks existed learned classes).
+    #[serde(default)]
+    pub task: Task,
     pub epochs: usize,
     pub batch: usize,
     /// Peak learning rate of the one-cycle schedule.

@@ -251,6 +251,8 @@ fn training_on_a_dataset_whose_only_target_is_a_field_is_refused_not_faked() {
             "cpu",
             "--epochs",
             "1",
+            "--task",
+            "class",
             "--out",
         ])
         .arg(&run_dir)
@@ -259,7 +261,8 @@ fn training_on_a_dataset_whose_only_target_is_a_field_is_refused_not_faked() {
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(
-        e.contains("carry mask (mask) and one class") && e.contains("nothing to train on"),
+        e.contains("has one class, so there is nothing to learn")
+            && e.contains("train on a field instead: class, mask (mask)"),
         "{e}"
     );
     assert!(!run_dir.join("summary.json").exists());

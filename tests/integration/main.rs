@@ -28,6 +28,7 @@ mod scans_volumes;
 mod splits;
 mod synth;
 mod synth_task;
+mod tasks;
 mod tiff;
 mod train;
 mod trees;

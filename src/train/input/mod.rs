@@ -264,7 +264,14 @@ impl Data {
     /// One split, open for reading by training and evaluation: images and classes (training on
     /// fields is issue 29's).
     pub fn source(&self, split: &str) -> Result<Arc<Source>> {
+        self.source_for(split, false)
+    }
+
+    /// `source`, whose batches carry the samples' fields when `fields` (a task that trains on
+    /// one); column-major files have none.
+    pub fn source_for(&self, split: &str, fields: bool) -> Result<Arc<Source>> {
         match &self.inner {
+            Inner::Shards(ds) if fields => Source::open(ds, split),
             Inner::Shards(ds) => Source::open_classes(ds, split),
             Inner::Colmajor(m) => {
                 let r = m.get(split).ok_or_else(|| {
