@@ -220,6 +220,51 @@ if has speed; then
     done
 fi
 
+if has unet; then
+    # Issue 29: segmentation with the U-Net against the same U-Net in PyTorch eager (bf16,
+    # channels-last, cudnn.benchmark), on the same synthetic masks, same epochs and batch, in one
+    # call; then a short run in each other input mode, and the per-class Dice of each.
+    echo "== U-Net segmentation against PyTorch eager (same GPU, same data, same epochs)"
+    py=$WORK/pylib
+    if [ ! -d "$py/prep" ]; then
+        rm -rf "$py"; mkdir -p "$py"
+        for w in "$BIN"/py/*.whl; do python3 -m zipfile -e "$w" "$py"; done
+        cp python/python/prep/*.py "$py/prep/"
+    fi
+    E=${UNET_EPOCHS:-8}
+    for cfg in "1x256x256 32 ${UNET_N256:-4096}" "3x128x128 64 ${UNET_N128:-8192}"; do
+        set -- $cfg
+        ds=unet-$1
+        [ -f "$WORK/$ds/manifest.json" ] || "$PREP" synth --task mask --train "$3" --test 512 --shape "$1" \
+            --classes 3 --out "$WORK/$ds" --quiet 2>&1 | tail -1
+        train "unet-$1" "$WORK/$ds" --epochs "$E" --batch "$2" --memory device >/dev/null
+        p=$(best "$WORK/unet-$1/metrics.jsonl")
+        pd=$(json "$WORK/unet-$1/summary.json" "['test_score']")
+        pg=$(json "$WORK/unet-$1/summary.json" "['peak_gpu_mem_bytes']")
+        PYTHONPATH=$py timeout 900 python3 benches/torch_unet.py "$WORK/$ds" --epochs "$E" --batch "$2" \
+            >"$LOGS/torch-unet-$1.log" 2>&1
+        t=$(python3 -c "import json; s=[json.loads(l) for l in open('$LOGS/torch-unet-$1.log') if l.startswith('{')][-1]; print(s['samples_per_sec'])" 2>/dev/null || echo nan)
+        td=$(python3 -c "import json; s=[json.loads(l) for l in open('$LOGS/torch-unet-$1.log') if l.startswith('{')][-1]; print(s['test_mean_dice'])" 2>/dev/null || echo nan)
+        tg=$(python3 -c "import json; s=[json.loads(l) for l in open('$LOGS/torch-unet-$1.log') if l.startswith('{')][-1]; print(s['peak_gpu_mem_bytes'])" 2>/dev/null || echo nan)
+        row "unet $1 b$2 $E epochs: samples/s prep / PyTorch eager" "$(printf %.0f "$p") / $t" "-"
+        r=$(python3 -c "print(f'{$p / $t:.3f}')" 2>/dev/null || echo nan)
+        row "unet $1 b$2: prep / PyTorch eager" "$r" "$(python3 -c "print('ok' if $r >= 1.3 else 'FAIL')" 2>/dev/null || echo FAIL)"
+        row "unet $1: test mean Dice prep / PyTorch" "$pd / $td" "$(python3 -c "print('ok' if $pd >= 0.9 and $pd >= $td - 0.01 else 'FAIL')" 2>/dev/null || echo FAIL)"
+        row "unet $1: peak GPU memory prep / PyTorch (MiB)" "$(python3 -c "print(f'{$pg/2**20:.0f} / {$tg/2**20:.0f}')" 2>/dev/null || echo nan)" "-"
+        for m in stream managed; do
+            train "unet-$1-$m" "$WORK/$ds" --epochs 1 --batch "$2" --memory "$m" >/dev/null
+            row "unet $1 one epoch, $m mode: samples/s, GPU memory (MiB)" "$(printf %.0f "$(best "$WORK/unet-$1-$m/metrics.jsonl")"), $(python3 -c "import json; print(round(max(json.loads(l)['gpu_mem_bytes'] for l in open('$WORK/unet-$1-$m/metrics.jsonl'))/2**20))" 2>/dev/null || echo nan)" "-"
+        done
+    done
+    for task in labels values; do
+        [ -f "$WORK/task-$task/manifest.json" ] || "$PREP" synth --task "$task" --difficulty 0.5 --train 50000 --test 5000 \
+            --shape 3x32x32 --out "$WORK/task-$task" --quiet 2>&1 | tail -1
+        train "task-$task" "$WORK/task-$task" --epochs 10 >/dev/null
+        row "$task 3x32x32 small 10 epochs: $(json "$WORK/task-$task/summary.json" "['test_score_name']")" \
+            "$(json "$WORK/task-$task/summary.json" "['test_score']")" "-"
+    done
+fi
+
 if has inputbench; then
     echo "== the host input pipeline alone (benches/input.rs), 3x224x224, 3x128x128, 3x32x32 (batch 512)"
     synth ib224 8192 3x224x224 256
@@ -435,6 +480,18 @@ if has sanitizer; then
             errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
             row "memcheck, $1, $4, $5 mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
         done
+    done
+    # Issue 29: the U-Net on masks (odd size, u8 and u16 masks) in every input mode.
+    [ -f "$WORK/san-mask/manifest.json" ] || "$PREP" synth --task mask --train 256 --test 64 --shape 1x45x37 \
+        --classes 3 --out "$WORK/san-mask" --quiet
+    for m in device stream managed; do
+        rm -rf "$WORK/san-run"
+        log="$WORK/sanitizer-unet-$m.log"
+        compute-sanitizer --tool memcheck --error-exitcode 9 "$PREP" train "$WORK/san-mask" --device cuda \
+            --width 8 --epochs 1 --batch 32 --memory "$m" --out "$WORK/san-run" >"$log" 2>&1
+        rc=$?
+        errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
+        row "memcheck, unet, san-mask 1x45x37, $m mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
     done
 fi
 
