@@ -27,7 +27,10 @@ const EPS: f32 = 1e-2;
 /// everywhere, so an error relative to 1 would let a wrong gradient pass.
 fn compare_all(what: &str, x: &[f32], g: &[f32], mut loss: impl FnMut(&[f32]) -> f64, tol: f64) {
     assert_eq!(x.len(), g.len(), "{what}: gradient length");
-    assert!(g.iter().all(|v| v.is_finite()), "{what}: non-finite gradient");
+    assert!(
+        g.iter().all(|v| v.is_finite()),
+        "{what}: non-finite gradient"
+    );
     let top = g.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64));
     assert!(top > 0.0, "{what}: a zero gradient");
     let mut worst = 0.0f64;
@@ -72,7 +75,11 @@ fn seg<B: Backend>(
 pub fn check_losses<B: Backend>(be: &mut B) {
     let mut rng = Rng(3);
     let tol = 1e-2;
-    for (k, dice, (n, h, w)) in [(3, 0.7, (2, 5, 7)), (2, 0.0, (3, 4, 3)), (5, 1.0, (2, 3, 5))] {
+    for (k, dice, (n, h, w)) in [
+        (3, 0.7, (2, 5, 7)),
+        (2, 0.0, (3, 4, 3)),
+        (5, 1.0, (2, 3, 5)),
+    ] {
         let hw = h * w;
         // About one pixel in six ignored, one outside 0..k (ignored too).
         let mut t: Vec<f32> = (0..n * hw)
@@ -132,7 +139,11 @@ pub fn check_losses<B: Backend>(be: &mut B) {
         .iter()
         .map(|&v| {
             let e = rng.f() * 3.0;
-            let e = if (e.abs() - 1.0).abs() < 0.1 { e * 0.5 } else { e };
+            let e = if (e.abs() - 1.0).abs() < 0.1 {
+                e * 0.5
+            } else {
+                e
+            };
             v + e
         })
         .collect();

@@ -129,7 +129,14 @@ impl SegSums {
 
 /// Softmax of pixel p of sample s of logits [n, k, hw] into `prob`; returns (log-sum-exp,
 /// argmax).
-fn softmax_at(logits: &[f32], s: usize, p: usize, k: usize, hw: usize, prob: &mut [f64]) -> (f64, usize) {
+fn softmax_at(
+    logits: &[f32],
+    s: usize,
+    p: usize,
+    k: usize,
+    hw: usize,
+    prob: &mut [f64],
+) -> (f64, usize) {
     let z = |c: usize| logits[(s * k + c) * hw + p];
     let mx = (0..k).map(z).fold(f32::NEG_INFINITY, f32::max) as f64;
     let sum: f64 = (0..k).map(|c| (z(c) as f64 - mx).exp()).sum();
@@ -229,7 +236,14 @@ pub(super) fn seg_loss(
     cpu.correct += tot.correct;
 }
 
-pub(super) fn seg_score(cpu: &mut Cpu, logits: &[f32], targets: &[f32], n: usize, k: usize, hw: usize) {
+pub(super) fn seg_score(
+    cpu: &mut Cpu,
+    logits: &[f32],
+    targets: &[f32],
+    n: usize,
+    k: usize,
+    hw: usize,
+) {
     check_seg(logits, targets, n, k, hw, "seg_score");
     let per: Vec<Vec<u64>> = (0..n)
         .into_par_iter()
@@ -371,11 +385,23 @@ mod tests {
         let vals: Vec<u32> = (0..12).collect();
         let aug = [
             // Centred: the mask as it is, 5 ignored.
-            Aug { dy: 1, dx: 1, flip: false },
+            Aug {
+                dy: 1,
+                dx: 1,
+                flip: false,
+            },
             // One row down and one column right of centre: the source moves +1, +1.
-            Aug { dy: 2, dx: 2, flip: false },
+            Aug {
+                dy: 2,
+                dx: 2,
+                flip: false,
+            },
             // Flipped, shifted one column left.
-            Aug { dy: 1, dx: 0, flip: true },
+            Aug {
+                dy: 1,
+                dx: 0,
+                flip: true,
+            },
         ];
         for wide in [false, true] {
             let off = if wide { 1000 } else { 0 };
@@ -425,7 +451,11 @@ mod tests {
         for s in 0..n {
             for p in 0..hw {
                 let y = t[s * hw + p];
-                let y = if (0.0..3.0).contains(&y) { y as usize } else { 1 };
+                let y = if (0.0..3.0).contains(&y) {
+                    y as usize
+                } else {
+                    1
+                };
                 z[(s * k + y) * hw + p] = 40.0;
             }
         }
@@ -500,7 +530,10 @@ mod tests {
         let want: Vec<f32> = t.iter().map(|&y| ((0.5 - y as f64) / 6.0) as f32).collect();
         assert_eq!(d, want);
         // Large logits of the right sign: loss near 0, every sample right, no overflow.
-        let z: Vec<f32> = t.iter().map(|&y| if y > 0.5 { 500.0 } else { -500.0 }).collect();
+        let z: Vec<f32> = t
+            .iter()
+            .map(|&y| if y > 0.5 { 500.0 } else { -500.0 })
+            .collect();
         c.bce_logits(&z, &t, &mut d, n, k);
         let (loss, right) = c.take_loss_stats();
         assert!(loss < 1e-200 && right == 2, "{loss} {right}");
