@@ -8,6 +8,8 @@ pub mod cpu;
 pub mod cuda;
 #[cfg(test)]
 pub mod gradcheck;
+#[cfg(test)]
+pub mod gradcheck_losses;
 pub mod model;
 
 pub use architecture::ModelConfig;
@@ -258,18 +260,81 @@ pub trait Backend {
         k: usize,
     );
 
-    // TEMPORARY (replaced by the losses branch at merge)
+    // The targets and losses of the mask, labels and values tasks (cpu/losses.rs,
+    // cuda/losses.rs). Targets live in f32 buffers: class numbers [n, h, w] (-1 ignored), or
+    // [n, k] values. A class number outside 0..k counts as ignored in the losses and scores.
+
+    /// Masks of a batch to per-pixel class numbers: `raw` holds n masks of h x w values (u8, or
+    /// u16 little-endian when `wide`), padded by `pad` with the ignored value, cropped at each
+    /// sample's offset and flipped exactly as `load_batch` does its images (same `Aug`, same
+    /// meaning; a sample without one is centred), then written to `out` as f32 [n, h, w]: the
+    /// value, or -1 where ignored (`ignore`, if given, or padding).
     #[allow(clippy::too_many_arguments)]
-    fn load_masks(&mut self, raw: &[u8], wide: bool, n: usize, h: usize, w: usize, pad: usize, aug: &[Aug], ignore: Option<u32>, out: &mut Self::Buf) { unimplemented!() }
-    fn load_targets(&mut self, values: &[f32], out: &mut Self::Buf) { unimplemented!() }
+    fn load_masks(
+        &mut self,
+        raw: &[u8],
+        wide: bool,
+        n: usize,
+        h: usize,
+        w: usize,
+        pad: usize,
+        aug: &[Aug],
+        ignore: Option<u32>,
+        out: &mut Self::Buf,
+    );
+    /// `out` = these f32 values (targets of labels or values, [n, k]), in a buffer kept between
+    /// calls.
+    fn load_targets(&mut self, values: &[f32], out: &mut Self::Buf);
+    /// Segmentation loss on logits [n, k, h, w] (an activation) against targets [n, h, w]: mean
+    /// per-pixel softmax cross-entropy over the counted pixels, plus `dice` x (1 - mean over
+    /// classes 1..k of the soft Dice of the batch: (2 sum p_c g_c + eps) / (sum p_c + sum g_c +
+    /// eps), eps = 1, over counted pixels; no term when k = 1). Writes dlogits (shaped and typed
+    /// as the logits; zero at ignored pixels); adds (the batch's loss x n, the correctly
+    /// classified counted pixels) to the running totals `take_loss_stats` returns. With no
+    /// counted pixel the loss is 0.
     #[allow(clippy::too_many_arguments)]
-    fn seg_loss(&mut self, logits: &Self::Buf, targets: &Self::Buf, dice: f32, dlogits: &mut Self::Buf, n: usize, k: usize, hw: usize) { unimplemented!() }
-    fn seg_score(&mut self, logits: &Self::Buf, targets: &Self::Buf, n: usize, k: usize, hw: usize) { unimplemented!() }
-    fn take_seg_counts(&mut self, k: usize) -> Vec<u64> { unimplemented!() }
-    fn bce_logits(&mut self, logits: &Self::Buf, targets: &Self::Buf, dlogits: &mut Self::Buf, n: usize, k: usize) { unimplemented!() }
+    fn seg_loss(
+        &mut self,
+        logits: &Self::Buf,
+        targets: &Self::Buf,
+        dice: f32,
+        dlogits: &mut Self::Buf,
+        n: usize,
+        k: usize,
+        hw: usize,
+    );
+    /// Adds, for each class c, (true positives, false positives, false negatives) of the argmax
+    /// (the first on ties) of logits [n, k, h, w] against targets (ignored pixels not counted)
+    /// to counters read by `take_seg_counts`.
+    fn seg_score(&mut self, logits: &Self::Buf, targets: &Self::Buf, n: usize, k: usize, hw: usize);
+    /// [tp0, fp0, fn0, tp1, ...] since the last call (3k values), then zero. Waits for the
+    /// device.
+    fn take_seg_counts(&mut self, k: usize) -> Vec<u64>;
+    /// Mean binary cross-entropy with logits over [n, k] against 0/1 targets (PyTorch's
+    /// BCEWithLogitsLoss, 'mean', stable form); writes dlogits; running totals: (sum of
+    /// per-sample mean losses, samples whose every label is predicted right at logit 0: a
+    /// logit > 0 predicts 1, a target > 0.5 is 1).
+    fn bce_logits(
+        &mut self,
+        logits: &Self::Buf,
+        targets: &Self::Buf,
+        dlogits: &mut Self::Buf,
+        n: usize,
+        k: usize,
+    );
+    /// Regression on [n, k] against targets: mean squared error, or smooth L1 (beta 1) when
+    /// `smooth_l1`, mean over n*k (PyTorch's 'mean'); writes dpred; running totals: (sum of
+    /// per-sample mean losses, 0).
     #[allow(clippy::too_many_arguments)]
-    fn regression_loss(&mut self, pred: &Self::Buf, targets: &Self::Buf, smooth_l1: bool, dpred: &mut Self::Buf, n: usize, k: usize) { unimplemented!() }
-    // END TEMPORARY
+    fn regression_loss(
+        &mut self,
+        pred: &Self::Buf,
+        targets: &Self::Buf,
+        smooth_l1: bool,
+        dpred: &mut Self::Buf,
+        n: usize,
+        k: usize,
+    );
 
     /// `sgd_step` on every tensor; `decay[i]` says whether weight decay applies to tensor i.
     #[allow(clippy::too_many_arguments)]

@@ -4,6 +4,8 @@
 //! Results are bit-for-bit deterministic whatever the thread count: work is split into fixed
 //! chunks of samples, and every reduction adds the chunks' partial results in chunk order.
 
+mod losses;
+
 use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
@@ -18,6 +20,8 @@ const BN_MOMENTUM: f32 = 0.1;
 pub struct Cpu {
     loss_sum: f64,
     correct: u64,
+    /// `seg_score`'s counters (losses.rs).
+    seg_counts: Vec<u64>,
 }
 
 /// Two per-thread scratch buffers, grown as needed and reused across calls: the im2col and GEMM
@@ -741,6 +745,63 @@ impl Backend for Cpu {
             .collect();
         self.loss_sum += per.iter().map(|p| p.0).sum::<f64>();
         self.correct += per.iter().filter(|p| p.1).count() as u64;
+    }
+
+    fn load_masks(
+        &mut self,
+        raw: &[u8],
+        wide: bool,
+        n: usize,
+        h: usize,
+        w: usize,
+        pad: usize,
+        aug: &[Aug],
+        ignore: Option<u32>,
+        out: &mut Vec<f32>,
+    ) {
+        losses::load_masks(raw, wide, n, h, w, pad, aug, ignore, out)
+    }
+    fn load_targets(&mut self, values: &[f32], out: &mut Vec<f32>) {
+        losses::load_targets(values, out)
+    }
+    fn seg_loss(
+        &mut self,
+        logits: &Vec<f32>,
+        targets: &Vec<f32>,
+        dice: f32,
+        dlogits: &mut Vec<f32>,
+        n: usize,
+        k: usize,
+        hw: usize,
+    ) {
+        losses::seg_loss(self, logits, targets, dice, dlogits, n, k, hw)
+    }
+    fn seg_score(&mut self, logits: &Vec<f32>, targets: &Vec<f32>, n: usize, k: usize, hw: usize) {
+        losses::seg_score(self, logits, targets, n, k, hw)
+    }
+    fn take_seg_counts(&mut self, k: usize) -> Vec<u64> {
+        losses::take_seg_counts(self, k)
+    }
+    fn bce_logits(
+        &mut self,
+        logits: &Vec<f32>,
+        targets: &Vec<f32>,
+        dlogits: &mut Vec<f32>,
+        n: usize,
+        k: usize,
+    ) {
+        losses::bce_logits(self, logits, targets, dlogits, n, k)
+    }
+    fn regression_loss(
+        &mut self,
+        pred: &Vec<f32>,
+        targets: &Vec<f32>,
+        smooth_l1: bool,
+        dpred: &mut Vec<f32>,
+        n: usize,
+        k: usize,
+    ) {
+        losses::regression_loss(self, pred, targets, smooth_l1, dpred, n, k)
     }
 
     fn take_loss_stats(&mut self) -> (f64, u64) {

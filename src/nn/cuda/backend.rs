@@ -539,6 +539,56 @@ impl Backend for Cuda {
             logits.ptr, labels.ptr, dlogits.ptr, stats, n as i32, k as i32, smoothing);
     }
 
+    fn load_masks(
+        &mut self,
+        raw: &[u8],
+        wide: bool,
+        n: usize,
+        h: usize,
+        w: usize,
+        pad: usize,
+        aug: &[Aug],
+        ignore: Option<u32>,
+        out: &mut Buf,
+    ) {
+        self.load_masks_host(raw, wide, n, h, w, pad, aug, ignore, out)
+    }
+    fn load_targets(&mut self, values: &[f32], out: &mut Buf) {
+        self.upload_into(out, values, Dt::F32)
+    }
+    fn seg_loss(
+        &mut self,
+        logits: &Buf,
+        targets: &Buf,
+        dice: f32,
+        dlogits: &mut Buf,
+        n: usize,
+        k: usize,
+        hw: usize,
+    ) {
+        self.seg_loss_impl(logits, targets, dice, dlogits, n, k, hw)
+    }
+    fn seg_score(&mut self, logits: &Buf, targets: &Buf, n: usize, k: usize, hw: usize) {
+        self.seg_score_impl(logits, targets, n, k, hw)
+    }
+    fn take_seg_counts(&mut self, k: usize) -> Vec<u64> {
+        self.take_seg_counts_impl(k)
+    }
+    fn bce_logits(&mut self, logits: &Buf, targets: &Buf, dlogits: &mut Buf, n: usize, k: usize) {
+        self.bce_logits_impl(logits, targets, dlogits, n, k)
+    }
+    fn regression_loss(
+        &mut self,
+        pred: &Buf,
+        targets: &Buf,
+        smooth_l1: bool,
+        dpred: &mut Buf,
+        n: usize,
+        k: usize,
+    ) {
+        self.regression_impl(pred, targets, smooth_l1, dpred, n, k)
+    }
+
     fn take_loss_stats(&mut self) -> (f64, u64) {
         let v = self.read_back::<f64>(self.stats.ptr, 2);
         let stats = {

@@ -16,11 +16,12 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 const COMMON: &str = include_str!("../../../kernels/common.cuh");
-const SOURCES: [(&str, &str); 4] = [
+const SOURCES: [(&str, &str); 5] = [
     ("input.cu", include_str!("../../../kernels/input.cu")),
     ("bn.cu", include_str!("../../../kernels/bn.cu")),
     ("ops.cu", include_str!("../../../kernels/ops.cu")),
     ("loss.cu", include_str!("../../../kernels/loss.cu")),
+    ("seg.cu", include_str!("../../../kernels/seg.cu")),
 ];
 
 /// A compiled source: machine code for the device (CUBIN), or PTX where this NVRTC cannot

@@ -22,6 +22,8 @@ pub mod nccl;
 pub mod staging;
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_losses;
 
 use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
 use cudarc::cublas::sys as blas;
@@ -171,6 +173,8 @@ pub struct Cuda {
     comm: Option<nccl::Comm>,
     stats: Buf,
     s: Scratch,
+    /// The buffers of the mask, labels and values losses (losses.rs).
+    losses: losses::LossBufs,
     ring: staging::Ring,
     dnn: dnn::Dnn,
     memo: dnn::AlgoMemo,
@@ -290,6 +294,7 @@ mod backend;
 mod conv;
 mod device;
 mod graph;
+mod losses;
 mod profile;
 
 use device::compute_capability;
@@ -350,6 +355,7 @@ impl Cuda {
             err: None,
             stats: Buf::unallocated(Dt::F64, cs),
             s: Scratch::empty(cs),
+            losses: losses::LossBufs::new(cs),
             ring,
             sms,
             pad_input: match std::env::var("PREP_PAD_INPUT").as_deref() {
