@@ -6,8 +6,9 @@
 // activation (sc = 1, sp = k) or an NCHW buffer (sc = hw, sp = 1). Targets are f32 class
 // numbers; -1, NaN and anything outside 0..k is ignored (the CPU's `class_of`).
 
-// Classes whose per-block sums and counters live in shared memory; those of classes beyond go
-// straight to global memory (slower, the same sums).
+// Classes a block keeps in shared memory at once: the loss's sums take more classes in groups of
+// SEG_K; the gradient's coefficients and the scores' counters of classes beyond are read and
+// added in global memory (slower, the same values).
 constexpr int SEG_K = 64;
 // Dice's smoothing term (DICE_EPS in src/nn/cpu/losses.rs).
 constexpr double DICE_EPS = 1.0;
@@ -97,85 +98,120 @@ extern "C" __global__ void gather_targets(const float* src, const u32* order, fl
     }
 }
 
-// The segmentation loss's batch sums, in `sums` (zeroed before): per class sum p_c g_c (0..k),
+// The segmentation loss's sums are reduced in a fixed order, so that the loss and gradient are
+// the same bits on every run (training on the GPU is deterministic): a block's warps go round
+// its pixels on a fixed stride (the grid is fixed for a shape), each warp adds its lanes in a
+// fixed butterfly and keeps its own running sums per class, the block adds its warps' sums in
+// warp order into its column of `part`, and seg_sums adds the blocks' partials in block order.
+// No float is added atomically; counters are integers (exact in any order).
+
+// Warps of a block (THREADS / 32 in src/nn/cuda/mod.rs): the sums keep one slot per warp.
+constexpr int SEG_WARPS = 8;
+
+// The block's partial sums of the segmentation loss, column-major in `part` [3k + 3][gridDim.x]
+// (every value written, so nothing is zeroed first): per class sum p_c g_c (columns 0..k),
 // sum p_c (k..2k), pixels of the class (2k..3k); then the cross-entropy sum, counted pixels and
-// correctly classified ones. Sums are f32 per thread and block, f64 across blocks.
+// correctly classified ones. Classes are taken SEG_K at a time (more than SEG_K classes read
+// the logits once per group).
 template <typename T>
-__device__ void seg_stats_impl(const T* z, const float* tgt, double* sums, long m, int hw, int k,
+__device__ void seg_stats_impl(const T* z, const float* tgt, double* part, long m, int hw, int k,
                                long sc, long sp) {
-    __shared__ float sh_i[SEG_K], sh_p[SEG_K];
-    __shared__ u32 sh_g[SEG_K];
-    __shared__ float sh_ce;
-    __shared__ u32 sh_cnt, sh_cor;
-    int ks = min(k, SEG_K), lane = threadIdx.x & 31;
-    for (int c = threadIdx.x; c < ks; c += blockDim.x) {
-        sh_i[c] = 0.f;
-        sh_p[c] = 0.f;
-        sh_g[c] = 0;
-    }
-    if (threadIdx.x == 0) {
-        sh_ce = 0.f;
-        sh_cnt = 0;
-        sh_cor = 0;
-    }
-    __syncthreads();
+    __shared__ double sh_i[SEG_WARPS][SEG_K], sh_p[SEG_WARPS][SEG_K];
+    __shared__ u32 sh_g[SEG_WARPS][SEG_K];
+    __shared__ float sh_ce[SEG_WARPS];
+    __shared__ u32 sh_cnt[SEG_WARPS], sh_cor[SEG_WARPS];
+    int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    long nb = gridDim.x, b = blockIdx.x, stride = nb * blockDim.x;
     float ce = 0.f;
     u32 cnt = 0, cor = 0;
-    long stride = (long)gridDim.x * blockDim.x;
-    // A warp's lanes go round together: the sums of p_c are warp reductions.
-    for (long base = blockIdx.x * (long)blockDim.x + (threadIdx.x - lane); base < m;
-         base += stride) {
-        long t = base + lane;
-        int y = t < m ? seg_class(tgt[t], k) : -1;
-        long at = 0;
-        float lse = 0.f;
-        if (y >= 0) {
-            at = seg_at(t, hw, k, sp);
-            int best;
-            lse = seg_lse(z, at, sc, k, &best);
-            float zy = ld(z, at + y * sc);
-            ce += lse - zy;
-            cnt++;
-            cor += best == y;
-            float py = expf(zy - lse);
-            if (y < SEG_K) {
-                atomicAdd(&sh_i[y], py);
-                atomicAdd(&sh_g[y], 1u);
-            } else {
-                atomicAdd(&sums[y], (double)py);
-                atomicAdd(&sums[2 * k + y], 1.0);
+    for (int c0 = 0; c0 < k; c0 += SEG_K) {
+        int cn = min(k - c0, SEG_K);
+        for (int c = lane; c < cn; c += 32) {
+            sh_i[wp][c] = 0.0;
+            sh_p[wp][c] = 0.0;
+            sh_g[wp][c] = 0;
+        }
+        __syncwarp();
+        // A warp's lanes go round together: the sums over its 32 pixels are warp reductions.
+        for (long base = b * blockDim.x + (threadIdx.x - lane); base < m; base += stride) {
+            long t = base + lane;
+            int y = t < m ? seg_class(tgt[t], k) : -1;
+            if (!__any_sync(0xffffffffu, y >= 0)) continue;
+            long at = 0;
+            float lse = 0.f;
+            if (y >= 0) {
+                at = seg_at(t, hw, k, sp);
+                int best;
+                lse = seg_lse(z, at, sc, k, &best);
+                if (c0 == 0) {
+                    ce += lse - ld(z, at + y * sc);
+                    cnt++;
+                    cor += best == y;
+                }
+            }
+            for (int c = 0; c < cn; c++) {
+                int cl = c0 + c;
+                float p = y >= 0 ? expf(ld(z, at + cl * sc) - lse) : 0.f;
+                u32 hit = __ballot_sync(0xffffffffu, y == cl);
+                float pi = hit ? warp_sum(y == cl ? p : 0.f) : 0.f;
+                p = warp_sum(p);
+                if (lane == 0) {
+                    sh_i[wp][c] += pi;
+                    sh_p[wp][c] += p;
+                    sh_g[wp][c] += __popc(hit);
+                }
             }
         }
-        for (int c = 0; c < k; c++) {
-            float v = y >= 0 ? expf(ld(z, at + c * sc) - lse) : 0.f;
-            v = warp_sum(v);
-            if (lane == 0 && v != 0.f) {
-                if (c < SEG_K) atomicAdd(&sh_p[c], v);
-                else atomicAdd(&sums[k + c], (double)v);
+        __syncthreads();
+        for (int c = threadIdx.x; c < cn; c += blockDim.x) {
+            double si = 0.0, sq = 0.0;
+            u32 sg = 0;
+            for (int w = 0; w < nw; w++) {
+                si += sh_i[w][c];
+                sq += sh_p[w][c];
+                sg += sh_g[w][c];
             }
+            long cl = c0 + c;
+            part[cl * nb + b] = si;
+            part[(k + cl) * nb + b] = sq;
+            part[(2 * k + cl) * nb + b] = (double)sg;
         }
+        // The slots are zeroed again for the next group only after every thread read them.
+        __syncthreads();
     }
     ce = warp_sum(ce);
     cnt = warp_sum_u32(cnt);
     cor = warp_sum_u32(cor);
-    if (lane == 0 && cnt) {
-        atomicAdd(&sh_ce, ce);
-        atomicAdd(&sh_cnt, cnt);
-        atomicAdd(&sh_cor, cor);
+    if (lane == 0) {
+        sh_ce[wp] = ce;
+        sh_cnt[wp] = cnt;
+        sh_cor[wp] = cor;
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < ks; c += blockDim.x) {
-        if (sh_g[c]) {
-            atomicAdd(&sums[c], (double)sh_i[c]);
-            atomicAdd(&sums[2 * k + c], (double)sh_g[c]);
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        unsigned long long n1 = 0, n2 = 0;
+        for (int w = 0; w < nw; w++) {
+            s += sh_ce[w];
+            n1 += sh_cnt[w];
+            n2 += sh_cor[w];
         }
-        if (sh_p[c] != 0.f) atomicAdd(&sums[k + c], (double)sh_p[c]);
+        part[(3L * k) * nb + b] = s;
+        part[(3L * k + 1) * nb + b] = (double)n1;
+        part[(3L * k + 2) * nb + b] = (double)n2;
     }
-    if (threadIdx.x == 0 && sh_cnt) {
-        atomicAdd(&sums[3 * k], (double)sh_ce);
-        atomicAdd(&sums[3 * k + 1], (double)sh_cnt);
-        atomicAdd(&sums[3 * k + 2], (double)sh_cor);
-    }
+}
+
+// sums[j] = the nb partials of column j of `part` [cols][nb] added in block order, one warp per
+// column: lane l adds partials l, l + 32, ... in order, then the lanes in a fixed butterfly.
+extern "C" __global__ void seg_sums(const double* part, double* sums, int cols, int nb) {
+    long col = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (col >= cols) return;
+    double a = 0.0;
+    for (int j = lane; j < nb; j += 32) a += part[col * nb + j];
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    if (lane == 0) sums[col] = a;
 }
 
 // Soft Dice of class c from the batch sums.
@@ -198,7 +234,7 @@ __device__ __forceinline__ void seg_coef(const double* sums, int k, double w, in
 }
 
 // dlogits of mean cross-entropy over counted pixels + dice x (1 - mean foreground Dice), from
-// the sums of seg_stats; zero at ignored pixels. Block 0 adds (loss x n, correct) to stats.
+// the sums of seg_sums; zero at ignored pixels. Block 0 adds (loss x n, correct) to stats.
 template <typename T>
 __device__ void seg_grad_impl(const T* z, const float* tgt, const double* sums, T* dz,
                               double* stats, long m, int hw, int k, long sc, long sp, float dice,
@@ -333,9 +369,9 @@ __device__ void regression_impl(const T* x, const float* y, T* dx, double* stats
 }
 
 #define SEG(TN, T)                                                                           \
-    extern "C" __global__ void seg_stats_##TN(const T* z, const float* tgt, double* sums,    \
+    extern "C" __global__ void seg_stats_##TN(const T* z, const float* tgt, double* part,    \
                                               long m, int hw, int k, long sc, long sp) {     \
-        seg_stats_impl<T>(z, tgt, sums, m, hw, k, sc, sp);                                   \
+        seg_stats_impl<T>(z, tgt, part, m, hw, k, sc, sp);                                   \
     }                                                                                        \
     extern "C" __global__ void seg_grad_##TN(const T* z, const float* tgt,                   \
                                              const double* sums, T* dz, double* stats,       \

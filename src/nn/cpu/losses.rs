@@ -371,6 +371,78 @@ pub(super) fn regression_loss(
     cpu.loss_sum += loss;
 }
 
+/// The `Backend` methods of the mask, labels and values tasks, expanded inside `impl Backend for
+/// Cpu` (mod.rs): thin delegations to the functions above, written out here so that mod.rs
+/// stays under its size limit and gains one line.
+macro_rules! backend_methods {
+    () => {
+        fn load_masks(
+            &mut self,
+            raw: &[u8],
+            wide: bool,
+            n: usize,
+            h: usize,
+            w: usize,
+            pad: usize,
+            aug: &[$crate::nn::Aug],
+            ignore: Option<u32>,
+            out: &mut Vec<f32>,
+        ) {
+            $crate::nn::cpu::losses::load_masks(raw, wide, n, h, w, pad, aug, ignore, out)
+        }
+        fn load_targets(&mut self, values: &[f32], out: &mut Vec<f32>) {
+            $crate::nn::cpu::losses::load_targets(values, out)
+        }
+        fn seg_loss(
+            &mut self,
+            logits: &Vec<f32>,
+            targets: &Vec<f32>,
+            dice: f32,
+            dlogits: &mut Vec<f32>,
+            n: usize,
+            k: usize,
+            hw: usize,
+        ) {
+            $crate::nn::cpu::losses::seg_loss(self, logits, targets, dice, dlogits, n, k, hw)
+        }
+        fn seg_score(
+            &mut self,
+            logits: &Vec<f32>,
+            targets: &Vec<f32>,
+            n: usize,
+            k: usize,
+            hw: usize,
+        ) {
+            $crate::nn::cpu::losses::seg_score(self, logits, targets, n, k, hw)
+        }
+        fn take_seg_counts(&mut self, k: usize) -> Vec<u64> {
+            $crate::nn::cpu::losses::take_seg_counts(self, k)
+        }
+        fn bce_logits(
+            &mut self,
+            logits: &Vec<f32>,
+            targets: &Vec<f32>,
+            dlogits: &mut Vec<f32>,
+            n: usize,
+            k: usize,
+        ) {
+            $crate::nn::cpu::losses::bce_logits(self, logits, targets, dlogits, n, k)
+        }
+        fn regression_loss(
+            &mut self,
+            pred: &Vec<f32>,
+            targets: &Vec<f32>,
+            smooth_l1: bool,
+            dpred: &mut Vec<f32>,
+            n: usize,
+            k: usize,
+        ) {
+            $crate::nn::cpu::losses::regression_loss(self, pred, targets, smooth_l1, dpred, n, k)
+        }
+    };
+}
+pub(super) use backend_methods;
+
 #[cfg(test)]
 mod tests {
     use super::*;

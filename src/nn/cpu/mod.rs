@@ -747,62 +747,9 @@ impl Backend for Cpu {
         self.correct += per.iter().filter(|p| p.1).count() as u64;
     }
 
-    fn load_masks(
-        &mut self,
-        raw: &[u8],
-        wide: bool,
-        n: usize,
-        h: usize,
-        w: usize,
-        pad: usize,
-        aug: &[Aug],
-        ignore: Option<u32>,
-        out: &mut Vec<f32>,
-    ) {
-        losses::load_masks(raw, wide, n, h, w, pad, aug, ignore, out)
-    }
-    fn load_targets(&mut self, values: &[f32], out: &mut Vec<f32>) {
-        losses::load_targets(values, out)
-    }
-    fn seg_loss(
-        &mut self,
-        logits: &Vec<f32>,
-        targets: &Vec<f32>,
-        dice: f32,
-        dlogits: &mut Vec<f32>,
-        n: usize,
-        k: usize,
-        hw: usize,
-    ) {
-        losses::seg_loss(self, logits, targets, dice, dlogits, n, k, hw)
-    }
-    fn seg_score(&mut self, logits: &Vec<f32>, targets: &Vec<f32>, n: usize, k: usize, hw: usize) {
-        losses::seg_score(self, logits, targets, n, k, hw)
-    }
-    fn take_seg_counts(&mut self, k: usize) -> Vec<u64> {
-        losses::take_seg_counts(self, k)
-    }
-    fn bce_logits(
-        &mut self,
-        logits: &Vec<f32>,
-        targets: &Vec<f32>,
-        dlogits: &mut Vec<f32>,
-        n: usize,
-        k: usize,
-    ) {
-        losses::bce_logits(self, logits, targets, dlogits, n, k)
-    }
-    fn regression_loss(
-        &mut self,
-        pred: &Vec<f32>,
-        targets: &Vec<f32>,
-        smooth_l1: bool,
-        dpred: &mut Vec<f32>,
-        n: usize,
-        k: usize,
-    ) {
-        losses::regression_loss(self, pred, targets, smooth_l1, dpred, n, k)
-    }
+    // load_masks, load_targets, seg_loss, seg_score, take_seg_counts, bce_logits and
+    // regression_loss: delegations to losses.rs, written out there.
+    losses::backend_methods!();
 
     fn take_loss_stats(&mut self) -> (f64, u64) {
         let r = (self.loss_sum, self.correct);

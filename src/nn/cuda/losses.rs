@@ -5,15 +5,23 @@
 //! Segmentation logits are an activation (NHWC, in the activation type) or a plain NCHW float
 //! buffer; the gradient is written in the same layout and type, which is what the backward of
 //! the layer that made them reads. The labels and values heads are the linear layer's [n, k]
-//! float32. The segmentation loss is three stream operations (zero the sums, sum, gradient)
-//! that allocate nothing after the first call and read nothing back: safe in a recorded graph.
+//! float32. The segmentation loss is three kernels (per-block partial sums, their totals in
+//! block order, gradient) that allocate nothing after the first call of a shape and read
+//! nothing back: safe in a recorded graph, and the same bits on every run (no float is added
+//! atomically; see kernels/seg.cu).
 
 use super::*;
 
+// seg_stats keeps one slot per warp of a block: SEG_WARPS = 8 in kernels/seg.cu.
+const _: () = assert!(THREADS == 8 * 32);
+
 /// Device buffers of the losses, kept between calls.
 pub(super) struct LossBufs {
-    /// `seg_loss`'s batch sums (f64): per class sum p_c g_c, sum p_c and pixels, then the
-    /// cross-entropy sum, counted pixels and correct ones (seg_stats in kernels/seg.cu).
+    /// `seg_loss`'s per-block partial sums (f64) [3k + 3][blocks]: the grid is fixed for a
+    /// shape, so this is sized once per shape (seg_stats in kernels/seg.cu).
+    part: Buf,
+    /// Their totals in block order (f64): per class sum p_c g_c, sum p_c and pixels, then the
+    /// cross-entropy sum, counted pixels and correct ones (seg_sums).
     sums: Buf,
     /// `seg_score`'s counters: 3k u64, in a buffer typed F64 (eight bytes a value).
     counts: Buf,
@@ -24,6 +32,7 @@ pub(super) struct LossBufs {
 impl LossBufs {
     pub(super) fn new(stream: sys::CUstream) -> Self {
         LossBufs {
+            part: Buf::unallocated(Dt::F64, stream),
             sums: Buf::unallocated(Dt::F64, stream),
             counts: Buf::unallocated(Dt::F64, stream),
             counts_k: 0,
@@ -192,22 +201,31 @@ impl Cuda {
     ) {
         let (sc, sp) = seg_layout(logits, n, k, hw, "seg_loss");
         check_targets(targets, n * hw, "seg_loss");
+        let (m, sfx) = (n * hw, logits.dt.suffix());
+        // The grid depends on the shape only: which block adds which pixels, and so every
+        // rounding, is the same on each call.
+        let g = self.grid(m);
+        let cols = 3 * k + 3;
+        assert!(cols <= i32::MAX as usize, "seg_loss: {k} classes");
+        let e = self.empty(Dt::F64);
+        let mut part = std::mem::replace(&mut self.losses.part, e);
         let e = self.empty(Dt::F64);
         let mut sums = std::mem::replace(&mut self.losses.sums, e);
-        let ok = self.ensure(&mut sums, 3 * k + 3, Dt::F64)
+        let ok = self.ensure(&mut part, cols * g as usize, Dt::F64)
+            && self.ensure(&mut sums, cols, Dt::F64)
             && self.ensure(dlogits, logits.len, logits.dt);
         if ok {
             dlogits.act = logits.act;
-            self.memset0(&sums);
-            let (m, sfx) = (n * hw, logits.dt.suffix());
-            let g = self.grid(m);
             let stats = self.stats.ptr;
             launch!(self, &format!("seg_stats_{sfx}"), (g, 1), THREADS;
-                logits.ptr, targets.ptr, sums.ptr, m as i64, hw as i32, k as i32, sc, sp);
+                logits.ptr, targets.ptr, part.ptr, m as i64, hw as i32, k as i32, sc, sp);
+            launch!(self, "seg_sums", (blocks(cols * 32, THREADS), 1), THREADS;
+                part.ptr, sums.ptr, cols as i32, g as i32);
             launch!(self, &format!("seg_grad_{sfx}"), (g, 1), THREADS;
                 logits.ptr, targets.ptr, sums.ptr, dlogits.ptr, stats, m as i64, hw as i32,
                 k as i32, sc, sp, dice, n as i32);
         }
+        self.losses.part = part;
         self.losses.sums = sums;
     }
 

@@ -7,7 +7,7 @@
 
 use super::staging::Kind;
 use super::tests::gpu;
-use super::{Cuda, Dt, Precision};
+use super::{Buf, Cuda, Dt, Precision};
 use crate::nn::cpu::Cpu;
 use crate::nn::{Aug, Backend};
 
@@ -271,6 +271,77 @@ fn segmentation_losses_match_the_cpu() {
     }
 }
 
+/// (loss bits, correct pixels, dlogits bits) of one seg_loss over a stale gradient buffer.
+fn seg_bits(g: &mut Cuda, z: &Buf, t: &Buf, d: &mut Buf, (n, k, hw): Dims3) -> SegBits {
+    g.take_loss_stats();
+    g.seg_loss(z, t, 0.5, d, n, k, hw);
+    let (loss, right) = g.take_loss_stats();
+    let bits = g.download(d).iter().map(|v| v.to_bits()).collect();
+    (loss.to_bits(), right, bits)
+}
+type Dims3 = (usize, usize, usize);
+type SegBits = (u64, u64, Vec<u32>);
+
+/// The segmentation loss gives the same bits on every call: the same inputs twice with another
+/// batch between them (whose sums and gradient the buffers then hold), and once on a fresh
+/// backend; over tens of blocks, k = 3 and 70 (classes summed in groups beyond those kept in
+/// shared memory), both precisions, NHWC and (float32) NCHW.
+#[test]
+fn the_segmentation_loss_is_bit_for_bit_deterministic() {
+    for (prec, _) in PRECISIONS {
+        let Some(mut g) = gpu(prec, Kind::Pinned) else {
+            return;
+        };
+        let mut fresh = gpu(prec, Kind::Pinned).expect("a second backend");
+        let mut rng = Rng(59);
+        for (k, (n, h, w)) in [(3, (4, 64, 61)), (70, (2, 48, 45))] {
+            let hw = h * w;
+            assert!(n * hw > 16 * 256, "several blocks");
+            let z = round(prec, rng.vec(n * k * hw, 4.0));
+            let other = round(prec, rng.vec(n * k * hw, 4.0));
+            let t = seg_targets(&mut rng, n * hw, k);
+            for plain in [false, true] {
+                if plain && prec != Precision::F32 {
+                    continue;
+                }
+                let what = format!("{prec:?} k={k} {n}x{h}x{w} NCHW={plain}");
+                let up = |g: &mut Cuda, v: &[f32]| {
+                    if plain {
+                        g.upload(v)
+                    } else {
+                        g.upload_act(v, [n, k, h, w])
+                    }
+                };
+                let (zb, ob, tb) = (up(&mut g, &z), up(&mut g, &other), g.upload(&t));
+                let mut d = up(&mut g, &vec![7.0; z.len()]);
+                let first = seg_bits(&mut g, &zb, &tb, &mut d, (n, k, hw));
+                assert!(
+                    first.1 > 0 && first.2.iter().any(|&b| b != 0),
+                    "{what}: nothing"
+                );
+                let between = seg_bits(&mut g, &ob, &tb, &mut d, (n, k, hw));
+                assert_ne!(between.0, first.0, "{what}: other logits, same loss");
+                let again = seg_bits(&mut g, &zb, &tb, &mut d, (n, k, hw));
+                assert!(
+                    again.0 == first.0,
+                    "{what}: loss {:e} then {:e}",
+                    f64::from_bits(first.0),
+                    f64::from_bits(again.0)
+                );
+                assert_eq!(again.1, first.1, "{what}: correct pixels");
+                let differ = first.2.iter().zip(&again.2).filter(|(a, b)| a != b).count();
+                assert_eq!(differ, 0, "{what}: dlogits differ in {differ} values");
+                let (fz, ft) = (up(&mut fresh, &z), fresh.upload(&t));
+                let mut fd = fresh.empty(d.dt);
+                let other_backend = seg_bits(&mut fresh, &fz, &ft, &mut fd, (n, k, hw));
+                assert!(other_backend == first, "{what}: another backend differs");
+            }
+        }
+        g.status().unwrap();
+        fresh.status().unwrap();
+    }
+}
+
 /// Known values: a perfect prediction (loss 0, every Dice 1, counts exact), an all-ignored
 /// batch (loss 0, gradient 0), BCE of logit 0 (ln 2 per sample).
 #[test]
@@ -406,8 +477,8 @@ fn loss_gradients_match_finite_differences_on_the_gpu() {
 }
 
 /// The segmentation loss recorded as a graph and replayed twice gives the loss and gradient of a
-/// direct call each time (its sums are zeroed inside the graph; nothing is allocated or read
-/// back while recording).
+/// direct call each time (its partial sums are written afresh inside the graph; nothing is
+/// allocated or read back while recording).
 #[test]
 fn a_recorded_segmentation_loss_replays_as_it_runs() {
     let Some(mut g) = gpu(Precision::Bf16, Kind::Pinned) else {
