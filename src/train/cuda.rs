@@ -548,6 +548,7 @@ mod tests {
         let r = Recipe {
             data: out.clone(),
             model: cfg.clone(),
+            task: Default::default(),
             epochs: 3,
             batch: 64,
             lr: 0.1,
