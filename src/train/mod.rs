@@ -8,6 +8,7 @@ pub mod cuda;
 pub mod input;
 pub mod plan;
 pub mod plot;
+pub mod plot_masks;
 pub mod scores;
 pub mod timing;
 
