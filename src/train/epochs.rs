@@ -621,17 +621,8 @@ fn write_results(
         })
         .collect();
     timing::mark("summary written");
-    let series: Vec<plot::Series> = match &summary.test_score_name {
-        Some(name) => vec![plot::Series {
-            name: format!("test {name}"),
-            values: history
-                .iter()
-                .map(|m| m.test_score.unwrap_or(f64::NAN))
-                .collect(),
-        }],
-        None => Vec::new(),
-    };
-    plot::curves_png_with(&points, &series, &dir.join("curves.png"))?;
+    let panel = metric_panel(summary, history);
+    plot::curves_with_png(&points, panel.as_ref(), &dir.join("curves.png"))?;
     let (confusion, classes) = (&summary.confusion, &summary.classes);
     if !confusion.is_empty() {
         plot::confusion_png(confusion, classes, &dir.join("confusion.png"))?;
@@ -644,23 +635,70 @@ fn write_results(
     }
     if !shown.is_empty() {
         let m = &r.model;
-        let samples: Vec<plot::MaskSample> = shown
-            .iter()
-            .map(|s| plot::MaskSample {
-                image: &s.image,
-                truth: &s.truth,
-                predicted: &s.predicted,
-            })
-            .collect();
-        plot::masks_png(
-            &samples,
-            (m.channels, m.height, m.width),
+        let (images, truth, pred) = (
+            shown.iter().flat_map(|s| s.image.iter().copied()).collect::<Vec<_>>(),
+            shown.iter().flat_map(|s| s.truth.iter().copied()).collect::<Vec<_>>(),
+            shown.iter().flat_map(|s| s.predicted.iter().copied()).collect::<Vec<_>>(),
+        );
+        let grid = super::plot_masks::MaskGrid {
+            images: &images,
+            truth: &truth,
+            pred: &pred,
+            shape: [m.channels, m.height, m.width],
             classes,
-            &dir.join("masks.png"),
-        )?;
+            background: Some(0),
+        };
+        super::plot_masks::masks_png(&grid, &dir.join("masks.png"))?;
     }
     timing::mark("plots written");
     Ok(())
+}
+
+/// The task's panel of curves.png: its headline per epoch on the test split and, for masks and
+/// labels, each class's or label's figure beside it (none for classes).
+fn metric_panel(summary: &Summary, history: &[EpochMetrics]) -> Option<plot::MetricPanel> {
+    let name = summary.test_score_name.clone()?;
+    let mut series = vec![plot::Series {
+        name: format!("test {name}"),
+        values: history
+            .iter()
+            .map(|m| m.test_score.unwrap_or(f64::NAN))
+            .collect(),
+    }];
+    // Per class (Dice) or label (AP), from each epoch's scores as written.
+    let per = match summary.task {
+        TaskKind::Mask => Some(("dice", "classes", 1)),
+        TaskKind::Labels => Some(("ap", "labels", 0)),
+        _ => None,
+    };
+    if let Some((key, names_key, first)) = per {
+        let names: Vec<String> = summary
+            .test_scores
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v[names_key].clone()).ok())
+            .unwrap_or_default();
+        for (j, n) in names.iter().enumerate().skip(first) {
+            let values = history
+                .iter()
+                .map(|m| {
+                    m.test_scores
+                        .as_ref()
+                        .and_then(|v| v[key][j].as_f64())
+                        .unwrap_or(f64::NAN)
+                })
+                .collect();
+            series.push(plot::Series {
+                name: n.clone(),
+                values,
+            });
+        }
+    }
+    Some(plot::MetricPanel {
+        title: name,
+        series,
+        unit: summary.task != TaskKind::Values,
+        with_accuracy: summary.task != TaskKind::Values,
+    })
 }
 
 /// A checkpoint, written by the writing rank only (rank 0; the one process of a plain run).

@@ -25,7 +25,7 @@ pub struct Tested {
 pub enum TaskScores {
     Mask(scores::SegScores),
     Labels(scores::LabelScores),
-    Values(scores::RegressionScores),
+    Values(scores::RegScores),
 }
 
 impl TaskScores {
@@ -72,8 +72,8 @@ pub(super) fn evaluate<B: Backend>(
     let task = &r.task;
     let field = super::feed::target_field(&src, r)?;
     let mut confusion = vec![vec![0u64; if task.kind == TaskKind::Class { k } else { 0 }]; k];
-    let mut labels_seen = scores::LabelAccumulator::new(k);
-    let mut values_seen = scores::RegressionAccumulator::new(k);
+    let mut labels_seen = scores::LabelAccum::new(k, scores::ScoreKind::Logits);
+    let mut values_seen = scores::RegAccum::new(k);
     let mut shown = Vec::new();
     let mut n_all = 0usize;
     let dtype = src.spec.dtype;
@@ -124,8 +124,7 @@ pub(super) fn evaluate<B: Backend>(
             }
             TaskKind::Labels => {
                 let logits = be.download(out);
-                let truth = task.host_targets(target.map_or(&[][..], |t| t.0), n);
-                labels_seen.add(&logits, &truth)?;
+                labels_seen.add(&logits, &target.map_or(&[][..], |t| t.0)[..n * k])?;
             }
             TaskKind::Values => {
                 // In the values' own units.
@@ -136,7 +135,7 @@ pub(super) fn evaluate<B: Backend>(
                     *p = *p * task.value_std[j] + task.value_mean[j];
                     *t = *t * task.value_std[j] + task.value_mean[j];
                 }
-                values_seen.add(&pred, &truth);
+                values_seen.add(&pred, &truth)?;
             }
         }
         model.loss(be, n, 0.0);
@@ -151,14 +150,23 @@ pub(super) fn evaluate<B: Backend>(
             (correct as f64 / n_all.max(1) as f64, None)
         }
         TaskKind::Mask => {
-            let s = scores::SegScores::from_counts(&be.take_seg_counts(k), names);
+            let mut counts: Vec<[u64; 3]> = be
+                .take_seg_counts(k)
+                .chunks_exact(3)
+                .map(|c| [c[0], c[1], c[2]])
+                .collect();
+            // The ignored value is never a target: its predictions are not scored either.
+            if let Some(c) = task.ignore.and_then(|i| counts.get_mut(i as usize)) {
+                *c = [0; 3];
+            }
+            let s = scores::SegScores::from_counts(&counts, names, Some(0))?;
             (s.pixel_accuracy.unwrap_or(f64::NAN), Some(TaskScores::Mask(s)))
         }
         TaskKind::Labels => {
-            let s = labels_seen.finish(names);
+            let s = labels_seen.finish(names)?;
             (s.exact_match.unwrap_or(f64::NAN), Some(TaskScores::Labels(s)))
         }
-        TaskKind::Values => (f64::NAN, Some(TaskScores::Values(values_seen.finish(names)))),
+        TaskKind::Values => (f64::NAN, Some(TaskScores::Values(values_seen.finish(names)?))),
     };
     Ok(Tested {
         loss,

@@ -8,6 +8,8 @@ pub mod cuda;
 pub mod input;
 pub mod plan;
 pub mod plot;
+pub mod plot_masks;
+pub mod scores;
 pub mod timing;
 
 mod device;
@@ -18,7 +20,6 @@ mod folder;
 mod metrics;
 mod recipe;
 mod schedule;
-pub mod scores;
 pub mod task;
 
 pub use device::{gpu_count, pick_device};

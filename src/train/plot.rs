@@ -17,9 +17,9 @@ pub struct EpochPoint {
     pub test_accuracy: f64,
 }
 
-const WHITE: Color = [255, 255, 255];
-const INK: Color = [30, 30, 30];
-const FRAME: Color = [110, 110, 110];
+pub(super) const WHITE: Color = [255, 255, 255];
+pub(super) const INK: Color = [30, 30, 30];
+pub(super) const FRAME: Color = [110, 110, 110];
 const GRID: Color = [228, 228, 228];
 const MUTED: Color = [170, 170, 170];
 const TRAIN: Color = [31, 119, 180];
@@ -58,7 +58,7 @@ fn paint(img: &mut RgbImage, bx: [f64; 4], r: f64, c: Color, dist: impl Fn(f64, 
 }
 
 /// One-pixel rectangle outline from (l, t) to (r, b) inclusive.
-fn frame(img: &mut RgbImage, l: i64, t: i64, r: i64, b: i64, c: Color) {
+pub(super) fn frame(img: &mut RgbImage, l: i64, t: i64, r: i64, b: i64, c: Color) {
     fill_rect(img, l, t, r - l + 1, 1, c);
     fill_rect(img, l, b, r - l + 1, 1, c);
     fill_rect(img, l, t, 1, b - t + 1, c);
@@ -154,10 +154,75 @@ fn y_range(vals: &[f64], accuracy: bool) -> (f64, f64) {
     (a2, b2)
 }
 
-/// Draws one panel of two series against epochs, with its plot area spanning x0+84..x0+484.
-fn panel(img: &mut RgbImage, x0: i64, title: &str, xs: &[f64], ys: [&[f64]; 2], acc: bool) {
+/// One named series of a panel.
+struct Line<'a> {
+    name: &'a str,
+    ys: &'a [f64],
+    color: Color,
+    /// Stroke width; wider lines are drawn after (over) narrower ones.
+    width: f64,
+}
+
+/// Legend entries longer than this are cut (the legend column's width follows the longest).
+const LEGEND_CHARS: usize = 14;
+/// Rows of the legend column: as many as fit beside the 318-pixel plot area at 20 pixels each.
+const LEGEND_ROWS: usize = 15;
+
+/// Whether the legend of `lines` fits in the header row beside `title` (else: a column).
+fn header_legend_fits(title: &str, lines: &[Line]) -> bool {
+    let legend: i64 = lines.iter().map(|e| 44 + text_w(e.name, S)).sum();
+    text_w(title, S) + 20 + legend <= 400 + 16
+}
+
+/// Width of the legend column beside a panel's plot area (0 when the legend sits in the header).
+fn legend_col_w(title: &str, lines: &[Line]) -> i64 {
+    if header_legend_fits(title, lines) {
+        return 0;
+    }
+    let w = lines
+        .iter()
+        .map(|e| text_w(&truncate(e.name, LEGEND_CHARS), S))
+        .max()
+        .unwrap_or(0);
+    w.max(text_w("+99 more", S)) + 28 + 16
+}
+
+/// The legend as a column right of the plot area, top-aligned with it; past `LEGEND_ROWS` the
+/// last row counts the rest.
+fn legend_column(img: &mut RgbImage, x: i64, t: i64, lines: &[Line]) {
+    let fits = lines.len() <= LEGEND_ROWS;
+    let shown = if fits { lines.len() } else { LEGEND_ROWS - 1 };
+    for (i, e) in lines.iter().take(shown).enumerate() {
+        let y = t + 4 + 20 * i as i64;
+        let cy = y as f64 + 7.0;
+        segment(img, (x as f64, cy), (x as f64 + 22.0, cy), 2.0, e.color);
+        dot(img, (x as f64 + 11.0, cy), 3.5, e.color);
+        let name = truncate(e.name, LEGEND_CHARS);
+        draw_text(img, x + 28, y, &name, S, INK, false);
+    }
+    if !fits {
+        let more = format!("+{} more", lines.len() - shown);
+        draw_text(
+            img,
+            x + 28,
+            t + 4 + 20 * shown as i64,
+            &more,
+            S,
+            FRAME,
+            false,
+        );
+    }
+}
+
+/// Draws one panel of series against epochs, with its plot area spanning x0+84..x0+484 and its
+/// legend in the header row or, when that is too narrow, in a column right of the plot area.
+fn panel(img: &mut RgbImage, x0: i64, title: &str, xs: &[f64], lines: &[Line], acc: bool) {
     let (l, r, t, b) = (x0 + 84, x0 + 484, 44i64, 362i64);
-    let finite: Vec<f64> = ys.concat().into_iter().filter(|v| v.is_finite()).collect();
+    let finite: Vec<f64> = lines
+        .iter()
+        .flat_map(|e| e.ys.iter().copied())
+        .filter(|v| v.is_finite())
+        .collect();
     let (ylo, yhi) = y_range(&finite, acc);
     let (xlo, xhi) = match (xs.first(), xs.last()) {
         (Some(&a), Some(&z)) => {
@@ -201,13 +266,22 @@ fn panel(img: &mut RgbImage, x0: i64, title: &str, xs: &[f64], ys: [&[f64]; 2], 
     draw_text(img, l, 16, title, S, INK, false);
 
     // Legend in the header row, right-aligned, so it never hides data.
-    let entries = [("train", TRAIN), ("test", TEST)];
-    let mut lx = r + 16 - entries.iter().map(|(s, _)| 44 + text_w(s, S)).sum::<i64>();
-    for (s, c) in entries {
-        segment(img, (lx as f64, 23.0), (lx as f64 + 22.0, 23.0), 2.0, c);
-        dot(img, (lx as f64 + 11.0, 23.0), 3.5, c);
-        draw_text(img, lx + 28, 16, s, S, INK, false);
-        lx += 44 + text_w(s, S);
+    if header_legend_fits(title, lines) {
+        let mut lx = r + 16 - lines.iter().map(|e| 44 + text_w(e.name, S)).sum::<i64>();
+        for e in lines {
+            segment(
+                img,
+                (lx as f64, 23.0),
+                (lx as f64 + 22.0, 23.0),
+                2.0,
+                e.color,
+            );
+            dot(img, (lx as f64 + 11.0, 23.0), 3.5, e.color);
+            draw_text(img, lx + 28, 16, e.name, S, INK, false);
+            lx += 44 + text_w(e.name, S);
+        }
+    } else {
+        legend_column(img, r + 16, t, lines);
     }
 
     if finite.is_empty() {
@@ -219,11 +293,14 @@ fn panel(img: &mut RgbImage, x0: i64, title: &str, xs: &[f64], ys: [&[f64]; 2], 
     // Dots shrink as points crowd together so 100 epochs still read as a line.
     let gap = (r - l) as f64 / (xs.len().max(2) - 1) as f64;
     let radius = (gap / 3.0).clamp(1.5, 3.5);
-    for (s, c) in ys.iter().zip([TRAIN, TEST]) {
+    let mut order: Vec<&Line> = lines.iter().collect();
+    order.sort_by(|a, b| a.width.total_cmp(&b.width)); // stable: equal widths keep their order
+    for e in order {
+        let (s, c) = (e.ys, e.color);
         for i in 1..s.len().min(xs.len()) {
             if s[i - 1].is_finite() && s[i].is_finite() {
                 let (p, q) = ((px(xs[i - 1]), py(s[i - 1])), (px(xs[i]), py(s[i])));
-                segment(img, p, q, 2.0, c);
+                segment(img, p, q, e.width, c);
             }
         }
         for (&x, &y) in xs.iter().zip(s.iter()).filter(|(_, y)| y.is_finite()) {
@@ -251,15 +328,133 @@ pub fn save(img: &RgbImage, path: &Path) -> Result<()> {
 /// colours and dots at each point. Works for 1 point (draw the dots) and for many (e.g. 100).
 /// Writes a PNG of about 1000x420 pixels.
 pub fn curves_png(points: &[EpochPoint], path: &Path) -> Result<()> {
-    let mut pts = points.to_vec();
-    pts.sort_by_key(|p| p.epoch);
-    let xs: Vec<f64> = pts.iter().map(|p| p.epoch as f64).collect();
-    let col = |f: fn(&EpochPoint) -> f64| pts.iter().map(f).collect::<Vec<f64>>();
+    curves_with_png(points, None, path)
+}
+
+/// A named per-epoch series: one value per `EpochPoint`, in the order the points are given
+/// (non-finite values are gaps, e.g. an epoch where a class's Dice is undefined).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub values: Vec<f64>,
+}
+
+/// A panel of task metrics beside the loss: "mean Dice" with one series per class, "mAP", "R2".
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricPanel {
+    pub title: String,
+    /// Series named "train" and "test" take the loss panel's colours; with three or more series
+    /// the first is the headline (the mean), drawn black, wider and on top; the rest take green,
+    /// red, purple, brown, pink, grey, olive, cyan, blue, orange in order (cycling).
+    pub series: Vec<Series>,
+    /// Values lie in [0, 1] (Dice, IoU, mAP, F1): the y axis treats them like accuracies. R2 can
+    /// go below 0 and stays `false`.
+    pub unit: bool,
+    /// Keep the accuracy panel between loss and this one (off for tasks without an accuracy).
+    pub with_accuracy: bool,
+}
+
+const PALETTE: [Color; 10] = [
+    [44, 160, 44],
+    [214, 39, 40],
+    [148, 103, 189],
+    [140, 86, 75],
+    [227, 119, 194],
+    [127, 127, 127],
+    [188, 189, 34],
+    [23, 190, 207],
+    TRAIN,
+    TEST,
+];
+
+/// Colour and stroke width of each metric series (see `MetricPanel::series`).
+fn series_style(series: &[Series]) -> Vec<(Color, f64)> {
+    let mut next = 0;
+    let headline = series.len() >= 3;
+    let style = |(i, s): (usize, &Series)| match s.name.as_str() {
+        "train" => (TRAIN, 2.0),
+        "test" => (TEST, 2.0),
+        _ if headline && i == 0 => (INK, 3.0),
+        _ => {
+            next += 1;
+            (PALETTE[(next - 1) % PALETTE.len()], 2.0)
+        }
+    };
+    series.iter().enumerate().map(style).collect()
+}
+
+/// `curves_png` with an optional metric panel after loss (and accuracy, if kept); the panel is
+/// 500 pixels wide plus a legend column when its names do not fit in its header row. Without
+/// one it draws exactly what `curves_png` draws. A series whose length differs from the
+/// points' is an error.
+pub fn curves_with_png(
+    points: &[EpochPoint],
+    metric: Option<&MetricPanel>,
+    path: &Path,
+) -> Result<()> {
+    if let Some(bad) = metric.and_then(|m| m.series.iter().find(|s| s.values.len() != points.len()))
+    {
+        return Err(Error::Invalid(format!(
+            "plot {}: series {:?} has {} values for {} epochs",
+            crate::util::error::shown_path(path),
+            bad.name,
+            bad.values.len(),
+            points.len()
+        )));
+    }
+    // A stable sort, so the series follow the points into epoch order.
+    let mut order: Vec<usize> = (0..points.len()).collect();
+    order.sort_by_key(|&i| points[i].epoch);
+    let xs: Vec<f64> = order.iter().map(|&i| points[i].epoch as f64).collect();
+    let col =
+        |f: fn(&EpochPoint) -> f64| order.iter().map(|&i| f(&points[i])).collect::<Vec<f64>>();
     let (trl, tel) = (col(|p| p.train_loss), col(|p| p.test_loss));
     let (tra, tea) = (col(|p| p.train_accuracy), col(|p| p.test_accuracy));
-    let mut img = RgbImage::from_pixel(1000, 420, Rgb(WHITE));
-    panel(&mut img, 0, "loss", &xs, [&trl, &tel], false);
-    panel(&mut img, 500, "accuracy", &xs, [&tra, &tea], true);
+    let pair = |tr, te| {
+        [
+            Line {
+                name: "train",
+                ys: tr,
+                color: TRAIN,
+                width: 2.0,
+            },
+            Line {
+                name: "test",
+                ys: te,
+                color: TEST,
+                width: 2.0,
+            },
+        ]
+    };
+    let with_acc = metric.is_none_or(|m| m.with_accuracy);
+    let values: Vec<Vec<f64>> = metric.map_or_else(Vec::new, |m| {
+        let sorted = |s: &Series| order.iter().map(|&i| s.values[i]).collect();
+        m.series.iter().map(sorted).collect()
+    });
+    let lines: Vec<Line> = metric.map_or_else(Vec::new, |m| {
+        let it = m.series.iter().zip(&values).zip(series_style(&m.series));
+        it.map(|((s, ys), (color, width))| Line {
+            name: &s.name,
+            ys,
+            color,
+            width,
+        })
+        .collect()
+    });
+    let title = metric.map_or("", |m| m.title.as_str());
+    let metric_x = if with_acc { 1000 } else { 500 };
+    let w = match metric {
+        Some(_) => metric_x + 500 + legend_col_w(title, &lines),
+        None => 1000,
+    };
+    let mut img = RgbImage::from_pixel(w as u32, 420, Rgb(WHITE));
+    panel(&mut img, 0, "loss", &xs, &pair(&trl, &tel), false);
+    if with_acc {
+        panel(&mut img, 500, "accuracy", &xs, &pair(&tra, &tea), true);
+    }
+    if let Some(m) = metric {
+        panel(&mut img, metric_x, title, &xs, &lines, m.unit);
+    }
     save(&img, path)
 }
 
@@ -271,7 +466,7 @@ fn shade(f: f64) -> Color {
     [0, 1, 2].map(|k: usize| (a[k] + (b[k] - a[k]) * f).round() as u8)
 }
 
-fn truncate(name: &str, max: usize) -> String {
+pub(super) fn truncate(name: &str, max: usize) -> String {
     if name.chars().count() <= max {
         name.to_string()
     } else {
@@ -465,9 +660,84 @@ mod tests {
         assert!(ticks(1.0, 1.0, 6, false).0.is_empty());
         assert_eq!(truncate("T-shirt/top", 10), "T-shirt/t~");
     }
+
+    fn metric(names: &[&str], n: usize) -> MetricPanel {
+        let series = names
+            .iter()
+            .enumerate()
+            .map(|(j, s)| Series {
+                name: s.to_string(),
+                values: (0..n)
+                    .map(|e| 0.9 - 0.5 / (1.0 + e as f64 + j as f64))
+                    .collect(),
+            })
+            .collect();
+        MetricPanel {
+            title: "Dice (test)".into(),
+            series,
+            unit: true,
+            with_accuracy: true,
+        }
+    }
+
+    #[test]
+    fn metric_panel_sizes_and_colours() {
+        let d = dir("metric");
+        let pts: Vec<EpochPoint> = (1..=20).map(point).collect();
+        // One short series beside loss only: the legend fits the header, 1000 pixels wide.
+        let mut one = metric(&["test"], 20);
+        one.with_accuracy = false;
+        one.title = "mAP".into();
+        curves_with_png(&pts, Some(&one), &d.join("one.png")).unwrap();
+        assert_eq!(dims(&d.join("one.png")), (1000, 420));
+        // A headline and 20 classes beside loss and accuracy: a legend column past 1500 pixels.
+        let mut names = vec!["mean".to_string()];
+        names.extend((0..20).map(|i| format!("a_rather_long_class_{i}")));
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        curves_with_png(&pts, Some(&metric(&refs, 20)), &d.join("many.png")).unwrap();
+        let (w, h) = dims(&d.join("many.png"));
+        assert!(h == 420 && (1600..1800).contains(&w), "{w}x{h}");
+        let img = image::open(d.join("many.png")).unwrap().to_rgb8();
+        let plot_area = |c: Color| {
+            let mut inside = img
+                .enumerate_pixels()
+                .filter(|(x, y, _)| *x > 1084 && *x < 1484 && *y > 44 && *y < 362);
+            inside.any(|(_, _, p)| p.0 == c)
+        };
+        // The headline is black, the first classes green and red (dot centres are opaque).
+        assert!(plot_area(INK) && plot_area([44, 160, 44]) && plot_area([214, 39, 40]));
+        assert_eq!(series_style(&one.series), vec![(TEST, 2.0)]);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn metric_series_follow_the_points_into_epoch_order() {
+        let d = dir("order");
+        // Points out of order; the one finite value belongs to epoch 1, drawn at the left.
+        let pts = [point(9), point(1), point(5)];
+        let mut m = metric(&["test"], 3);
+        m.series[0].values = vec![f64::NAN, 0.7, f64::NAN];
+        m.with_accuracy = false;
+        curves_with_png(&pts, Some(&m), &d.join("o.png")).unwrap();
+        let img = image::open(d.join("o.png")).unwrap().to_rgb8();
+        let test_at = |x0: u32, x1: u32| {
+            img.enumerate_pixels()
+                .any(|(x, y, p)| x >= x0 && x < x1 && y > 44 && y < 362 && p.0 == TEST)
+        };
+        // Plot area 584..984 over epochs 0.5..9.5: epoch 1 lies near x 606, epoch 9 near 962.
+        assert!(test_at(590, 630) && !test_at(630, 990));
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn metric_series_of_the_wrong_length() {
+        let d = dir("badseries");
+        let pts: Vec<EpochPoint> = (1..=3).map(point).collect();
+        let err = curves_with_png(&pts, Some(&metric(&["mean", "x"], 2)), &d.join("b.png"));
+        let err = err.unwrap_err().to_string();
+        assert!(err.contains("b.png") && err.contains("\"mean\""), "{err}");
+        // No points and no values: the panels say "no data" but draw.
+        curves_with_png(&[], Some(&metric(&["mean"], 0)), &d.join("e.png")).unwrap();
+        std::fs::remove_dir_all(d).unwrap();
+    }
 }
-// TEMPORARY stub (replaced by the scores branch at merge)
-pub struct Series { pub name: String, pub values: Vec<f64> }
-pub fn curves_png_with(p: &[EpochPoint], _s: &[Series], path: &std::path::Path) -> crate::util::error::Result<()> { curves_png(p, path) }
-pub struct MaskSample<'a> { pub image: &'a [f32], pub truth: &'a [u32], pub predicted: &'a [u32] }
-pub fn masks_png(_s: &[MaskSample], _d: (usize, usize, usize), _n: &[String], _p: &std::path::Path) -> crate::util::error::Result<()> { todo!() }
