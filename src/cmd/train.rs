@@ -241,10 +241,10 @@ fn print_summary(
     if a.json {
         outln!("{}", serde_json::to_string_pretty(s)?);
     } else if !quiet {
-        let acc = if s.test_accuracy.is_nan() {
-            "no test split".to_string()
-        } else {
-            format!("test accuracy {:.4}", s.test_accuracy)
+        let acc = match (&s.test_score_name, s.test_score) {
+            _ if s.test_loss.is_nan() => "no test split".to_string(),
+            (Some(name), Some(v)) => format!("test {name} {v:.4}"),
+            _ => format!("test accuracy {:.4}", s.test_accuracy),
         };
         outln!(
             "{}: {acc} after {} epochs on {} data, {:.0} samples/s on {}, {:.1} s, peak RSS {}",

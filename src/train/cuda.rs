@@ -374,9 +374,7 @@ impl DeviceFeed {
                                         stream,
                                     )
                                 }
-                                .map_err(|e| {
-                                    Error::Device(format!("copying to the GPU: {e:?}"))
-                                })?;
+                                .map_err(|e| Error::Device(format!("copying to the GPU: {e:?}")))?;
                             } else {
                                 let k = task.names.len();
                                 host_targets.resize(at * k, 0.0);
@@ -502,7 +500,18 @@ impl Feed<Cuda> for DeviceFeed {
             let order = self.order.ptr() + off;
             if r.task.kind == super::TaskKind::Mask {
                 let ignore = r.task.ignore;
-                be.load_masks_device(t.ptr(), *wide, order, aug, b, h, w, pad, ignore, &mut model.targets);
+                be.load_masks_device(
+                    t.ptr(),
+                    *wide,
+                    order,
+                    aug,
+                    b,
+                    h,
+                    w,
+                    pad,
+                    ignore,
+                    &mut model.targets,
+                );
             } else {
                 let k = r.task.names.len();
                 be.gather_targets_device(t.ptr(), order, b, k, &mut model.targets);
@@ -607,7 +616,9 @@ mod tests {
         // A data-parallel rank's share: the same batches in both modes, as many as every rank
         // takes (`rank_batches`: 15 of 64 from 16 of the 32 blocks).
         let share = Share::new(1, 2).unwrap();
-        let mut host = HostFeed::new(dev_src.clone(), &r, 2).unwrap().for_rank(share);
+        let mut host = HostFeed::new(dev_src.clone(), &r, 2)
+            .unwrap()
+            .for_rank(share);
         dev.share = share;
         for (epoch, start) in [(0, 0), (1, 3)] {
             Feed::<Cuda>::start(&mut host, &mut g, epoch, start).unwrap();

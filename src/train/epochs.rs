@@ -636,9 +636,18 @@ fn write_results(
     if !shown.is_empty() {
         let m = &r.model;
         let (images, truth, pred) = (
-            shown.iter().flat_map(|s| s.image.iter().copied()).collect::<Vec<_>>(),
-            shown.iter().flat_map(|s| s.truth.iter().copied()).collect::<Vec<_>>(),
-            shown.iter().flat_map(|s| s.predicted.iter().copied()).collect::<Vec<_>>(),
+            shown
+                .iter()
+                .flat_map(|s| s.image.iter().copied())
+                .collect::<Vec<_>>(),
+            shown
+                .iter()
+                .flat_map(|s| s.truth.iter().copied())
+                .collect::<Vec<_>>(),
+            shown
+                .iter()
+                .flat_map(|s| s.predicted.iter().copied())
+                .collect::<Vec<_>>(),
         );
         let grid = super::plot_masks::MaskGrid {
             images: &images,

@@ -105,7 +105,15 @@ pub(super) fn evaluate<B: Backend>(
         };
         model.load(be, &raw, &r.mean, &r.std, 0, &[]);
         let target = field.map(|(f, wide)| (&batch.fields[f][..], wide));
-        task.load(be, model, target.map(|t| t.0), target.is_some_and(|t| t.1), n, 0, &[]);
+        task.load(
+            be,
+            model,
+            target.map(|t| t.0),
+            target.is_some_and(|t| t.1),
+            n,
+            0,
+            &[],
+        );
         model.forward(be, n, false);
         let out = model.last_output();
         match task.kind {
@@ -160,13 +168,22 @@ pub(super) fn evaluate<B: Backend>(
                 *c = [0; 3];
             }
             let s = scores::SegScores::from_counts(&counts, names, Some(0))?;
-            (s.pixel_accuracy.unwrap_or(f64::NAN), Some(TaskScores::Mask(s)))
+            (
+                s.pixel_accuracy.unwrap_or(f64::NAN),
+                Some(TaskScores::Mask(s)),
+            )
         }
         TaskKind::Labels => {
             let s = labels_seen.finish(names)?;
-            (s.exact_match.unwrap_or(f64::NAN), Some(TaskScores::Labels(s)))
+            (
+                s.exact_match.unwrap_or(f64::NAN),
+                Some(TaskScores::Labels(s)),
+            )
         }
-        TaskKind::Values => (f64::NAN, Some(TaskScores::Values(values_seen.finish(names)?))),
+        TaskKind::Values => (
+            f64::NAN,
+            Some(TaskScores::Values(values_seen.finish(names)?)),
+        ),
     };
     Ok(Tested {
         loss,
@@ -222,7 +239,8 @@ fn shown_samples<B: Backend>(
                 (0..hw)
                     .map(|p| {
                         if wide {
-                            u16::from_le_bytes([m[2 * (i * hw + p)], m[2 * (i * hw + p) + 1]]) as u32
+                            u16::from_le_bytes([m[2 * (i * hw + p)], m[2 * (i * hw + p) + 1]])
+                                as u32
                         } else {
                             m[i * hw + p] as u32
                         }

@@ -120,8 +120,7 @@ impl<B: Backend> Feed<B> for HostFeed {
 
 /// The field a run trains on among `src`'s fields, and whether its values are u16.
 pub(super) fn target_field(src: &Source, r: &Recipe) -> Result<Option<(usize, bool)>> {
-    Ok(r
-        .task
+    Ok(r.task
         .field_index(src)?
         .map(|f| (f, src.fields.0[f].dtype == Dtype::U16)))
 }

@@ -297,7 +297,7 @@ fn new_recipe(o: &TrainOptions, data: &Data, world: usize) -> Result<Recipe> {
     timing::mark("device probed");
     Ok(Recipe {
         data: o.data.clone(),
-        lr: o.lr.unwrap_or_else(|| crate::nn::architecture::default_lr(&name)),
+        lr: o.lr.unwrap_or_else(|| task.default_lr(&name)),
         model,
         task,
         epochs: o.epochs,
