@@ -22,6 +22,8 @@ pub mod nccl;
 pub mod staging;
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_layers;
 
 use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
 use cudarc::cublas::sys as blas;
@@ -290,6 +292,7 @@ mod backend;
 mod conv;
 mod device;
 mod graph;
+mod layers;
 mod profile;
 
 use device::compute_capability;
