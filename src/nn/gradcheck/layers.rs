@@ -77,52 +77,40 @@ pub fn check_unet<B: Backend>(be: &mut B) {
     check_unet_at(be, ModelConfig::unet(1, 19, 23, 2, 4), 6);
 }
 
-/// Central differences at two steps, 4e-3 and 2e-3: where they agree within 1e-2 no ReLU or
-/// max-pool kink lay within the steps, and the analytic gradient must match the smaller step's
-/// within 3e-2 - relative to the larger of the value and the tensor's root-mean-square gradient.
-/// Why so: the loss sums thousands of float32 logits, whose rounding moves it by about 1e-4
-/// (measured), 2.5e-2 of a gradient at a step of 2e-3 (1e-3 and below drown in it); and a
-/// U-Net's per-pixel output has thousands of units whose kinks such steps cross (the plain
-/// check failed on a correct walker at every step), so indices that cross one are skipped, but
-/// at most a quarter of each tensor's: a wrong gradient (a lost skip connection, a channel
-/// split off by one) is off at nearly every index, kinks or not.
-fn compare_smooth(
+/// d/dx of `loss` at 12 sampled indices by central differences of step 5e-3, against `g`:
+/// ‖numeric − analytic‖ over them must stay under 0.1 of the larger of the two norms plus
+/// 0.05. Why so loose, and why it still fails on a wrong walker: the loss sums thousands of
+/// float32 logits whose rounding moves each difference quotient by about 6e-3 (measured:
+/// 0.02-0.05 over 16 indices whatever the gradient's size, so 1e-3 steps drown), and the
+/// per-pixel output has thousands of max-pool windows whose winners such steps change (up to
+/// 5% of a tensor's gradient norm measured, with the ReLUs kept off their kinks by the caller);
+/// a lost skip gradient or a misplaced channel or pixel is off by a large part of the norm
+/// (see `a_wrong_walker_fails_the_unet_check`).
+fn compare_norms(
     what: &str,
     x: &[f32],
     g: &[f32],
     mut loss: impl FnMut(&[f32]) -> f64,
     rng: &mut Rng,
 ) {
-    let num = |loss: &mut dyn FnMut(&[f32]) -> f64, i: usize, eps: f32| {
+    let eps = 5e-3;
+    let (mut d2, mut n2, mut g2) = (0.0f64, 0.0f64, 0.0f64);
+    for _ in 0..12 {
+        let i = rng.idx(x.len());
         let mut xp = x.to_vec();
         xp[i] += eps;
         let lp = loss(&xp);
         xp[i] -= 2.0 * eps;
-        (lp - loss(&xp)) / (2.0 * eps as f64)
-    };
-    let rms = (g.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / g.len() as f64).sqrt();
-    let (mut worst, mut kinked) = (0.0f64, 0);
-    let tries = 16;
-    for _ in 0..tries {
-        let i = rng.idx(x.len());
-        let (a, b) = (num(&mut loss, i, 4e-3), num(&mut loss, i, 2e-3));
-        let scale = rms.max(a.abs()).max(b.abs()).max(1e-6);
-        if (a - b).abs() / scale > 1e-2 {
-            kinked += 1;
-            continue;
-        }
-        let err = (b - g[i] as f64).abs() / scale;
-        worst = worst.max(err);
-        assert!(
-            err < 3e-2,
-            "{what}: index {i}: analytic {} vs numeric {b} (and {a} at twice the step)",
-            g[i]
-        );
+        let num = (lp - loss(&xp)) / (2.0 * eps as f64);
+        d2 += (num - g[i] as f64).powi(2);
+        n2 += num * num;
+        g2 += (g[i] as f64).powi(2);
     }
-    eprintln!("gradcheck {what}: worst relative error {worst:.2e}, {kinked} of {tries} indices across a kink");
+    let (diff, norm) = (d2.sqrt(), n2.sqrt().max(g2.sqrt()));
+    eprintln!("gradcheck {what}: ‖numeric − analytic‖ {diff:.2e} of ‖gradient‖ {norm:.2e}");
     assert!(
-        4 * kinked <= tries,
-        "{what}: {kinked} of {tries} indices disagree between two steps: not kinks but a wrong or rough gradient"
+        diff < 0.1 * norm + 0.05,
+        "{what}: ‖numeric − analytic‖ {diff:.3e} over 0.1 of ‖gradient‖ {norm:.3e} + 0.05"
     );
 }
 
@@ -145,12 +133,12 @@ fn check_unet_at<B: Backend>(be: &mut B, cfg: ModelConfig, n: usize) {
     let (mean, std) = (vec![0.5; c], vec![0.25; c]);
     // The loss <logits, r>: a random per-pixel weighting of every logit.
     let r = rng.vec(n * k * h * w);
-    // Batch-norm shifts of 2 keep most units off the ReLU's kink (2% below it rather than
-    // half): fewer indices to skip, the same wiring checked.
+    // Batch-norm shifts of 4 keep the units off the ReLU's kink (3e-5 of them below it rather
+    // than half): the same wiring checked, with the max pools' switches the only kinks left.
     let mut init = crate::nn::architecture::init_values(&cfg, 5);
     for (name, v) in &mut init {
         if name.contains(".bn") && name.ends_with(".bias") {
-            v.fill(2.0);
+            v.fill(4.0);
         }
     }
     let loss_with = |be: &mut B, name: &str, vals: &[f32]| -> f64 {
@@ -173,7 +161,7 @@ fn check_unet_at<B: Backend>(be: &mut B, cfg: ModelConfig, n: usize) {
     for (i, name) in names.iter().enumerate() {
         let g = be.download(&m.params.g[i]);
         let w0 = init.iter().find(|(t, _)| t == name).unwrap().1.clone();
-        compare_smooth(
+        compare_norms(
             &format!("unet {c}x{h}x{w} {name}"),
             &w0,
             &g,
