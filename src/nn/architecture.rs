@@ -21,6 +21,9 @@
 use super::{out_size, ConvShape, PoolShape};
 use serde::{Deserialize, Serialize};
 
+#[cfg(test)]
+mod tests_unet;
+
 /// The models `--model` takes.
 pub const MODELS: [&str; 3] = ["small", "resnet18", "unet"];
 

@@ -336,11 +336,8 @@ impl<B: Backend> Model<B> {
             match node.layer.op {
                 Op::Concat => {
                     // Each input (but the batch) gets its channels' share in a fresh slot.
-                    let (ca, cb, (_, h, w)) = (
-                        self.dims[ins[0]].0,
-                        self.dims[ins[1]].0,
-                        self.dims[ins[0]],
-                    );
+                    let (ca, cb, (_, h, w)) =
+                        (self.dims[ins[0]].0, self.dims[ins[1]].0, self.dims[ins[0]]);
                     let ta = (ins[0] != 0).then(|| g.take(be));
                     let tb = (ins[1] != 0).then(|| g.take(be));
                     let (dy, da, db) = split3(&mut g.bufs, gy, ta, tb);

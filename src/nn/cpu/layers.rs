@@ -5,7 +5,15 @@
 use rayon::prelude::*;
 
 /// y [n, ca+cb, hw] = a [n, ca, hw] then b [n, cb, hw], sample by sample.
-pub(super) fn concat(a: &[f32], b: &[f32], y: &mut Vec<f32>, n: usize, ca: usize, cb: usize, hw: usize) {
+pub(super) fn concat(
+    a: &[f32],
+    b: &[f32],
+    y: &mut Vec<f32>,
+    n: usize,
+    ca: usize,
+    cb: usize,
+    hw: usize,
+) {
     let (pa, pb) = (ca * hw, cb * hw);
     assert!(
         a.len() >= n * pa && b.len() >= n * pb,
@@ -184,7 +192,10 @@ mod tests {
     fn unet_ops_give_the_values_worked_out_by_hand() {
         let mut c = Cpu::default();
         // Two samples: a has 1 channel, b has 2, of 2 pixels.
-        let (a, b) = (vec![1., 2., 3., 4.], vec![5., 6., 7., 8., 9., 10., 11., 12.]);
+        let (a, b) = (
+            vec![1., 2., 3., 4.],
+            vec![5., 6., 7., 8., 9., 10., 11., 12.],
+        );
         let mut y = vec![99.0; 3];
         c.concat(&a, &b, &mut y, 2, 1, 2, 2);
         assert_eq!(y, [1., 2., 5., 6., 7., 8., 3., 4., 9., 10., 11., 12.]);

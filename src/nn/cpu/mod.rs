@@ -654,19 +654,65 @@ impl Backend for Cpu {
     }
 
     // The U-Net's layers (layers.rs).
-    fn concat(&mut self, a: &Vec<f32>, b: &Vec<f32>, y: &mut Vec<f32>, n: usize, ca: usize, cb: usize, hw: usize) {
+    fn concat(
+        &mut self,
+        a: &Vec<f32>,
+        b: &Vec<f32>,
+        y: &mut Vec<f32>,
+        n: usize,
+        ca: usize,
+        cb: usize,
+        hw: usize,
+    ) {
         layers::concat(a, b, y, n, ca, cb, hw)
     }
-    fn concat_backward(&mut self, dy: &Vec<f32>, da: Option<&mut Vec<f32>>, db: Option<&mut Vec<f32>>, n: usize, ca: usize, cb: usize, hw: usize) {
+    fn concat_backward(
+        &mut self,
+        dy: &Vec<f32>,
+        da: Option<&mut Vec<f32>>,
+        db: Option<&mut Vec<f32>>,
+        n: usize,
+        ca: usize,
+        cb: usize,
+        hw: usize,
+    ) {
         layers::concat_backward(dy, da, db, n, ca, cb, hw)
     }
-    fn upsample(&mut self, x: &Vec<f32>, y: &mut Vec<f32>, n: usize, c: usize, h: usize, w: usize, oh: usize, ow: usize) {
+    fn upsample(
+        &mut self,
+        x: &Vec<f32>,
+        y: &mut Vec<f32>,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    ) {
         layers::upsample(x, y, n, c, h, w, oh, ow)
     }
-    fn upsample_backward(&mut self, dy: &Vec<f32>, dx: &mut Vec<f32>, n: usize, c: usize, h: usize, w: usize, oh: usize, ow: usize) {
+    fn upsample_backward(
+        &mut self,
+        dy: &Vec<f32>,
+        dx: &mut Vec<f32>,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    ) {
         layers::upsample_backward(dy, dx, n, c, h, w, oh, ow)
     }
-    fn bias(&mut self, x: &Vec<f32>, b: &Vec<f32>, y: &mut Vec<f32>, n: usize, c: usize, hw: usize) {
+    fn bias(
+        &mut self,
+        x: &Vec<f32>,
+        b: &Vec<f32>,
+        y: &mut Vec<f32>,
+        n: usize,
+        c: usize,
+        hw: usize,
+    ) {
         layers::bias(x, b, y, n, c, hw)
     }
     fn bias_backward(&mut self, dy: &Vec<f32>, db: &mut Vec<f32>, n: usize, c: usize, hw: usize) {

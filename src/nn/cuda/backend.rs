@@ -428,13 +428,42 @@ impl Backend for Cuda {
     fn concat(&mut self, a: &Buf, b: &Buf, y: &mut Buf, n: usize, ca: usize, cb: usize, hw: usize) {
         self.concat_fwd(a, b, y, n, ca, cb, hw)
     }
-    fn concat_backward(&mut self, dy: &Buf, da: Option<&mut Buf>, db: Option<&mut Buf>, n: usize, ca: usize, cb: usize, hw: usize) {
+    fn concat_backward(
+        &mut self,
+        dy: &Buf,
+        da: Option<&mut Buf>,
+        db: Option<&mut Buf>,
+        n: usize,
+        ca: usize,
+        cb: usize,
+        hw: usize,
+    ) {
         self.concat_bwd(dy, da, db, n, ca, cb, hw)
     }
-    fn upsample(&mut self, x: &Buf, y: &mut Buf, n: usize, c: usize, h: usize, w: usize, oh: usize, ow: usize) {
+    fn upsample(
+        &mut self,
+        x: &Buf,
+        y: &mut Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    ) {
         self.upsample_fwd(x, y, n, c, h, w, oh, ow)
     }
-    fn upsample_backward(&mut self, dy: &Buf, dx: &mut Buf, n: usize, c: usize, h: usize, w: usize, oh: usize, ow: usize) {
+    fn upsample_backward(
+        &mut self,
+        dy: &Buf,
+        dx: &mut Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    ) {
         self.upsample_bwd(dy, dx, n, c, h, w, oh, ow)
     }
     fn bias(&mut self, x: &Buf, b: &Buf, y: &mut Buf, n: usize, c: usize, hw: usize) {

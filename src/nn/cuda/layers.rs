@@ -157,7 +157,15 @@ impl Cuda {
             dy.ptr, dx.ptr, n as i64, ci, hi, wi, ohi, owi);
     }
 
-    pub(super) fn bias_fwd(&mut self, x: &Buf, b: &Buf, y: &mut Buf, n: usize, c: usize, hw: usize) {
+    pub(super) fn bias_fwd(
+        &mut self,
+        x: &Buf,
+        b: &Buf,
+        y: &mut Buf,
+        n: usize,
+        c: usize,
+        hw: usize,
+    ) {
         self.expect_act(x, "bias input");
         check_act(x, n, c, hw, "bias");
         assert!(

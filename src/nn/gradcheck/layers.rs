@@ -152,7 +152,11 @@ fn check_unet_at<B: Backend>(be: &mut B, cfg: ModelConfig, n: usize) {
     let mut m = Model::new(be, cfg.clone(), &init);
     m.load(be, &raw, &mean, &std, 0, &[]);
     let y = m.forward(be, n, true);
-    assert_eq!(be.download(y).len(), r.len(), "unet output of [n, classes, H, W]");
+    assert_eq!(
+        be.download(y).len(),
+        r.len(),
+        "unet output of [n, classes, H, W]"
+    );
     *m.output_grad() = be.upload_act(&r, [n, k, h, w]);
     m.backward(be, n);
     let names = m.params.names.clone();
