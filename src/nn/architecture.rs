@@ -86,7 +86,8 @@ pub enum Op {
     Linear {
         out: usize,
     },
-    /// The channels of inputs[0] then those of inputs[1] (of one height and width).
+    /// The channels of inputs[0] then those of inputs[1] (of one height and width; on the GPU
+    /// neither may be the input batch, whose channels are padded).
     Concat,
     /// Nearest-neighbour resize to h x w: output row y reads input row floor(y * hin / h), and
     /// the same for columns.

@@ -429,7 +429,9 @@ impl<B: Backend> Model<B> {
 
     /// The gradient of the loss with respect to the last layer's output, which `backward` starts
     /// from (`loss` writes it): for a loss computed elsewhere, an activation of the output's
-    /// shape (`Backend::upload_act` of NCHW values, or a backend op's output).
+    /// shape as the backend stores activations (`Backend::upload_act` of NCHW values, or a
+    /// backend op's output: on the GPU NHWC in the activations' type). `backward` leaves
+    /// another value here: write it before each backward.
     pub fn output_grad(&mut self) -> &mut B::Buf {
         &mut self.dlogits
     }

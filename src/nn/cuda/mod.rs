@@ -14,7 +14,7 @@
 //!
 //! Rooms: this file (buffers, the `Cuda` handle and its setup), `device` (what the host has),
 //! `conv` (cuDNN plans and algorithm picks), `graph` (recorded steps), `backend` (the trait's ops),
-//! `kernels`, `dnn`, `staging`, `nccl`. May import `nn` and `util`, nothing above.
+//! `layers` (the U-Net's concatenation, upsampling and bias), `kernels`, `dnn`, `staging`, `nccl`. May import `nn` and `util`, nothing above.
 
 mod dnn;
 mod kernels;
