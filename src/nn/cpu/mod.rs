@@ -5,11 +5,12 @@
 //! chunks of samples, and every reduction adds the chunks' partial results in chunk order.
 
 use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
-
-mod layers;
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
+
+// The U-Net's layers.
+mod layers;
 
 /// Samples per work chunk: the unit of parallelism and of deterministic reduction.
 const CHUNK: usize = 16;
