@@ -9,23 +9,39 @@
 //!   3x3 convolutions and 1x1 projection shortcuts), with torchvision's tensor names. Inputs of
 //!   96 px and more (the shorter side) get the 7x7/2 stem and a 3x3/2 max-pool; smaller ones a
 //!   3x3/1 stem without the pool, which keeps 28-64 px images from being pooled away.
+//! - `unet`: the standard 2-D U-Net for segmentation. Five levels of widths w, 2w, 4w, 8w, 16w
+//!   (w = `base_width`, 32 by default), each two conv3x3(pad 1, no bias) BN ReLU; max-pool 2x2
+//!   down between levels (four downsamplings); up: conv1x1 halving the channels at the low
+//!   resolution (the same function as nearest upsampling then conv1x1, four times cheaper), a
+//!   nearest `Upsample` to the skip's size (so odd sizes work), `Concat` [skip, up], two conv3x3
+//!   BN ReLU; head: conv1x1 -> classes plus a per-channel `Bias`. Its output is not a linear
+//!   layer's [n, classes] but per-pixel logits [n, classes, H, W] at the input's size. Tensor
+//!   names: `enc1.conv1`, `enc1.bn1`, ..., `enc5.bn2`, `dec4.up`, `dec4.conv1`, ..., `head`.
 
 use super::{out_size, ConvShape, PoolShape};
 use serde::{Deserialize, Serialize};
 
+#[cfg(test)]
+mod tests_unet;
+
 /// The models `--model` takes.
-pub const MODELS: [&str; 2] = ["small", "resnet18"];
+pub const MODELS: [&str; 3] = ["small", "resnet18", "unet"];
 
 /// Peak learning rate of the one-cycle schedule that `prep train` uses unless told otherwise:
 /// `small` trains fastest near 1.2 at batch 512; resnet18, deeper and with residual adds,
-/// diverges there and is trained at 0.4.
+/// diverges there and is trained at 0.4. `unet` starts at 0.1: nnU-Net trains the same kind of
+/// network with SGD (Nesterov) at 0.01 and momentum 0.99, an effective step of
+/// lr / (1 - momentum) = 1; with our momentum of 0.9 that step is lr 0.1 (to be tuned).
 pub fn default_lr(model: &str) -> f32 {
-    if model == "resnet18" {
-        0.4
-    } else {
-        1.2
+    match model {
+        "resnet18" => 0.4,
+        "unet" => 0.1,
+        _ => 1.2,
     }
 }
+
+/// The U-Net's first-level width unless `ModelConfig::base_width` says otherwise.
+pub const UNET_BASE_WIDTH: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelConfig {
@@ -34,6 +50,10 @@ pub struct ModelConfig {
     pub height: usize,
     pub width: usize,
     pub classes: usize,
+    /// The U-Net's first-level channels (`UNET_BASE_WIDTH` when absent; other models have
+    /// none). Optional, so recipes and checkpoints written before it load as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_width: Option<usize>,
 }
 
 /// What a layer computes. Convolutions and the linear layer own a weight (and the linear layer a
@@ -66,6 +86,17 @@ pub enum Op {
     Linear {
         out: usize,
     },
+    /// The channels of inputs[0] then those of inputs[1] (of one height and width; on the GPU
+    /// neither may be the input batch, whose channels are padded).
+    Concat,
+    /// Nearest-neighbour resize to h x w: output row y reads input row floor(y * hin / h), and
+    /// the same for columns.
+    Upsample {
+        h: usize,
+        w: usize,
+    },
+    /// Adds a trainable per-channel bias (`NAME.bias`, no weight decay).
+    Bias,
 }
 
 /// One layer: its op, the values it reads (0 is the input batch, value i + 1 is layer i's
@@ -109,9 +140,11 @@ impl Builder {
             Op::MaxPool { k, stride, pad } => {
                 (c, out_size(h, k, stride, pad), out_size(w, k, stride, pad))
             }
-            Op::BatchNorm { .. } | Op::Add { .. } => (c, h, w),
+            Op::BatchNorm { .. } | Op::Add { .. } | Op::Bias => (c, h, w),
             Op::GlobalAvgPool => (c, 1, 1),
             Op::Linear { out } => (out, 1, 1),
+            Op::Concat => (c + self.dims[inputs[1]].0, h, w),
+            Op::Upsample { h, w } => (c, h, w),
         };
         self.layers.push(Layer {
             op,
@@ -156,6 +189,7 @@ impl ModelConfig {
             height,
             width,
             classes,
+            base_width: None,
         };
         if channels == 0 || classes == 0 {
             return Err(format!(
@@ -195,7 +229,35 @@ impl ModelConfig {
             height,
             width,
             classes,
+            base_width: None,
         }
+    }
+
+    /// A `unet` of first-level width `base` (tests; no size check).
+    pub fn unet(channels: usize, height: usize, width: usize, classes: usize, base: usize) -> Self {
+        ModelConfig {
+            name: "unet".into(),
+            channels,
+            height,
+            width,
+            classes,
+            base_width: Some(base),
+        }
+    }
+
+    /// This model with the U-Net's first-level width `base` (from 1 to 4096: its widest level
+    /// has 16 times that), or why not.
+    pub fn with_base_width(mut self, base: usize) -> Result<Self, String> {
+        if self.name != "unet" {
+            return Err(format!("model `{}` has no width option", self.name));
+        }
+        if !(1..=4096).contains(&base) {
+            return Err(format!(
+                "a U-Net's width must be from 1 to 4096 channels, not {base}"
+            ));
+        }
+        self.base_width = Some(base);
+        Ok(self)
     }
 
     /// The layer list and the shape of every value (input first).
@@ -203,6 +265,11 @@ impl ModelConfig {
         let mut b = Builder::new((self.channels, self.height, self.width));
         let x = match self.name.as_str() {
             "resnet18" => resnet18(&mut b, self.height.min(self.width) >= 96),
+            "unet" => {
+                let base = self.base_width.unwrap_or(UNET_BASE_WIDTH);
+                unet(&mut b, base, self.classes);
+                return (b.layers, b.dims);
+            }
             _ => small(&mut b),
         };
         b.push(Op::Linear { out: self.classes }, &[x], "fc");
@@ -227,6 +294,7 @@ impl ModelConfig {
                     v.push((format!("{}.weight", l.name), vec![out, cin], true));
                     v.push((format!("{}.bias", l.name), vec![out], false));
                 }
+                Op::Bias => v.push((format!("{}.bias", l.name), vec![cin], false)),
                 _ => {}
             }
         }
@@ -260,8 +328,9 @@ impl ModelConfig {
 
     /// Bytes a training step of a batch of `n` keeps on the device beside the weights, with
     /// activations of `act_bytes` each: every layer's output, the max pools' winners, the
-    /// input, and the gradients in flight during backward (at most three values' worth: the
-    /// one being read, the one being written and one shared by a residual add).
+    /// input, and the gradients in flight during backward: at least three values' worth (the
+    /// one being read, the one being written and one shared by a residual add), more where
+    /// gradients wait longer (a U-Net's skip connections; `gradients_in_flight`).
     pub fn activation_bytes(&self, n: usize, act_bytes: usize) -> u64 {
         let (layers, dims) = self.layers();
         let size = |d: &Dims| (d.0 * d.1 * d.2) as u64;
@@ -273,7 +342,8 @@ impl ModelConfig {
             .map(|(i, _)| size(&dims[i + 1]))
             .sum();
         let largest = dims.iter().map(size).max().unwrap_or(0);
-        n as u64 * ((outputs + 3 * largest) * act_bytes as u64 + winners)
+        let grads = (3 * largest).max(gradients_in_flight(&layers, &dims));
+        n as u64 * ((outputs + grads) * act_bytes as u64 + winners)
     }
 
     /// Bytes of the weights, their gradients and momentum (float32).
@@ -303,6 +373,42 @@ fn small(b: &mut Builder) -> usize {
         }
     }
     b.push(Op::GlobalAvgPool, &[x], "avgpool")
+}
+
+/// Two conv3x3(pad 1) BN ReLU at `c` channels: `P.conv1`, `P.bn1`, `P.conv2`, `P.bn2`.
+fn double_conv(b: &mut Builder, x: usize, p: &str, c: usize) -> usize {
+    let x = b.conv(x, &format!("{p}.conv1"), c, 3, 1);
+    let x = b.bn(x, &format!("{p}.bn1"), true);
+    let x = b.conv(x, &format!("{p}.conv2"), c, 3, 1);
+    b.bn(x, &format!("{p}.bn2"), true)
+}
+
+fn unet(b: &mut Builder, base: usize, classes: usize) -> usize {
+    let mut skips = Vec::new();
+    let mut x = 0;
+    for level in 1..=5 {
+        if level > 1 {
+            let op = Op::MaxPool {
+                k: 2,
+                stride: 2,
+                pad: 0,
+            };
+            x = b.push(op, &[x], &format!("pool{}", level - 1));
+        }
+        x = double_conv(b, x, &format!("enc{level}"), base << (level - 1));
+        skips.push(x);
+    }
+    for level in (1..=4).rev() {
+        let (c, skip) = (base << (level - 1), skips[level - 1]);
+        let (_, h, w) = b.dims[skip];
+        let p = format!("dec{level}");
+        let up = b.conv(x, &format!("{p}.up"), c, 1, 1);
+        let up = b.push(Op::Upsample { h, w }, &[up], &format!("{p}.upsample"));
+        let cat = b.push(Op::Concat, &[skip, up], &format!("{p}.concat"));
+        x = double_conv(b, cat, &p, c);
+    }
+    let y = b.conv(x, "head", classes, 1, 1);
+    b.push(Op::Bias, &[y], "head")
 }
 
 fn resnet18(b: &mut Builder, large: bool) -> usize {
@@ -341,8 +447,36 @@ fn resnet18(b: &mut Builder, large: bool) -> usize {
     b.push(Op::GlobalAvgPool, &[x], "avgpool")
 }
 
+/// The most values' worth of gradients (per sample) that the walker's backward holds at once,
+/// counted from above: a value's gradient lives from the backward of its first reader to its
+/// producer's, and a layer's backward writes its inputs' gradients into fresh buffers while
+/// its output's is still held.
+fn gradients_in_flight(layers: &[Layer], dims: &[Dims]) -> u64 {
+    let size = |v: usize| (dims[v].0 * dims[v].1 * dims[v].2) as u64;
+    let mut live = vec![false; dims.len()];
+    live[dims.len() - 1] = true;
+    let (mut held, mut peak) = (size(dims.len() - 1), size(dims.len() - 1));
+    for (i, l) in layers.iter().enumerate().rev() {
+        if !live[i + 1] {
+            continue;
+        }
+        let fresh: u64 = l.inputs.iter().map(|&v| size(v)).sum();
+        peak = peak.max(held + fresh);
+        live[i + 1] = false;
+        held -= size(i + 1);
+        for &v in l.inputs.iter().filter(|&&v| v != 0) {
+            if !live[v] {
+                live[v] = true;
+                held += size(v);
+            }
+        }
+    }
+    peak
+}
+
 /// Deterministic initial values: Kaiming-normal conv weights (fan-in, ReLU gain), PyTorch's
-/// default uniform for the linear layer, BN weight 1 and bias 0, running var 1.
+/// default uniform for the linear layer, BN weight 1 and bias 0, running var 1; a `Bias`
+/// layer's bias 0 (the U-Net's 1x1 head weight is Kaiming-normal as every conv's).
 pub fn init_values(cfg: &ModelConfig, seed: u64) -> Vec<(String, Vec<f32>)> {
     let mut state = seed ^ 0x1234_5678_9ABC_DEF0;
     let mut next = move || {

@@ -3,6 +3,10 @@
 
 use super::{Backend, ConvShape, Model, ModelConfig, PoolShape, RawBatch};
 
+// The U-Net's layers and model (gradcheck/layers.rs).
+mod layers;
+pub use layers::{check_unet, check_unet_ops};
+
 struct Rng(u64);
 impl Rng {
     fn f(&mut self) -> f32 {

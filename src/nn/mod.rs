@@ -220,6 +220,73 @@ pub trait Backend {
     fn gap(&mut self, x: &Self::Buf, y: &mut Self::Buf, n: usize, c: usize, hw: usize);
     fn gap_backward(&mut self, dy: &Self::Buf, dx: &mut Self::Buf, n: usize, c: usize, hw: usize);
 
+    /// y [n, ca+cb, h, w] = the channels of a [n, ca, h, w] then those of b [n, cb, h, w].
+    #[allow(clippy::too_many_arguments)]
+    fn concat(
+        &mut self,
+        a: &Self::Buf,
+        b: &Self::Buf,
+        y: &mut Self::Buf,
+        n: usize,
+        ca: usize,
+        cb: usize,
+        hw: usize,
+    );
+    /// Splits dy [n, ca+cb, h, w] back: da gets its first ca channels and db the other cb, each
+    /// only where asked for.
+    #[allow(clippy::too_many_arguments)]
+    fn concat_backward(
+        &mut self,
+        dy: &Self::Buf,
+        da: Option<&mut Self::Buf>,
+        db: Option<&mut Self::Buf>,
+        n: usize,
+        ca: usize,
+        cb: usize,
+        hw: usize,
+    );
+    /// Nearest-neighbour resize [n, c, h, w] -> [n, c, oh, ow]: output (y, x) reads input
+    /// (floor(y * h / oh), floor(x * w / ow)).
+    #[allow(clippy::too_many_arguments)]
+    fn upsample(
+        &mut self,
+        x: &Self::Buf,
+        y: &mut Self::Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    );
+    /// Writes every element of dx [n, c, h, w]: the sum of the gradients of the outputs that
+    /// read it (0 for an input no output reads).
+    #[allow(clippy::too_many_arguments)]
+    fn upsample_backward(
+        &mut self,
+        dy: &Self::Buf,
+        dx: &mut Self::Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    );
+    /// y = x + b[channel] for x [n, c, hw] (an activation; b: c float32 values).
+    fn bias(
+        &mut self,
+        x: &Self::Buf,
+        b: &Self::Buf,
+        y: &mut Self::Buf,
+        n: usize,
+        c: usize,
+        hw: usize,
+    );
+    /// db = the sum of dy [n, c, hw] over n and hw (x's gradient is dy itself: the walker
+    /// passes it on).
+    fn bias_backward(&mut self, dy: &Self::Buf, db: &mut Self::Buf, n: usize, c: usize, hw: usize);
+
     /// y = x w^T + b; x: [n, k], w: [m, k], b: [m], y: [n, m].
     #[allow(clippy::too_many_arguments)]
     fn linear(

@@ -97,6 +97,30 @@ impl<B: Backend> Grads<B> {
     }
 }
 
+/// `&v[a]` and, where asked for, `&mut v[b]` and `&mut v[c]` (all different).
+fn split3<T>(
+    v: &mut [T],
+    a: usize,
+    b: Option<usize>,
+    c: Option<usize>,
+) -> (&T, Option<&mut T>, Option<&mut T>) {
+    assert!(
+        (b.is_none() || b != c) && Some(a) != b && Some(a) != c,
+        "one slot for two gradients"
+    );
+    let (mut ra, mut rb, mut rc) = (None, None, None);
+    for (i, x) in v.iter_mut().enumerate() {
+        if i == a {
+            ra = Some(&*x);
+        } else if Some(i) == b {
+            rb = Some(x);
+        } else if Some(i) == c {
+            rc = Some(x);
+        }
+    }
+    (ra.expect("slot a is in the pool"), rb, rc)
+}
+
 /// `&v[a]` and `&mut v[b]` (a != b).
 fn pair<T>(v: &mut [T], a: usize, b: usize) -> (&T, &mut T) {
     assert_ne!(a, b);
@@ -174,7 +198,7 @@ impl<B: Backend> Model<B> {
                     layer,
                 };
                 match node.layer.op {
-                    Op::Conv { .. } => param += 1,
+                    Op::Conv { .. } | Op::Bias => param += 1,
                     Op::Linear { .. } => param += 2,
                     Op::BatchNorm { .. } => {
                         param += 2;
@@ -274,6 +298,12 @@ impl<B: Backend> Model<B> {
                 Op::Add { relu } => be.add(x, value(ins[1]), &mut node.y, relu),
                 Op::GlobalAvgPool => be.gap(x, &mut node.y, n, c, h * w),
                 Op::Linear { out } => be.linear(x, &p.w[j], &p.w[j + 1], &mut node.y, n, c, out),
+                Op::Concat => {
+                    let cb = self.dims[ins[1]].0;
+                    be.concat(x, value(ins[1]), &mut node.y, n, c, cb, h * w);
+                }
+                Op::Upsample { h: oh, w: ow } => be.upsample(x, &mut node.y, n, c, h, w, oh, ow),
+                Op::Bias => be.bias(x, &p.w[j], &mut node.y, n, c, h * w),
             }
         }
         &self.nodes.last().expect("a model has layers").y
@@ -338,6 +368,37 @@ impl<B: Backend> Model<B> {
                 g.of[i + 1] = None;
                 continue;
             }
+            match node.layer.op {
+                Op::Concat => {
+                    // Each input (but the batch) gets its channels' share in a fresh slot.
+                    let (ca, cb, (_, h, w)) =
+                        (self.dims[ins[0]].0, self.dims[ins[1]].0, self.dims[ins[0]]);
+                    let ta = (ins[0] != 0).then(|| g.take(be));
+                    let tb = (ins[1] != 0).then(|| g.take(be));
+                    let (dy, da, db) = split3(&mut g.bufs, gy, ta, tb);
+                    be.concat_backward(dy, da, db, n, ca, cb, h * w);
+                    g.release(gy);
+                    g.of[i + 1] = None;
+                    for (v, t) in [(ins[0], ta), (ins[1], tb)] {
+                        if let Some(t) = t {
+                            g.arrive(be, v, t);
+                        }
+                    }
+                    continue;
+                }
+                Op::Bias => {
+                    // dx = dy: the input receives the output's gradient as it is.
+                    let (c, h, w) = self.dims[ins[0]];
+                    be.bias_backward(&g.bufs[gy], &mut p.g[node.param], n, c, h * w);
+                    if ins[0] != 0 {
+                        g.share(be, ins[0], gy);
+                    }
+                    g.release(gy);
+                    g.of[i + 1] = None;
+                    continue;
+                }
+                _ => {}
+            }
             let x = value(ins[0]);
             let (c, h, w) = self.dims[ins[0]];
             let j = node.param;
@@ -384,7 +445,10 @@ impl<B: Backend> Model<B> {
                         let (dw, db) = p.g[j..].split_at_mut(1);
                         be.linear_backward(x, &p.w[j], dy, dx, &mut dw[0], &mut db[0], n, c, out);
                     }
-                    Op::Conv { .. } | Op::Add { .. } => unreachable!(),
+                    Op::Upsample { h: oh, w: ow } => {
+                        be.upsample_backward(dy, dx, n, c, h, w, oh, ow)
+                    }
+                    Op::Conv { .. } | Op::Add { .. } | Op::Concat | Op::Bias => unreachable!(),
                 }
             }
             g.release(gy);
@@ -396,6 +460,15 @@ impl<B: Backend> Model<B> {
             }
         }
         std::mem::swap(&mut g.bufs[top], &mut self.dlogits);
+    }
+
+    /// The gradient of the loss with respect to the last layer's output, which `backward` starts
+    /// from (`loss` writes it): for a loss computed elsewhere, an activation of the output's
+    /// shape as the backend stores activations (`Backend::upload_act` of NCHW values, or a
+    /// backend op's output: on the GPU NHWC in the activations' type). `backward` leaves
+    /// another value here: write it before each backward.
+    pub fn output_grad(&mut self) -> &mut B::Buf {
+        &mut self.dlogits
     }
 
     /// One training step on the batch in `input`: forward, loss, backward, SGD.

@@ -284,7 +284,7 @@ fn new_recipe(o: &TrainOptions, data: &Data, world: usize) -> Result<Recipe> {
     let outputs = task.outputs(data.classes.len());
     let mut model = ModelConfig::new(&name, c, h, w, outputs)
         .map_err(|e| Error::Invalid(format!("{}: {e}", shown_path(&o.data))))?;
-    // MERGE: model.<unet width field> = o.width;
+    model.base_width = o.width;
     if !o.quiet && task.kind != TaskKind::Class {
         eprintln!(
             "task: {} (field `{}`: {}) with --model {name}",

@@ -11,6 +11,9 @@ use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
+// The U-Net's layers.
+mod layers;
+
 /// Samples per work chunk: the unit of parallelism and of deterministic reduction.
 const CHUNK: usize = 16;
 const BN_EPS: f32 = 1e-5;
@@ -653,6 +656,72 @@ impl Backend for Cpu {
         dx.par_chunks_mut(hw)
             .enumerate()
             .for_each(|(i, d)| d.fill(dy[i] / hw as f32));
+    }
+
+    // The U-Net's layers (layers.rs).
+    fn concat(
+        &mut self,
+        a: &Vec<f32>,
+        b: &Vec<f32>,
+        y: &mut Vec<f32>,
+        n: usize,
+        ca: usize,
+        cb: usize,
+        hw: usize,
+    ) {
+        layers::concat(a, b, y, n, ca, cb, hw)
+    }
+    fn concat_backward(
+        &mut self,
+        dy: &Vec<f32>,
+        da: Option<&mut Vec<f32>>,
+        db: Option<&mut Vec<f32>>,
+        n: usize,
+        ca: usize,
+        cb: usize,
+        hw: usize,
+    ) {
+        layers::concat_backward(dy, da, db, n, ca, cb, hw)
+    }
+    fn upsample(
+        &mut self,
+        x: &Vec<f32>,
+        y: &mut Vec<f32>,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    ) {
+        layers::upsample(x, y, n, c, h, w, oh, ow)
+    }
+    fn upsample_backward(
+        &mut self,
+        dy: &Vec<f32>,
+        dx: &mut Vec<f32>,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    ) {
+        layers::upsample_backward(dy, dx, n, c, h, w, oh, ow)
+    }
+    fn bias(
+        &mut self,
+        x: &Vec<f32>,
+        b: &Vec<f32>,
+        y: &mut Vec<f32>,
+        n: usize,
+        c: usize,
+        hw: usize,
+    ) {
+        layers::bias(x, b, y, n, c, hw)
+    }
+    fn bias_backward(&mut self, dy: &Vec<f32>, db: &mut Vec<f32>, n: usize, c: usize, hw: usize) {
+        layers::bias_backward(dy, db, n, c, hw)
     }
 
     fn linear(

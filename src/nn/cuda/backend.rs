@@ -16,7 +16,7 @@ fn pool_args(s: &PoolShape) -> [i32; 7] {
 
 /// Rows (n * hw) of an activation of `c` channels that an op reads, checking its length and,
 /// where it has one, its shape (no padded channels).
-fn check_act(x: &Buf, n: usize, c: usize, hw: usize, what: &str) -> usize {
+pub(super) fn check_act(x: &Buf, n: usize, c: usize, hw: usize, what: &str) -> usize {
     assert!(
         x.len >= n * c * hw,
         "{what}: {} values for {n}x{c}x{hw}",
@@ -422,6 +422,55 @@ impl Backend for Cuda {
         let g = self.sample_grid(n, c * hw);
         launch!(self, &format!("gap_bwd_{}", dt.suffix()), g, THREADS;
             dy.ptr, dx.ptr, n as i64, c as i32, hw as i32);
+    }
+
+    // The U-Net's layers (layers.rs).
+    fn concat(&mut self, a: &Buf, b: &Buf, y: &mut Buf, n: usize, ca: usize, cb: usize, hw: usize) {
+        self.concat_fwd(a, b, y, n, ca, cb, hw)
+    }
+    fn concat_backward(
+        &mut self,
+        dy: &Buf,
+        da: Option<&mut Buf>,
+        db: Option<&mut Buf>,
+        n: usize,
+        ca: usize,
+        cb: usize,
+        hw: usize,
+    ) {
+        self.concat_bwd(dy, da, db, n, ca, cb, hw)
+    }
+    fn upsample(
+        &mut self,
+        x: &Buf,
+        y: &mut Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    ) {
+        self.upsample_fwd(x, y, n, c, h, w, oh, ow)
+    }
+    fn upsample_backward(
+        &mut self,
+        dy: &Buf,
+        dx: &mut Buf,
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        oh: usize,
+        ow: usize,
+    ) {
+        self.upsample_bwd(dy, dx, n, c, h, w, oh, ow)
+    }
+    fn bias(&mut self, x: &Buf, b: &Buf, y: &mut Buf, n: usize, c: usize, hw: usize) {
+        self.bias_fwd(x, b, y, n, c, hw)
+    }
+    fn bias_backward(&mut self, dy: &Buf, db: &mut Buf, n: usize, c: usize, hw: usize) {
+        self.bias_bwd(dy, db, n, c, hw)
     }
 
     fn linear(&mut self, x: &Buf, w: &Buf, b: &Buf, y: &mut Buf, n: usize, k: usize, m: usize) {

@@ -16,12 +16,13 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 const COMMON: &str = include_str!("../../../kernels/common.cuh");
-const SOURCES: [(&str, &str); 5] = [
+const SOURCES: [(&str, &str); 6] = [
     ("input.cu", include_str!("../../../kernels/input.cu")),
     ("bn.cu", include_str!("../../../kernels/bn.cu")),
     ("ops.cu", include_str!("../../../kernels/ops.cu")),
     ("loss.cu", include_str!("../../../kernels/loss.cu")),
     ("seg.cu", include_str!("../../../kernels/seg.cu")),
+    ("unet.cu", include_str!("../../../kernels/unet.cu")),
 ];
 
 /// A compiled source: machine code for the device (CUBIN), or PTX where this NVRTC cannot
@@ -763,6 +764,13 @@ mod tests {
             "cast_f32_bf16",
             "softmax_xent",
             "sgd",
+            "channel_copy_bf16_v8",
+            "channel_copy_f32_v1",
+            "upsample_f32_v1",
+            "upsample_bwd_bf16_v8",
+            "bias_f32_v8",
+            "bias_bwd_part_bf16",
+            "bias_bwd_finalize",
         ] {
             assert!(names.contains(&n.to_string()), "{n} missing from {names:?}");
         }

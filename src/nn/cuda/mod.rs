@@ -14,7 +14,7 @@
 //!
 //! Rooms: this file (buffers, the `Cuda` handle and its setup), `device` (what the host has),
 //! `conv` (cuDNN plans and algorithm picks), `graph` (recorded steps), `backend` (the trait's ops),
-//! `kernels`, `dnn`, `staging`, `nccl`. May import `nn` and `util`, nothing above.
+//! `layers` (the U-Net's concatenation, upsampling and bias), `kernels`, `dnn`, `staging`, `nccl`. May import `nn` and `util`, nothing above.
 
 mod dnn;
 mod kernels;
@@ -24,6 +24,8 @@ pub mod staging;
 pub(crate) mod tests;
 #[cfg(test)]
 mod tests_losses;
+#[cfg(test)]
+mod tests_layers;
 
 use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
 use cudarc::cublas::sys as blas;
@@ -295,6 +297,7 @@ mod conv;
 mod device;
 mod graph;
 mod losses;
+mod layers;
 mod profile;
 
 use device::compute_capability;

@@ -1,0 +1,318 @@
+//! The U-Net's layers on the GPU against the CPU reference: each op on both vector widths and
+//! in both precisions (written over stale outputs, so an element left unwritten shows), a
+//! small U-Net's forward, backward and SGD step, and that step recorded as a CUDA graph. Without
+//! a GPU these tests say so and pass, unless PREP_REQUIRE_CUDA=1.
+
+use super::staging::Kind;
+use super::tests::gpu;
+use super::{Buf, Cuda, Precision};
+use crate::format::shard::Dtype;
+use crate::nn::architecture::init_values;
+use crate::nn::cpu::Cpu;
+use crate::nn::{Backend, Model, ModelConfig, RawBatch};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
+            .collect()
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// ‖a − b‖ / ‖b‖, with NaN failing.
+fn rel(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        assert!(x.is_finite(), "non-finite GPU value {x}");
+        num += (x as f64 - y as f64).powi(2);
+        den += (y as f64).powi(2);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+fn close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
+    let e = rel(gpu, cpu);
+    eprintln!("{what}: relative error {e:.2e} (tolerance {tol:.0e})");
+    assert!(e < tol, "{what}: relative error {e:.3e} over {tol:.0e}");
+}
+
+/// Values as the GPU holds them in `prec` (bfloat16: rounded to nearest even), so that a
+/// comparison measures the op, not the input's rounding.
+fn held(prec: Precision, v: Vec<f32>) -> Vec<f32> {
+    if prec == Precision::F32 {
+        return v;
+    }
+    v.into_iter()
+        .map(|x| {
+            let u = x.to_bits();
+            f32::from_bits(((u + 0x7fff + ((u >> 16) & 1)) >> 16) << 16)
+        })
+        .collect()
+}
+
+/// Concatenation, nearest resizing and bias, forward and backward, GPU against CPU. `tol`: of
+/// values the GPU rounds once to its activation type (exact in float32 up to the last bit).
+fn unet_ops_match(prec: Precision, tol: f64) {
+    let Some(mut g) = gpu(prec, Kind::Pinned) else {
+        return;
+    };
+    let mut c = Cpu::default();
+    let mut rng = Rng(21);
+    let act = g.act_dt();
+    let n = 3;
+    let mut stale = |g: &mut Cuda, len: usize| -> Buf {
+        let v = rng.vec(len);
+        let mut b = g.empty(act);
+        let f = g.upload(&v);
+        g.copy(&f, &mut b);
+        b
+    };
+    let mut rng = Rng(22);
+    let mut vals = |len: usize| held(prec, rng.vec(len));
+
+    // Channel runs of 8 (16-byte accesses), odd ones, and one of each.
+    for (ca, cb, h, w) in [(8, 16, 9, 7), (3, 5, 9, 7), (8, 3, 4, 5), (32, 32, 16, 16)] {
+        let (hw, what) = (h * w, format!("concat {n}x({ca}+{cb})x{h}x{w}"));
+        let (mut y, mut da, mut db) = (
+            stale(&mut g, n * (ca + cb) * hw),
+            stale(&mut g, n * ca * hw),
+            stale(&mut g, n * cb * hw),
+        );
+        let (a, b, dy) = (
+            vals(n * ca * hw),
+            vals(n * cb * hw),
+            vals(n * (ca + cb) * hw),
+        );
+        let ab = g.upload_act(&a, [n, ca, h, w]);
+        let bb = g.upload_act(&b, [n, cb, h, w]);
+        let dyb = g.upload_act(&dy, [n, ca + cb, h, w]);
+        g.concat(&ab, &bb, &mut y, n, ca, cb, hw);
+        g.concat_backward(&dyb, Some(&mut da), Some(&mut db), n, ca, cb, hw);
+        let (mut cy, mut cda, mut cdb) = (vec![], vec![], vec![]);
+        c.concat(&a, &b, &mut cy, n, ca, cb, hw);
+        c.concat_backward(&dy, Some(&mut cda), Some(&mut cdb), n, ca, cb, hw);
+        // Moves of values the GPU holds exactly: equal to the bit in either precision.
+        assert_eq!(g.download(&y), cy, "{what} y");
+        assert_eq!(g.download(&da), cda, "{what} da");
+        assert_eq!(g.download(&db), cdb, "{what} db");
+        let mut only = stale(&mut g, n * cb * hw);
+        g.concat_backward(&dyb, None, Some(&mut only), n, ca, cb, hw);
+        assert_eq!(g.download(&only), cdb, "{what} db alone");
+    }
+
+    // Enlarging by odd factors and by 2, shrinking, on both vector widths.
+    for (ch, h, w, oh, ow) in [
+        (16, 4, 5, 9, 11),
+        (3, 8, 8, 16, 16),
+        (8, 5, 4, 3, 2),
+        (5, 19, 23, 38, 46),
+    ] {
+        let what = format!("upsample {n}x{ch}x{h}x{w} -> {oh}x{ow}");
+        let (mut y, mut dx) = (
+            stale(&mut g, n * ch * oh * ow),
+            stale(&mut g, n * ch * h * w),
+        );
+        let (x, dy) = (vals(n * ch * h * w), vals(n * ch * oh * ow));
+        let xb = g.upload_act(&x, [n, ch, h, w]);
+        let dyb = g.upload_act(&dy, [n, ch, oh, ow]);
+        g.upsample(&xb, &mut y, n, ch, h, w, oh, ow);
+        g.upsample_backward(&dyb, &mut dx, n, ch, h, w, oh, ow);
+        let (mut cy, mut cdx) = (vec![], vec![]);
+        c.upsample(&x, &mut cy, n, ch, h, w, oh, ow);
+        c.upsample_backward(&dy, &mut cdx, n, ch, h, w, oh, ow);
+        assert_eq!(g.download(&y), cy, "{what} y");
+        // The same float32 additions in the same order; bfloat16 rounds the sum once.
+        close(&format!("{what} dx"), &g.download(&dx), &cdx, tol);
+    }
+
+    // The bias: few channels (a head's classes), a run of 8, and two channel tiles of 32; with
+    // enough pixels for the gradient's sums to be split between blocks.
+    for (ch, h, w) in [(2, 37, 41), (16, 9, 7), (40, 13, 11), (3, 64, 64)] {
+        let (hw, what) = (h * w, format!("bias {n}x{ch}x{h}x{w}"));
+        let mut y = stale(&mut g, n * ch * hw);
+        let mut db = g.upload(&rng_vec(ch + 5));
+        let (x, dy, b) = (vals(n * ch * hw), vals(n * ch * hw), rng_vec(ch));
+        let xb = g.upload_act(&x, [n, ch, h, w]);
+        let dyb = g.upload_act(&dy, [n, ch, h, w]);
+        let bb = g.upload(&b);
+        g.bias(&xb, &bb, &mut y, n, ch, hw);
+        g.bias_backward(&dyb, &mut db, n, ch, hw);
+        let (mut cy, mut cdb) = (vec![], vec![]);
+        c.bias(&x, &b, &mut cy, n, ch, hw);
+        c.bias_backward(&dy, &mut cdb, n, ch, hw);
+        close(&format!("{what} y"), &g.download(&y), &cy, tol);
+        // Float32 sums in blocks against the CPU's float64: their rounding, some 1e-7 of each
+        // of up to 12288 terms.
+        close(&format!("{what} db"), &g.download(&db), &cdb, 1e-5);
+    }
+    g.status().unwrap();
+}
+
+/// Random values for parameters (float32 on both sides).
+fn rng_vec(n: usize) -> Vec<f32> {
+    Rng(n as u64 + 99).vec(n)
+}
+
+#[test]
+fn unet_ops_match_the_cpu_in_float32() {
+    unet_ops_match(Precision::F32, 1e-7);
+}
+
+#[test]
+fn unet_ops_match_the_cpu_in_bfloat16() {
+    // One rounding to bfloat16 (8 bits of mantissa): relative error up to 2^-9 per element.
+    unet_ops_match(Precision::Bf16, 8e-3);
+}
+
+/// A U-Net of `cfg` on a batch of `n`, GPU against CPU from the same weights: the logits, every
+/// parameter gradient from the same output gradient, and the weights after one SGD step.
+fn unet_step_matches(
+    prec: Precision,
+    cfg: ModelConfig,
+    n: usize,
+    (out_tol, grad_tol, weight_tol): (f64, f64, f64),
+) {
+    let Some(mut g) = gpu(prec, Kind::Pinned) else {
+        return;
+    };
+    let mut c = Cpu::default();
+    let init = init_values(&cfg, 3);
+    let mut gm = Model::new(&mut g, cfg.clone(), &init);
+    let mut cm = Model::new(&mut c, cfg.clone(), &init);
+    let mut rng = Rng(23);
+    let (ch, h, w, k) = (cfg.channels, cfg.height, cfg.width, cfg.classes);
+    let pixels = rng.bytes(n * ch * h * w);
+    let labels = vec![0u32; n];
+    let raw = RawBatch {
+        pixels: &pixels,
+        dtype: Dtype::U8,
+        n,
+        c: ch,
+        h,
+        w,
+        labels: &labels,
+    };
+    let (mean, std) = (vec![0.45; ch], vec![0.3; ch]);
+    let label = format!("unet {ch}x{h}x{w} width {:?} {prec:?}", cfg.base_width);
+    gm.load(&mut g, &raw, &mean, &std, 0, &[]);
+    cm.load(&mut c, &raw, &mean, &std, 0, &[]);
+    let gy = {
+        let y = gm.forward(&mut g, n, true);
+        g.download(y)
+    };
+    let cy = cm.forward(&mut c, n, true).clone();
+    close(&format!("{label} logits"), &gy, &cy, out_tol);
+    let r = held(prec, rng.vec(n * k * h * w));
+    *gm.output_grad() = g.upload_act(&r, [n, k, h, w]);
+    *cm.output_grad() = c.upload_act(&r, [n, k, h, w]);
+    gm.backward(&mut g, n);
+    cm.backward(&mut c, n);
+    let mut failed = Vec::new();
+    for i in 0..gm.params.names.len() {
+        let name = &gm.params.names[i];
+        let e = rel(&g.download(&gm.params.g[i]), &c.download(&cm.params.g[i]));
+        eprintln!("{label} grad {name}: relative error {e:.2e} (tolerance {grad_tol:.0e})");
+        if e >= grad_tol {
+            failed.push(format!("{label}: gradient of {name} off by {e:.3e}"));
+        }
+    }
+    gm.step(&mut g, 0.1, 0.9, 5e-4);
+    cm.step(&mut c, 0.1, 0.9, 5e-4);
+    for ((name, a), (_, b)) in gm.state(&mut g).iter().zip(&cm.state(&mut c)) {
+        // Momentum and biases are the gradients themselves after one step.
+        let from_grads = name.ends_with(".momentum") || name.ends_with(".bias");
+        let tol = if from_grads { grad_tol } else { weight_tol };
+        let e = rel(a, b);
+        eprintln!("{label} after a step: {name}: relative error {e:.2e} (tolerance {tol:.0e})");
+        if e >= tol {
+            failed.push(format!("{label} after a step: {name} off by {e:.3e}"));
+        }
+    }
+    g.status().unwrap();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn a_unet_step_matches_the_cpu() {
+    // Width 8 (every run of channels a multiple of 8, after the input) on an odd size whose
+    // levels round down differently per axis, and width 4 (the one-channel kernels) at the
+    // smallest size, with three channels padded to 8 in the input.
+    // float32: the same arithmetic in another order (cuDNN's algorithms, block sums): the
+    // figures `small` meets at this size (1e-4 gradients, 1e-5 weights), with room for 23
+    // convolutions instead of 3. bfloat16: activations and their gradients carry 8 bits,
+    // through batch norms whose parameter gradients are sums of nearly cancelling terms, as
+    // the tolerances of `small` in bfloat16 (3e-1, 1e-2); the logits within a few roundings.
+    for (prec, tols) in [
+        (Precision::F32, (1e-4, 1e-3, 1e-5)),
+        (Precision::Bf16, (5e-2, 3e-1, 1e-2)),
+    ] {
+        unet_step_matches(prec, ModelConfig::unet(1, 19, 23, 3, 8), 4, tols);
+        unet_step_matches(prec, ModelConfig::unet(3, 16, 16, 2, 4), 4, tols);
+    }
+}
+
+/// A U-Net training step recorded as a CUDA graph and replayed gives what issuing its ops
+/// does: nothing in the new layers allocates or waits for the host once the first step ran.
+#[test]
+fn replayed_unet_steps_match_direct_steps() {
+    let Some(mut g) = gpu(Precision::F32, Kind::Pinned) else {
+        return;
+    };
+    let cfg = ModelConfig::unet(1, 19, 23, 3, 8);
+    let init = init_values(&cfg, 2);
+    let mut direct = Model::new(&mut g, cfg.clone(), &init);
+    let mut graphed = Model::new(&mut g, cfg, &init);
+    let mut rng = Rng(24);
+    let n = 4;
+    // The output gradient, copied on the device into each model's (a step's own loss would
+    // write it there).
+    let r = g.upload_act(&rng.vec(n * 3 * 19 * 23), [n, 3, 19, 23]);
+    for step in 0..4 {
+        let pixels = rng.bytes(n * 19 * 23);
+        let labels = vec![0u32; n];
+        let raw = RawBatch {
+            pixels: &pixels,
+            dtype: Dtype::U8,
+            n,
+            c: 1,
+            h: 19,
+            w: 23,
+            labels: &labels,
+        };
+        let lr = 0.05 * (step + 1) as f32;
+        let run = |g: &mut Cuda, m: &mut Model<Cuda>| {
+            m.forward(g, n, true);
+            g.copy(&r, m.output_grad());
+            m.backward(g, n);
+            m.step(g, lr, 0.9, 5e-4);
+        };
+        direct.load(&mut g, &raw, &[0.5], &[0.3], 0, &[]);
+        run(&mut g, &mut direct);
+        graphed.load(&mut g, &raw, &[0.5], &[0.3], 0, &[]);
+        if step == 0 || !g.replay(lr) {
+            let rec = step > 0 && g.begin_capture();
+            run(&mut g, &mut graphed);
+            if rec {
+                assert!(g.end_capture(), "capture failed: {:?}", g.status());
+                assert!(g.replay(lr));
+            }
+        }
+    }
+    let (a, b) = (direct.state(&mut g), graphed.state(&mut g));
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        close(&format!("unet graph vs direct: {name}"), y, x, 1e-5);
+    }
+    g.status().unwrap();
+}
