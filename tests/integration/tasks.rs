@@ -90,8 +90,8 @@ fn eval_matches(run_dir: &Path, ds: &Path, s: &serde_json::Value) {
 }
 
 /// Segmentation on the CPU: synthetic discs (mask = class + 1 where the pattern shows) at 1x32x32,
-/// a U-Net of width 8. The bar (mean foreground Dice >= 0.6 after 6 epochs of 1536) is a CI-sized
-/// one: the full-size GPU run of BENCHMARKS.md reaches 0.9.
+/// a U-Net of width 8. The bar (mean foreground Dice >= 0.75 after 6 epochs of 1536; 0.843
+/// measured) is a CI-sized one: the full-size GPU runs of BENCHMARKS.md reach 0.9.
 #[test]
 fn segmentation_trains_a_unet_and_scores_dice() {
     let t = tempfile::tempdir().unwrap();
@@ -105,7 +105,7 @@ fn segmentation_trains_a_unet_and_scores_dice() {
     assert_eq!(s["task"], "mask", "{s}");
     assert_eq!(s["test_score_name"], "mean Dice");
     let dice = s["test_score"].as_f64().unwrap();
-    assert!(dice >= 0.6, "mean foreground Dice {dice}: {s}");
+    assert!(dice >= 0.75, "mean foreground Dice {dice}: {s}");
     let names = s["classes"].as_array().unwrap();
     assert_eq!(
         (names.len(), &names[0]),

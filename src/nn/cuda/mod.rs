@@ -23,9 +23,9 @@ pub mod staging;
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
-mod tests_losses;
-#[cfg(test)]
 mod tests_layers;
+#[cfg(test)]
+mod tests_losses;
 
 use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
 use cudarc::cublas::sys as blas;
@@ -296,8 +296,8 @@ mod backend;
 mod conv;
 mod device;
 mod graph;
-mod losses;
 mod layers;
+mod losses;
 mod profile;
 
 use device::compute_capability;
