@@ -250,12 +250,13 @@ fn a_unet_step_matches_the_cpu() {
     // levels round down differently per axis, and width 4 (the one-channel kernels) at the
     // smallest size, with three channels padded to 8 in the input.
     // float32: the same arithmetic in another order (cuDNN's algorithms, block sums): the
-    // figures `small` meets at this size (1e-4 gradients, 1e-5 weights), with room for 23
-    // convolutions instead of 3. bfloat16: activations and their gradients carry 8 bits,
+    // figures `small` meets at this size (1e-4 gradients), with room for 23 convolutions
+    // instead of 3; weights 1e-4, as a step of 0.1 moves these narrow layers' weights by about
+    // their own size, so that they carry the gradients' error (3e-5 measured on an H100). bfloat16: activations and their gradients carry 8 bits,
     // through batch norms whose parameter gradients are sums of nearly cancelling terms, as
     // the tolerances of `small` in bfloat16 (3e-1, 1e-2); the logits within a few roundings.
     for (prec, tols) in [
-        (Precision::F32, (1e-4, 1e-3, 1e-5)),
+        (Precision::F32, (1e-4, 1e-3, 1e-4)),
         (Precision::Bf16, (5e-2, 3e-1, 1e-2)),
     ] {
         unet_step_matches(prec, ModelConfig::unet(1, 19, 23, 3, 8), 4, tols);
