@@ -234,7 +234,7 @@ if has unet; then
     E=${UNET_EPOCHS:-8}
     for cfg in "1x256x256 32 ${UNET_N256:-4096}" "3x128x128 64 ${UNET_N128:-8192}"; do
         set -- $cfg
-        ds=unet-$1
+        ds=unet-data-$1
         [ -f "$WORK/$ds/manifest.json" ] || "$PREP" synth --task mask --train "$3" --test 512 --shape "$1" \
             --classes 3 --out "$WORK/$ds" --quiet 2>&1 | tail -1
         train "unet-$1" "$WORK/$ds" --epochs "$E" --batch "$2" --memory device >/dev/null
