@@ -1,7 +1,7 @@
 //! Finite-difference checks of the losses of the mask, labels and values tasks, written once for
 //! any `Backend` (the CPU runs them in `cargo test`; cuda/tests_losses.rs runs them on the GPU).
 
-use super::Backend;
+use super::{Aug, Backend, RawBatch};
 
 struct Rng(u64);
 impl Rng {
@@ -165,4 +165,55 @@ pub fn check_losses<B: Backend>(be: &mut B) {
             tol,
         );
     }
+}
+
+/// The random crop and flip move a mask exactly as they move its image: each sample's image
+/// holds its mask's values as pixels (`p = v`, mean 0, std 1, so the normalised pixel is
+/// `v / 255`), both are loaded with the same augmentation, and every pixel of the image must be
+/// its target / 255, or 0 (the image's padding) where the target is ignored (the mask's).
+pub fn image_and_mask_move_together<B: Backend>(be: &mut B) {
+    let (n, h, w, pad) = (6, 5, 7, 2);
+    let vals: Vec<u8> = (0..n * h * w).map(|i| (i * 37 % 200 + 1) as u8).collect();
+    let labels = vec![0u32; n];
+    let raw = RawBatch {
+        pixels: &vals,
+        dtype: crate::format::shard::Dtype::U8,
+        n,
+        c: 1,
+        h,
+        w,
+        labels: &labels,
+    };
+    let aug: Vec<Aug> = (0..n)
+        .map(|i| Aug {
+            dy: (i * 3 % 5) as u8,
+            dx: (i * 2 % 5) as u8,
+            flip: i % 2 == 1,
+        })
+        .collect();
+    let (mut img, mut lab, mut t) = (be.zeros(0), be.zeros(0), be.zeros(0));
+    be.load_batch(&raw, &[0.0], &[1.0], pad, &aug, &mut img, &mut lab);
+    be.load_masks(&vals, false, n, h, w, pad, &aug, None, &mut t);
+    let (img, t) = (be.download(&img), be.download(&t));
+    let mut padded = 0;
+    for (i, (&p, &v)) in img.iter().zip(&t).enumerate() {
+        if v < 0.0 {
+            padded += 1;
+            assert_eq!(
+                p, 0.0,
+                "pixel {i}: padding of the image where the mask is padded"
+            );
+        } else {
+            assert_eq!(
+                (p * 255.0).round(),
+                v,
+                "pixel {i}: image and mask moved apart"
+            );
+        }
+    }
+    // Every sample but the centred ones reaches into the padding, and none is all padding.
+    assert!(
+        padded > 0 && padded < n * h * w / 2,
+        "{padded} padded pixels"
+    );
 }

@@ -376,6 +376,11 @@ mod tests {
     use super::*;
     use crate::nn::Backend;
 
+    #[test]
+    fn the_crop_and_flip_move_image_and_mask_together() {
+        crate::nn::gradcheck_losses::image_and_mask_move_together(&mut Cpu::default());
+    }
+
     /// A 3x4 mask 0..12 (u8 and u16 well above 255), padded by 1, cropped and flipped:
     /// every output value checked by hand.
     #[test]

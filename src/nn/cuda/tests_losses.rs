@@ -146,6 +146,16 @@ fn mask_loads_match_the_cpu_exactly() {
 }
 
 /// Targets of labels and values: from the host, and gathered from GPU memory by index.
+/// The crop and flip of `load_batch` and `load_masks` move an image and its mask together.
+#[test]
+fn the_crop_and_flip_move_image_and_mask_together() {
+    let Some(mut g) = gpu(Precision::F32, Kind::Pinned) else {
+        return;
+    };
+    crate::nn::gradcheck_losses::image_and_mask_move_together(&mut g);
+    g.status().unwrap();
+}
+
 #[test]
 fn targets_load_and_gather_exactly() {
     let Some(mut g) = gpu(Precision::F32, Kind::Pinned) else {
