@@ -279,6 +279,34 @@ if has tasks; then
             "$(json "$WORK/msd48/summary.json" "['test_score']")" "-"
         row "nnU-Net-style: Dice per class" "$(python3 -c "import json; s=json.load(open('$WORK/msd48/summary.json'))['test_scores']; print(' '.join(f'{n}={v:.3f}' for n, v in zip(s['classes'], s['dice']) if v is not None))" 2>/dev/null || echo nan)" "-"
     fi
+    # A U-Net run stopped mid-epoch and resumed ends with the weights of one that ran through;
+    # GPU memory of the streaming modes does not grow with the dataset (device mode holds it).
+    [ -f "$WORK/task-data-m64/manifest.json" ] || "$PREP" synth --task mask --train 2048 --test 256 \
+        --shape 1x64x64 --classes 3 --out "$WORK/task-data-m64" --quiet
+    for r in clean stopped; do rm -rf "$WORK/resume-$r"; done
+    "$PREP" train "$WORK/task-data-m64" --device cuda --epochs 2 --batch 32 --width 16 --checkpoint-every 20 \
+        --out "$WORK/resume-clean" --quiet
+    "$PREP" train "$WORK/task-data-m64" --device cuda --epochs 2 --batch 32 --width 16 --checkpoint-every 20 \
+        --out "$WORK/resume-stopped" --quiet --stop-after 37
+    "$PREP" train --resume "$WORK/resume-stopped" --quiet
+    d=$(python3 - "$WORK/resume-clean/checkpoint.safetensors" "$WORK/resume-stopped/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+def tensors(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+a, c = tensors(sys.argv[1]), tensors(sys.argv[2])
+print(f"{sum(a[k] != c.get(k) for k in a)} of {len(a)}")
+PY
+)
+    row "unet stopped after 37 steps and resumed: tensors that differ" "$d" "$([ "${d%% *}" = 0 ] && echo ok || echo FAIL)"
+    for n in 1024 4096; do
+        [ -f "$WORK/task-data-s$n/manifest.json" ] || "$PREP" synth --task mask --train $n --test 64 --shape 1x256x256 \
+            --classes 3 --out "$WORK/task-data-s$n" --quiet
+        for m in stream managed device; do
+            train "task-s$n-$m" "$WORK/task-data-s$n" --epochs 1 --batch 32 --memory $m >/dev/null
+        done
+        row "unet 1x256x256, $n samples: GPU MiB stream / managed / device" "$(for m in stream managed device; do python3 -c "import json; print(round(max(json.loads(l)['gpu_mem_bytes'] for l in open('$WORK/task-s$n-$m/metrics.jsonl'))/2**20), end=' ')"; done)" "-"
+    done
 fi
 
 if has unet_sanitizer; then
