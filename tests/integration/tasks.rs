@@ -204,7 +204,7 @@ fn tasks_and_models_that_do_not_fit_are_refused_clearly() {
         ),
         (&["--loss", "mse"], "--loss mse applies to a values task"),
         (
-            &["--model", "resnet18", "--width", "8"],
+            &["--task", "class", "--model", "small", "--width", "8"],
             "--width sets the U-Net's channels",
         ),
         (

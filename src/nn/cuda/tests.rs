@@ -25,33 +25,40 @@ pub(crate) fn gpu(prec: Precision, kind: Kind) -> Option<Cuda> {
     }
 }
 
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-    fn f(&mut self) -> f32 {
+    pub(super) fn f(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
     }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
+    pub(super) fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.f()).collect()
     }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
+    /// `n` values in [-scale, scale).
+    pub(super) fn scaled(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f() * scale).collect()
+    }
+    pub(super) fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
+    }
+    pub(super) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
     }
 }
 
-fn bf16_round(v: f32) -> f32 {
+pub(super) fn bf16_round(v: f32) -> f32 {
     let u = v.to_bits();
     f32::from_bits(((u + 0x7fff + ((u >> 16) & 1)) >> 16) << 16)
 }
 
 /// ‖a − b‖ / ‖b‖, with NaN failing.
-fn rel(a: &[f32], b: &[f32]) -> f64 {
+pub(super) fn rel(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len(), "lengths differ");
     let (mut num, mut den) = (0.0f64, 0.0f64);
     for (&x, &y) in a.iter().zip(b) {
@@ -62,7 +69,7 @@ fn rel(a: &[f32], b: &[f32]) -> f64 {
     (num / den.max(1e-30)).sqrt()
 }
 
-fn close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
+pub(super) fn close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
     let e = rel(gpu, cpu);
     eprintln!("{what}: relative error {e:.2e} (tolerance {tol:.0e})");
     assert!(e < tol, "{what}: relative error {e:.3e} over {tol:.0e}");

@@ -4,43 +4,12 @@
 //! a GPU these tests say so and pass, unless PREP_REQUIRE_CUDA=1.
 
 use super::staging::Kind;
-use super::tests::gpu;
+use super::tests::{close, gpu, rel, Rng};
 use super::{Buf, Cuda, Precision};
 use crate::format::shard::Dtype;
 use crate::nn::architecture::init_values;
 use crate::nn::cpu::Cpu;
 use crate::nn::{Backend, Model, ModelConfig, RawBatch};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
-            .collect()
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
-/// ‖a − b‖ / ‖b‖, with NaN failing.
-fn rel(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len(), "lengths differ");
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        assert!(x.is_finite(), "non-finite GPU value {x}");
-        num += (x as f64 - y as f64).powi(2);
-        den += (y as f64).powi(2);
-    }
-    (num / den.max(1e-30)).sqrt()
-}
 
 /// Cosine of the angle between two vectors: near 1 for rounding, near 0 for a wrong layout or op.
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
@@ -51,12 +20,6 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
             .sum::<f64>()
     };
     dot(a, b) / (dot(a, a) * dot(b, b)).sqrt().max(1e-300)
-}
-
-fn close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
-    let e = rel(gpu, cpu);
-    eprintln!("{what}: relative error {e:.2e} (tolerance {tol:.0e})");
-    assert!(e < tol, "{what}: relative error {e:.3e} over {tol:.0e}");
 }
 
 /// Values as the GPU holds them in `prec` (bfloat16: rounded to nearest even), so that a

@@ -6,35 +6,10 @@
 //! Without a GPU these tests say so and pass, unless PREP_REQUIRE_CUDA=1.
 
 use super::staging::Kind;
-use super::tests::gpu;
+use super::tests::{bf16_round, close, gpu, Rng};
 use super::{Buf, Cuda, Dt, Precision};
 use crate::nn::cpu::Cpu;
 use crate::nn::{Aug, Backend};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn f(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f() * scale).collect()
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn bf16_round(v: f32) -> f32 {
-    let u = v.to_bits();
-    f32::from_bits(((u + 0x7fff + ((u >> 16) & 1)) >> 16) << 16)
-}
 
 /// Values as the GPU holds an activation of this precision.
 fn round(prec: Precision, v: Vec<f32>) -> Vec<f32> {
@@ -42,20 +17,6 @@ fn round(prec: Precision, v: Vec<f32>) -> Vec<f32> {
         Precision::Bf16 => v.into_iter().map(bf16_round).collect(),
         Precision::F32 => v,
     }
-}
-
-/// ‖a − b‖ / ‖b‖ within `tol`, with NaN failing.
-fn close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
-    assert_eq!(gpu.len(), cpu.len(), "{what}: lengths differ");
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (&x, &y) in gpu.iter().zip(cpu) {
-        assert!(x.is_finite(), "{what}: non-finite GPU value {x}");
-        num += (x as f64 - y as f64).powi(2);
-        den += (y as f64).powi(2);
-    }
-    let e = (num / den.max(1e-30)).sqrt();
-    eprintln!("{what}: relative error {e:.2e} (tolerance {tol:.0e})");
-    assert!(e < tol, "{what}: relative error {e:.3e} over {tol:.0e}");
 }
 
 fn close_f64(what: &str, gpu: f64, cpu: f64, tol: f64) {
@@ -88,7 +49,7 @@ fn mask_loads_match_the_cpu_exactly() {
     let mut c = Cpu::default();
     let mut rng = Rng(31);
     let (n, h, w) = (5, 13, 11);
-    let mut out = g.upload(&rng.vec(4 * n * h * w, 9.0));
+    let mut out = g.upload(&rng.scaled(4 * n * h * w, 9.0));
     for wide in [false, true] {
         let size = if wide { 2 } else { 1 };
         let raw: Vec<u8> = (0..n * h * w * size).map(|_| rng.next() as u8).collect();
@@ -163,8 +124,8 @@ fn targets_load_and_gather_exactly() {
     };
     let mut rng = Rng(37);
     let (samples, n, k) = (50, 33, 7);
-    let all = rng.vec(samples * k, 100.0);
-    let mut out = g.upload(&rng.vec(3 * samples * k, 1.0));
+    let all = rng.scaled(samples * k, 100.0);
+    let mut out = g.upload(&rng.scaled(3 * samples * k, 1.0));
     g.load_targets(&all[..n * k], &mut out);
     assert_eq!(g.download(&out), &all[..n * k]);
     let order: Vec<u32> = (0..n).map(|_| rng.below(samples as u64) as u32).collect();
@@ -258,7 +219,7 @@ fn segmentation_losses_match_the_cpu() {
             (70, 0.5, (2, 7, 5)),
         ] {
             let len = n * k * h * w;
-            let z = round(prec, rng.vec(len, 4.0));
+            let z = round(prec, rng.scaled(len, 4.0));
             let t = seg_targets(&mut rng, n * h * w, k);
             let what = format!("{prec:?} seg k={k} dice={dice} {n}x{h}x{w}");
             seg_matches(
@@ -307,8 +268,8 @@ fn the_segmentation_loss_is_bit_for_bit_deterministic() {
         for (k, (n, h, w)) in [(3, (4, 64, 61)), (70, (2, 48, 45))] {
             let hw = h * w;
             assert!(n * hw > 16 * 256, "several blocks");
-            let z = round(prec, rng.vec(n * k * hw, 4.0));
-            let other = round(prec, rng.vec(n * k * hw, 4.0));
+            let z = round(prec, rng.scaled(n * k * hw, 4.0));
+            let other = round(prec, rng.scaled(n * k * hw, 4.0));
             let t = seg_targets(&mut rng, n * hw, k);
             for plain in [false, true] {
                 if plain && prec != Precision::F32 {
@@ -435,7 +396,7 @@ fn head_losses_match_the_cpu() {
         for (n, k) in [(37, 1), (37, 5), (9, 45)] {
             for act in [false, true] {
                 let what = format!("{prec:?} {n}x{k} activation={act}");
-                let raw = rng.vec(n * k, 5.0);
+                let raw = rng.scaled(n * k, 5.0);
                 let z = if act { round(prec, raw) } else { raw };
                 let up = |g: &mut Cuda, v: &[f32]| {
                     if act {
@@ -448,7 +409,7 @@ fn head_losses_match_the_cpu() {
                 let mut gd = up(&mut g, &vec![7.0; n * k]);
                 // Labels, some rows all right; values of the logits' scale.
                 let labels: Vec<f32> = (0..n * k).map(|_| rng.below(2) as f32).collect();
-                let values = rng.vec(n * k, 4.0);
+                let values = rng.scaled(n * k, 4.0);
                 let dtol = if act { tol } else { 1e-5 };
                 let lb = g.upload(&labels);
                 g.take_loss_stats();
@@ -496,7 +457,7 @@ fn a_recorded_segmentation_loss_replays_as_it_runs() {
     };
     let mut rng = Rng(53);
     let (n, k, h, w) = (4, 3, 17, 19);
-    let z = round(Precision::Bf16, rng.vec(n * k * h * w, 4.0));
+    let z = round(Precision::Bf16, rng.scaled(n * k * h * w, 4.0));
     let t = seg_targets(&mut rng, n * h * w, k);
     let (zb, tb) = (g.upload_act(&z, [n, k, h, w]), g.upload(&t));
     let mut d = g.empty(Dt::Bf16);
