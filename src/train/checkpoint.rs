@@ -26,6 +26,10 @@ pub struct Cursor {
     pub loss_sum: f64,
     pub correct: u64,
     pub seen: u64,
+    /// Pixels inside the images of the masks trained on (a mask task's accuracy counts the
+    /// crop's padding out); 0 in checkpoints written before it was kept.
+    #[serde(default)]
+    pub pixels: u64,
     pub train_seconds: f64,
 }
 

@@ -290,6 +290,7 @@ impl<'a, B: Backend> Loop<'a, B> {
             self.cur.step += 1;
             self.cur.batch = index + 1;
             self.cur.seen += n as u64;
+            self.cur.pixels += self.image_pixels(index, n);
             pb.inc(n as u64);
             self.steps_here += 1;
             self.seen_here += n as u64;
@@ -346,6 +347,27 @@ impl<'a, B: Backend> Loop<'a, B> {
                 model.train_step(be, n, sm, lr, mo, wd);
             }
         }
+    }
+
+    /// Pixels of batch `index`'s masks that lie inside their images after the crop (a mask
+    /// task's training accuracy is of these); 0 for other tasks.
+    fn image_pixels(&self, index: usize, n: usize) -> u64 {
+        let (r, m) = (self.r, &self.r.model);
+        if r.task.kind != TaskKind::Mask {
+            return 0;
+        }
+        let (h, w) = (m.height as i64, m.width as i64);
+        if self.cur.epoch >= r.augment_epochs {
+            return (n as i64 * h * w) as u64;
+        }
+        let pad = r.crop_pad as i64;
+        augmentation(r, self.cur.epoch, self.share.batch_key(index), n)
+            .iter()
+            .map(|a| {
+                let inside = |d: u8, len: i64| (len - (d as i64 - pad).abs()).max(0);
+                (inside(a.dy, h) * inside(a.dx, w)) as u64
+            })
+            .sum()
     }
 
     /// Loss figures stay on the device between these points, so that no step waits for one.
@@ -559,12 +581,12 @@ fn read_history(path: &Path, epochs: usize) -> Result<Vec<EpochMetrics>> {
 }
 
 /// The training accuracy of the epoch in progress: of samples (classes; labels: every label
-/// right), of pixels (masks); none for values.
+/// right), of the pixels inside the images (masks); none for values.
 fn train_accuracy(r: &Recipe, cur: &Cursor) -> f64 {
     let seen = cur.seen.max(1) as f64;
     match r.task.kind {
         TaskKind::Values => f64::NAN,
-        TaskKind::Mask => cur.correct as f64 / (seen * (r.model.height * r.model.width) as f64),
+        TaskKind::Mask => cur.correct as f64 / cur.pixels.max(1) as f64,
         _ => cur.correct as f64 / seen,
     }
 }
