@@ -106,3 +106,21 @@ __device__ __forceinline__ void stv(float* p, long i, const float* v) {
 #define SAMPLE_STRIDE(s, n) for (long s = blockIdx.y; s < (n); s += gridDim.y)
 #define ITEM_STRIDE(i, per) \
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (per); i += gridDim.x * blockDim.x)
+
+// A sample's crop offset and flip (`Aug::packed`: dy | dx << 8 | flip << 16); without `aug` the
+// sample is centred and unflipped. One rule for images (input.cu) and masks (seg.cu), which must
+// move together.
+struct Crop {
+    int dy, dx;
+    bool flip;
+};
+__device__ __forceinline__ Crop crop_of(const u32* aug, long s, int pad) {
+    Crop c{pad, pad, false};
+    if (aug) {
+        u32 a = aug[s];
+        c.dy = a & 0xff;
+        c.dx = (a >> 8) & 0xff;
+        c.flip = (a >> 16) & 1;
+    }
+    return c;
+}

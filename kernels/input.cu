@@ -36,14 +36,9 @@ __device__ void load_impl(const P* pix, const u32* idx, const u32* lab, const u3
     long plane = (long)h * w;
     SAMPLE_STRIDE(s, n) {
         long src = idx ? (long)idx[s] : s;
-        int dy = pad, dx = pad;
-        bool flip = false;
-        if (aug) {
-            u32 a = aug[s];
-            dy = a & 0xff;
-            dx = (a >> 8) & 0xff;
-            flip = (a >> 16) & 1;
-        }
+        Crop cr = crop_of(aug, s, pad);
+        int dy = cr.dy, dx = cr.dx;
+        bool flip = cr.flip;
         ITEM_STRIDE(i, per) {
             int g = i % groups, p = i / groups;
             int x = p % w, y = p / w;

@@ -53,14 +53,9 @@ __device__ void load_masks_impl(const M* mask, const u32* order, const u32* aug,
     int per = h * w;
     SAMPLE_STRIDE(s, n) {
         long src = order ? (long)order[s] : s;
-        int dy = pad, dx = pad;
-        bool flip = false;
-        if (aug) {
-            u32 a = aug[s];
-            dy = a & 0xff;
-            dx = (a >> 8) & 0xff;
-            flip = (a >> 16) & 1;
-        }
+        Crop cr = crop_of(aug, s, pad);
+        int dy = cr.dy, dx = cr.dx;
+        bool flip = cr.flip;
         ITEM_STRIDE(i, per) {
             int x = i % w, y = i / w;
             int xx = flip ? w - 1 - x : x;
