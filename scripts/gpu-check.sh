@@ -80,6 +80,9 @@ PY
     row "first run: steady epoch cold / warm / again (s)" "$st_c / $st_w / $st_c2" "-"
     row "first run: test accuracy cold / warm / again" "$a_c / $a_w / $a_c2" \
         "$(python3 -c "print('ok' if all(abs(a - 0.92) <= 0.003 for a in ($a_c, $a_w, $a_c2)) else 'FAIL')" 2>/dev/null || echo FAIL)"
+    # What CUDA alone costs a process (driver, context, cuDNN and cuBLAS handles, exit).
+    python3 scripts/cuda-floor.py 3 | tee "$LOGS/cuda-floor.log"
+    row "first run: CUDA's own floor (scripts/cuda-floor.py, s)" "$(grep -Eo "total [0-9.]+" "$LOGS/cuda-floor.log" | cut -d' ' -f2 | tr '\n' ' ')" "-"
     if [ -n "${OLD:-}" ]; then
         # The same with another prep executable (e.g. the commit before), for a before/after.
         rm -rf "$WORK/home-old"; mkdir -p "$WORK/home-old"
