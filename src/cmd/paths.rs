@@ -119,6 +119,10 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// other prep is writing it. `usage`: how the
 /// command is written, for the case of swapped arguments ("eval takes RUN then DATA").
 pub fn expect_dataset(p: &Path, usage: &str) -> Result<()> {
+    if prep::store::remote::is_url(p) {
+        // A store is looked at when the dataset is opened; a URL prep cannot read is refused now.
+        return prep::store::remote::parse(p.to_str().unwrap_or_default()).map(|_| ());
+    }
     // A folder another prep is writing has no manifest yet: say who writes it instead.
     prep::format::lock::check_not_written(p)?;
     let shown = shown_path(p);

@@ -249,6 +249,10 @@ impl Drop for DirLock {
 /// A reader's check that no writer holds `dir`: an error naming the writer while one does.
 /// Takes no lasting lock and creates nothing (datasets may be read-only).
 pub fn check_not_written(dir: &Path) -> Result<()> {
+    if crate::store::remote::is_url(dir) {
+        // A store's dataset appears whole with its manifest: nothing half-written can be read.
+        return Ok(());
+    }
     let path = dir.join(LOCK_FILE);
     // Not there (or not a regular file, which no writer made): nothing holds the folder.
     let Ok(mut f) = crate::store::local::open(&path) else {

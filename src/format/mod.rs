@@ -33,8 +33,10 @@ impl OutputFormat {
 
 /// The `format` member of `dir/manifest.json`, to tell shard datasets from colmajor ones.
 pub fn dataset_format(dir: &std::path::Path) -> Result<String> {
-    let path = dir.join(shard::manifest::FILE_NAME);
-    let bytes = shard::manifest::read_capped(&path)?;
+    let store = crate::store::open_dir(dir)?;
+    let name = shard::manifest::FILE_NAME;
+    let path = store.location(name);
+    let bytes = store.read(name, shard::manifest::MAX_MANIFEST_BYTES, "a manifest")?;
     let v: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::manifest(&path, format!("not valid JSON: {e}")))?;
     v["format"]

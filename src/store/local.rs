@@ -123,45 +123,6 @@ pub fn read_text_capped(path: &Path, cap: u64, what: &str) -> Result<String> {
     })
 }
 
-/// Checks that each of `files` (path, the size the manifest lists) is a regular file of that
-/// size, by a stat each and without reading: what `inspect` promises about a dataset it
-/// summarises. `listed_in` names the manifest; the error lists every file found wanting.
-pub fn check_present(listed_in: &Path, files: &[(std::path::PathBuf, u64)]) -> Result<()> {
-    let mut wrong = Vec::new();
-    for (p, want) in files {
-        let shown = crate::util::error::shown_path(p);
-        match std::fs::metadata(p) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                wrong.push(format!("{shown} is missing"))
-            }
-            Err(e) => wrong.push(format!("{shown}: {e}")),
-            Ok(m) if !m.file_type().is_file() => wrong.push(format!(
-                "{shown} is {}, not a regular file",
-                describe(&m.file_type())
-            )),
-            Ok(m) if m.len() != *want => wrong.push(format!(
-                "{shown} is {} bytes, the manifest lists {want}{}",
-                m.len(),
-                if m.len() < *want { " (truncated)" } else { "" }
-            )),
-            Ok(_) => {}
-        }
-    }
-    if wrong.is_empty() {
-        return Ok(());
-    }
-    Err(Error::manifest(
-        listed_in,
-        format!(
-            "{} of the {} files it lists {} not as listed: {}",
-            wrong.len(),
-            files.len(),
-            if wrong.len() == 1 { "is" } else { "are" },
-            wrong.join("; ")
-        ),
-    ))
-}
-
 /// Caps for the small files prep reads whole.
 pub const JSON_CAP: u64 = 64 << 20;
 
@@ -186,6 +147,19 @@ impl super::Store for Dir {
     }
     fn read(&self, name: &str, cap: u64, what: &str) -> Result<Vec<u8>> {
         read_capped(&self.root.join(name), cap, what)
+    }
+    fn sizes(&self, names: &[&str]) -> Vec<Result<u64>> {
+        names
+            .iter()
+            .map(|n| {
+                let p = self.root.join(n);
+                let m = std::fs::metadata(&p).at(&p)?;
+                if !m.file_type().is_file() {
+                    return Err(not_a_file(&p, &m.file_type()));
+                }
+                Ok(m.len())
+            })
+            .collect()
     }
 }
 

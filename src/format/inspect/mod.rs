@@ -58,21 +58,22 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
     let format = crate::format::dataset_format(dir)?;
     if format == crate::format::colmajor::FORMAT {
         let m = ColmajorManifest::read(dir)?;
-        let listed: Vec<(std::path::PathBuf, u64)> = m
+        let listed: Vec<(&str, u64)> = m
             .splits
             .values()
             .flat_map(|s| {
                 [
                     // float32 feature-major, whatever the sample dtype.
                     (
-                        dir.join(&s.images),
+                        s.images.as_str(),
                         s.samples * m.sample.shape.elems() as u64 * 4,
                     ),
-                    (dir.join(&s.labels), s.samples * 4),
+                    (s.labels.as_str(), s.samples * 4),
                 ]
             })
             .collect();
-        crate::store::local::check_present(
+        crate::store::check_present(
+            &crate::store::local::Dir::new(dir),
             &dir.join(crate::format::shard::manifest::FILE_NAME),
             &listed,
         )?;
@@ -117,14 +118,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
     }
     let ds = Dataset::open(dir)?;
     let m = &ds.manifest;
-    let listed: Vec<(std::path::PathBuf, u64)> = ds
-        .shards()
-        .map(|(_, sh)| (ds.shard_path(sh), sh.bytes))
-        .collect();
-    crate::store::local::check_present(
-        &dir.join(crate::format::shard::manifest::FILE_NAME),
-        &listed,
-    )?;
+    ds.check_present()?;
     let splits: Vec<SplitSummary> = m
         .splits
         .iter()

@@ -2,7 +2,7 @@
 
 use super::manifest::{Manifest, ShardInfo};
 use super::ShardReader;
-use crate::store::{local, Store};
+use crate::store::{local, remote, Store};
 use crate::util::error::{Error, Region, Result};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -41,6 +41,9 @@ impl VerifyReport {
 impl Dataset {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
+        if remote::is_url(&dir) {
+            return Self::open_remote(&dir);
+        }
         let store: Arc<dyn Store> = Arc::new(local::Dir::new(&dir));
         let manifest = match Manifest::read_from(&*store) {
             Ok(m) => m,
@@ -57,6 +60,49 @@ impl Dataset {
         })
     }
 
+    /// A dataset in an object store or on an HTTP server. Its manifest is the commit point of
+    /// its writer: without it there is no dataset, whatever shards are there.
+    fn open_remote(url: &Path) -> Result<Self> {
+        let r = remote::Remote::open_url(url.to_str().unwrap_or_default())?;
+        let dir = PathBuf::from(&r.url().shown);
+        let store: Arc<dyn Store> = Arc::new(r);
+        let manifest = Manifest::read_from(&*store).map_err(|e| match e {
+            Error::Io { cause, .. } if cause.kind() == std::io::ErrorKind::NotFound => {
+                Error::Invalid(format!(
+                    "{}: no dataset there: it has no {} (a wrong URL, or an upload that stopped \
+                     before its manifest, the last object a writer puts)",
+                    dir.display(),
+                    super::manifest::FILE_NAME
+                ))
+            }
+            e => e,
+        })?;
+        Ok(Dataset {
+            dir,
+            manifest,
+            store,
+        })
+    }
+
+    /// Check that every listed shard is there with its listed size, without reading any: a stat
+    /// (or HEAD request) each. The error names each one missing or of another size.
+    pub fn check_present(&self) -> Result<()> {
+        let listed: Vec<(&str, u64)> = self
+            .shards()
+            .map(|(_, sh)| (sh.file.as_str(), sh.bytes))
+            .collect();
+        crate::store::check_present(
+            &*self.store,
+            &self.store.location(super::manifest::FILE_NAME),
+            &listed,
+        )
+    }
+
+    /// Whether the dataset is read from an object store or HTTP server.
+    pub fn is_remote(&self) -> bool {
+        remote::is_url(&self.dir)
+    }
+
     pub fn shard_path(&self, info: &ShardInfo) -> PathBuf {
         self.dir.join(&info.file)
     }
@@ -64,7 +110,7 @@ impl Dataset {
     /// Open a shard and check that it is the one the manifest describes.
     pub fn open_shard(&self, info: &ShardInfo) -> Result<ShardReader> {
         let r = self.open_shard_checked(info);
-        if r.is_err() {
+        if r.is_err() && !self.is_remote() {
             // A shard replaced or removed by a writer at work (`--force`): say so, rather than
             // calling the dataset damaged. Either way the old and new data are never mixed.
             crate::format::lock::check_not_written(&self.dir)?;

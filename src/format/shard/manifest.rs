@@ -172,7 +172,7 @@ impl Manifest {
 
     /// Read and check `dir/manifest.json`: size cap, checksum, then consistency.
     pub fn read(dir: &Path) -> Result<Self> {
-        Self::read_from(&crate::store::local::Dir::new(dir))
+        Self::read_from(&*crate::store::open_dir(dir)?)
     }
 
     /// The manifest of the dataset in `store`.

@@ -153,6 +153,16 @@ impl Data {
             ))),
             _ => Ok(()),
         };
+        if crate::store::remote::is_url(dir) {
+            if crate::format::dataset_format(dir)? == colmajor::FORMAT {
+                return Err(Error::Invalid(format!(
+                    "{}: a column-major dataset is read by mapping its files into memory, which a \
+                     store cannot do: copy it to a local disk, or convert it to shards",
+                    shown_path(&dir)
+                )));
+            }
+            return Self::open_shards(dir, &check_shape);
+        }
         if dir.join(manifest::FILE_NAME).is_file() {
             if crate::format::dataset_format(dir)? == colmajor::FORMAT {
                 return Self::open_colmajor(dir, &check_shape);
