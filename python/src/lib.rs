@@ -157,6 +157,13 @@ struct NativeDataset {
 impl NativeDataset {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        if prep::store::remote::is_url(&path) {
+            // A dataset in an object store or on an HTTP server (s3://, gs://, az://, http(s)://).
+            let ds = py
+                .detach(|| Dataset::open(&path))
+                .map_err(|e| py_err(py, e))?;
+            return Ok(NativeDataset { ds: Arc::new(ds) });
+        }
         // `manifest.json` itself names its dataset.
         let dir = if path.is_file()
             && path

@@ -35,7 +35,14 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         None => None,
         Some(s) => Some(mask_names(s)?),
     };
-    let r = convert(&opts).with_context(|| {
+    let (r, published) = super::remote_out::write_to(&a.out, a.force, quiet, |out| {
+        let opts = ConvertOptions {
+            out: out.to_path_buf(),
+            ..opts
+        };
+        Ok(convert(&opts)?)
+    })
+    .with_context(|| {
         format!(
             "prep convert {} into {}",
             prep::source::tree::shown_path(&a.input),
@@ -43,9 +50,10 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         )
     })?;
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", super::with_upload(&r, &published)?);
     } else if !quiet {
         print_report(&a, &r)?;
+        super::print_upload(&published)?;
     }
     Ok(ExitCode::SUCCESS)
 }

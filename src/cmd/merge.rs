@@ -21,15 +21,23 @@ pub fn run(a: MergeArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         .into());
     }
     for p in &a.parts {
+        if prep::store::remote::is_url(p) {
+            return Err(super::UsageError(format!(
+                "{}: merge joins parts on a local disk (it links or copies their shards); copy the parts there first, the merged dataset can go to a store with OUT as a URL",
+                p.display()
+            ))
+            .into());
+        }
         super::paths::expect_dataset(p, "merge takes OUT then the part folders")?;
     }
-    let r = prep::convert::merge::merge(&a.out, &a.parts, quiet)
-        .map_err(|e| {
+    let (r, published) = super::remote_out::write_to(&a.out, false, quiet, |out| {
+        Ok(prep::convert::merge::merge(out, &a.parts, quiet).map_err(|e| {
             e.when_interrupted(|| "nothing was written: the same command merges again".into())
-        })
-        .with_context(|| format!("prep merge into {}", a.out.display()))?;
+        })?)
+    })
+    .with_context(|| format!("prep merge into {}", a.out.display()))?;
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", super::with_upload(&r, &published)?);
     } else if !quiet {
         let splits: Vec<String> = r
             .splits
@@ -57,6 +65,7 @@ pub fn run(a: MergeArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 a.out.join(prep::convert::REJECTS).display()
             );
         }
+        super::print_upload(&published)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@ mod inspect;
 mod merge;
 mod paths;
 mod plan;
+mod remote_out;
 mod synth;
 mod train;
 mod verify;
@@ -144,3 +145,32 @@ pub fn end_quietly_on_closed_pipes() {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// A command's JSON report, with what its upload did where it wrote to a store (`upload`).
+fn with_upload<T: serde::Serialize>(
+    r: &T,
+    published: &Option<prep::format::publish::Published>,
+) -> anyhow::Result<String> {
+    let mut v = serde_json::to_value(r)?;
+    if let (Some(p), Some(o)) = (published, v.as_object_mut()) {
+        o.insert("upload".into(), serde_json::to_value(p)?);
+    }
+    Ok(serde_json::to_string_pretty(&v)?)
+}
+
+/// One line of what an upload did, where there was one.
+fn print_upload(published: &Option<prep::format::publish::Published>) -> anyhow::Result<()> {
+    if let Some(p) = published {
+        outln!(
+            "uploaded {} shards and the manifest ({}){}",
+            p.shards_uploaded,
+            prep::util::mem::human(p.bytes_uploaded),
+            if p.shards_kept > 0 {
+                format!("; {} shards were in the store already", p.shards_kept)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}

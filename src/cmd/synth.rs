@@ -42,10 +42,17 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         part: a.part,
         quiet,
     };
-    let r = synthesize_task(&opts, a.task.task())
-        .with_context(|| format!("prep synth into {}", a.out.display()))?;
+    let task = a.task.task();
+    let (r, published) = super::remote_out::write_to(&a.out, a.force, quiet, |out| {
+        let opts = SynthOptions {
+            out: out.to_path_buf(),
+            ..opts
+        };
+        Ok(synthesize_task(&opts, task)?)
+    })
+    .with_context(|| format!("prep synth into {}", a.out.display()))?;
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", super::with_upload(&r, &published)?);
     } else if !quiet {
         if r.already_complete {
             outln!(
@@ -73,6 +80,7 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 human(r.peak_rss_bytes)
             );
         }
+        super::print_upload(&published)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -65,7 +65,7 @@ fn same_file(f: &File, path: &Path) -> bool {
     }
 }
 
-fn hostname() -> String {
+pub(crate) fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success (we also
     // stop at the buffer's end).
@@ -201,7 +201,7 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock> {
             .map_or(0, |d| d.as_secs());
         let info = serde_json::json!({
             "pid": std::process::id(),
-            "host": hostname(),
+            "host": host_name(),
             "command": command_line(),
             "since": since,
         });

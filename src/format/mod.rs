@@ -8,6 +8,7 @@ pub mod folder;
 pub mod inspect;
 pub mod lock;
 pub mod part;
+pub mod publish;
 pub mod shard;
 
 use crate::util::error::{Error, Result};

@@ -47,7 +47,9 @@ _DTYPES = {"u8": np.uint8, "u16": np.uint16, "f16": np.float16, "f32": np.float3
 
 
 def open(path: "os.PathLike[str] | str", cache_bytes: int = DEFAULT_CACHE_BYTES) -> "Dataset":
-    """Open the prep dataset in directory ``path`` (or its ``manifest.json``).
+    """Open the prep dataset in directory ``path`` (or its ``manifest.json``), or at a URL:
+    ``s3://bucket/ds``, ``gs://bucket/ds``, ``az://container/ds``, ``http(s)://host/ds``, with
+    each store's credentials from its usual environment variables.
 
     The manifest is read and checked (its own checksum, then its consistency). A missing
     directory raises :class:`FileNotFoundError`; a directory that is not a prep shard dataset, or

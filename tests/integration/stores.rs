@@ -1,0 +1,366 @@
+//! Datasets in object stores and over HTTP (issue 30), against real servers on 127.0.0.1
+//! (`crate::servers`): written there by synth, convert and merge, read back by verify, inspect,
+//! train and eval, the same as from a local copy; and what goes wrong: a missing manifest, shard
+//! or server, a damaged object, a killed upload, two writers, secrets in URLs.
+
+use crate::servers::{Kind, Proxy, Server};
+use crate::util::{prep, small_dataset, stderr, stdout, SMALL_SYNTH};
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// The kinds prep writes to (HTTP is read-only for it).
+const WRITABLE: [Kind; 3] = [Kind::S3, Kind::Azure, Kind::Gcs];
+
+/// A distinctive secret: no output may show it.
+const SECRET: &str = "pr3pS3cretValue0123456789";
+
+/// Run prep with `env`, a short retry budget (a stopped server fails in seconds), and `args`.
+fn run_env(env: &[(String, String)], args: &[&str]) -> Output {
+    prep()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("PREP_STORE_RETRY_SECONDS", "3")
+        .args(args)
+        .output()
+        .expect("prep runs")
+}
+
+fn expect(o: &Output, code: i32, what: &str) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "{what}\nstdout:\n{}\nstderr:\n{}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// Delete object `key` (`url(key)`) from `server`, through object_store in this process.
+fn delete(server: &Server, key: &str) {
+    let store = server.store();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(store.delete(&object_store::path::Path::from(key)))
+        .unwrap_or_else(|e| panic!("deleting {key}: {e}"));
+}
+
+/// Object `key` of `server`, whole.
+fn get(server: &Server, key: &str) -> Vec<u8> {
+    use object_store::ObjectStoreExt;
+    let store = server.store();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async { store.get(&object_store::path::Path::from(key)).await?.bytes().await })
+        .unwrap_or_else(|e| panic!("reading {key}: {e}"))
+        .to_vec()
+}
+
+/// Put every file of local dataset folder `dir` at `prefix` on `server` (through its own API).
+fn put_dataset(server: &Server, dir: &Path, prefix: &str) {
+    for (rel, bytes) in crate::util::files(dir) {
+        server.put(&format!("{prefix}/{rel}"), &bytes);
+    }
+}
+
+/// Train one CPU epoch on `data` into `out` (seed fixed), returning summary.json.
+fn train(env: &[(String, String)], data: &str, out: &Path) -> serde_json::Value {
+    let o = run_env(
+        env,
+        &[
+            "train",
+            data,
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+            "--batch",
+            "64",
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+    );
+    expect(&o, 0, &format!("train {data}"));
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_dataset_written_to_each_store_reads_back_and_trains_as_its_local_copy() {
+    let t = tempfile::tempdir().unwrap();
+    let local = small_dataset(t.path(), &[]);
+    let base = train(&[], local.to_str().unwrap(), &t.path().join("run-local"));
+    for kind in WRITABLE {
+        let Some(server) = Server::start(kind) else {
+            continue;
+        };
+        let env = server.env();
+        let url = server.url("ds");
+        let mut args = SMALL_SYNTH.to_vec();
+        args.extend_from_slice(&["--seed", "3", "--out", &url]);
+        let o = run_env(&env, &args);
+        expect(&o, 0, &format!("synth to {url}"));
+        assert!(stdout(&o).contains("uploaded"), "{}", stdout(&o));
+        let o = run_env(&env, &["verify", &url]);
+        expect(&o, 0, &format!("verify {url}"));
+        assert!(stdout(&o).contains("3,500 samples"), "{}", stdout(&o));
+        let o = run_env(&env, &["inspect", &url, "--json"]);
+        expect(&o, 0, &format!("inspect {url}"));
+        let remote = train(&env, &url, &t.path().join(format!("run-{kind:?}")));
+        for k in ["test_accuracy", "test_loss", "samples"] {
+            assert_eq!(remote[k], base[k], "{kind:?}: {k}");
+        }
+        // The same batches: the per-epoch metrics (losses and accuracies) agree exactly.
+        let m = |d: &str| {
+            let s = std::fs::read_to_string(t.path().join(d).join("metrics.jsonl")).unwrap();
+            s.lines()
+                .map(|l| {
+                    let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    for k in ["seconds", "samples_per_sec", "rss_bytes", "peak_rss_bytes"] {
+                        v.as_object_mut().unwrap().remove(k);
+                    }
+                    v
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(m(&format!("run-{kind:?}")), m("run-local"), "{kind:?}");
+        // eval of the local run on the store's copy gives the run's figure.
+        let o = run_env(
+            &env,
+            &["eval", t.path().join("run-local").to_str().unwrap(), &url],
+        );
+        expect(&o, 0, "eval");
+        assert!(stdout(&o).contains("equal to summary.json"), "{}", stdout(&o));
+        // The lease is gone once the writer is done.
+        let o = run_env(&env, &["synth", "--train", "10", "--test", "0", "--out", &url]);
+        expect(&o, 2, "a second synth to the same URL");
+        assert!(stderr(&o).contains("already holds a dataset"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_dataset_served_over_http_reads_as_its_local_copy() {
+    let Some(server) = Server::start(Kind::Http) else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let local = small_dataset(t.path(), &[]);
+    let served = server.root().join("data");
+    std::fs::create_dir_all(&served).unwrap();
+    for (rel, bytes) in crate::util::files(&local) {
+        let p = served.join("ds").join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    let url = server.url("data/ds");
+    let o = run_env(&[], &["verify", &url]);
+    expect(&o, 0, "verify over HTTP");
+    let base = train(&[], local.to_str().unwrap(), &t.path().join("run-local"));
+    let remote = train(&[], &url, &t.path().join("run-http"));
+    assert_eq!(remote["test_accuracy"], base["test_accuracy"]);
+    // HTTP is read-only for prep.
+    let o = run_env(&[], &["synth", "--train", "10", "--test", "0", "--out", &server.url("new")]);
+    expect(&o, 2, "synth to http");
+    assert!(stderr(&o).contains("cannot write them there"), "{}", stderr(&o));
+}
+
+#[test]
+fn faults_in_a_store_end_with_errors_that_name_the_object() {
+    let Some(server) = Server::start(Kind::S3) else {
+        return;
+    };
+    let env = server.env();
+    let t = tempfile::tempdir().unwrap();
+    let local = small_dataset(t.path(), &[]);
+
+    // An upload that stopped before its manifest: no dataset there.
+    for (rel, bytes) in crate::util::shard_files(&local) {
+        server.put(&format!("partial/{rel}"), &bytes);
+    }
+    let o = run_env(&env, &["verify", &server.url("partial")]);
+    expect(&o, 1, "verify of a dataset without its manifest");
+    assert!(stdout(&o).contains("no dataset there"), "{}", stdout(&o));
+    let o = run_env(&env, &["train", &server.url("partial"), "--device", "cpu", "--out", t.path().join("r0").to_str().unwrap()]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("no dataset there"), "{}", stderr(&o));
+
+    // A missing shard: inspect and train name it.
+    put_dataset(&server, &local, "missing");
+    let gone = "missing/train/train-00001.shard";
+    delete(&server, gone);
+    let o = run_env(&env, &["inspect", &server.url("missing")]);
+    expect(&o, 1, "inspect with a shard missing");
+    assert!(stderr(&o).contains("train-00001.shard is missing"), "{}", stderr(&o));
+    let o = run_env(&env, &["train", &server.url("missing"), "--device", "cpu", "--epochs", "1", "--out", t.path().join("r1").to_str().unwrap()]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("train-00001.shard"), "{}", stderr(&o));
+
+    // A damaged byte in a block: the same report as for the local copy.
+    let shard = local.join("train/train-00000.shard");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    bytes[300] ^= 0x40;
+    put_dataset(&server, &local, "damaged");
+    server.put("damaged/train/train-00000.shard", &bytes);
+    std::fs::write(&shard, &bytes).unwrap();
+    let remote = run_env(&env, &["verify", &server.url("damaged")]);
+    let here = run_env(&env, &["verify", local.to_str().unwrap()]);
+    expect(&remote, 1, "verify of a damaged object");
+    let damaged = |o: &Output| {
+        stdout(o)
+            .lines()
+            .filter(|l| l.starts_with("DAMAGED"))
+            .map(|l| l.rsplit(": ").take(2).collect::<Vec<_>>().join(" | "))
+            .collect::<Vec<_>>()
+    };
+    assert!(!damaged(&remote).is_empty());
+    assert_eq!(damaged(&remote), damaged(&here));
+}
+
+#[test]
+fn a_server_stopped_mid_epoch_ends_the_run_with_an_error_naming_an_object() {
+    let Some(mut server) = Server::start(Kind::Azure) else {
+        return;
+    };
+    let env = server.env();
+    let t = tempfile::tempdir().unwrap();
+    let local = small_dataset(t.path(), &[]);
+    put_dataset(&server, &local, "ds");
+    let url = server.url("ds");
+    let mut child = prep()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("PREP_STORE_RETRY_SECONDS", "3")
+        .args(["train", &url, "--device", "cpu", "--epochs", "50", "--batch", "32", "--memory", "stream"])
+        .args(["--out", t.path().join("run").to_str().unwrap(), "--quiet"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the first epoch has been written, the server goes away.
+    let t0 = Instant::now();
+    while !t.path().join("run/metrics.jsonl").exists() && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.stop();
+    let stopped = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let took = stopped.elapsed();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&url) && err.contains(".shard"), "{err}");
+    assert!(took < Duration::from_secs(30), "ended {took:?} after the server stopped");
+}
+
+#[test]
+fn a_killed_upload_resumes_keeping_the_shards_already_there() {
+    let Some(server) = Server::start(Kind::S3) else {
+        return;
+    };
+    let proxy = Proxy::start(server.port());
+    let env = server.env_via(&proxy);
+    let url = server.url_via(&proxy, "ds");
+    let t = tempfile::tempdir().unwrap();
+    let staging = t.path().join("staging");
+    let mut args = SMALL_SYNTH.to_vec();
+    args.extend_from_slice(&["--seed", "3", "--out", &url]);
+    // The connection is cut once part of the dataset has gone up.
+    let mut child = prep()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("PREP_STORE_RETRY_SECONDS", "1")
+        .env("PREP_STAGING", &staging)
+        .args(&args)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while proxy.stats().bytes_to_server < 400_000 && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    proxy.set_down(true);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let o = run_env(&env, &["verify", &url]);
+    expect(&o, 1, "verify before the manifest is up");
+    proxy.set_down(false);
+    let o = prep()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("PREP_STAGING", &staging)
+        .args(&args)
+        .output()
+        .unwrap();
+    expect(&o, 0, "the same synth again");
+    assert!(stdout(&o).contains("in the store already"), "{}", stdout(&o));
+    let o = run_env(&env, &["verify", &url]);
+    expect(&o, 0, "verify after the resumed upload");
+}
+
+#[test]
+fn one_writer_at_a_time_holds_a_store_folder() {
+    let Some(server) = Server::start(Kind::S3) else {
+        return;
+    };
+    let env = server.env();
+    server.put("busy/.prep-lease.json", br#"{"host":"elsewhere","pid":42,"since_unix":0}"#);
+    let o = run_env(&env, &["synth", "--train", "10", "--test", "0", "--out", &server.url("busy")]);
+    expect(&o, 1, "synth into a leased folder");
+    let e = stderr(&o);
+    assert!(e.contains("being written by another prep") && e.contains("process 42 on host elsewhere"), "{e}");
+}
+
+#[test]
+fn no_secret_reaches_any_output_or_record() {
+    let Some(server) = Server::start(Kind::S3) else {
+        return;
+    };
+    let mut env = server.env();
+    for (k, v) in env.iter_mut() {
+        if k == "AWS_SECRET_ACCESS_KEY" {
+            *v = SECRET.into();
+        }
+    }
+    let t = tempfile::tempdir().unwrap();
+    let url = server.url("ds");
+    let mut outputs = Vec::new();
+    let mut args = SMALL_SYNTH.to_vec();
+    args.extend_from_slice(&["--out", &url]);
+    outputs.push(run_env(&env, &args));
+    outputs.push(run_env(&env, &["verify", &url]));
+    outputs.push(run_env(&env, &["inspect", &url, "--json"]));
+    outputs.push(run_env(&env, &["verify", &server.url("nothing")]));
+    let signed = format!("{url}?X-Amz-Signature={SECRET}");
+    outputs.push(run_env(&env, &["verify", &signed]));
+    let with_user = url.replacen("://", &format!("://user:{SECRET}@"), 1);
+    outputs.push(run_env(&env, &["verify", &with_user]));
+    // A server that is not there: the error names the request, not the credentials.
+    let mut down = env.clone();
+    for (k, v) in down.iter_mut() {
+        if k == "AWS_ENDPOINT_URL" {
+            // A port just closed: nothing listens there.
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            *v = format!("http://127.0.0.1:{port}");
+        }
+    }
+    outputs.push(run_env(&down, &["verify", &url]));
+    outputs.push(run_env(&env, &["train", &url, "--device", "cpu", "--epochs", "1", "--out", t.path().join("run").to_str().unwrap()]));
+    for o in &outputs {
+        let all = format!("{}{}", stdout(o), stderr(o));
+        assert!(!all.contains(SECRET), "a secret in output:\n{all}");
+    }
+    // Nor in what was written: the run folder, the manifest in the store.
+    for (name, bytes) in crate::util::files(&t.path().join("run")) {
+        assert!(!String::from_utf8_lossy(&bytes).contains(SECRET), "{name}");
+    }
+    assert!(!String::from_utf8_lossy(&get(&server, "ds/manifest.json")).contains(SECRET));
+}
+
+#[test]
+fn a_url_with_a_slash_missing_is_not_taken_for_a_folder() {
+    let t = tempfile::tempdir().unwrap();
+    let o = prep()
+        .current_dir(t.path())
+        .args(["synth", "--train", "10", "--test", "0", "--out", "s3:/bucket/ds"])
+        .output()
+        .unwrap();
+    expect(&o, 2, "synth --out s3:/bucket/ds");
+    assert!(stderr(&o).contains("two slashes"), "{}", stderr(&o));
+    assert!(!t.path().join("s3:").exists());
+    let o = prep().args(["verify", "ftp://host/ds"]).output().unwrap();
+    expect(&o, 2, "verify ftp://");
+    assert!(stderr(&o).contains("not a store prep knows"), "{}", stderr(&o));
+}
