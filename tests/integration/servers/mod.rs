@@ -21,22 +21,28 @@
 //! temp dir, removed on Drop, when the server (and every process it started) is killed.
 
 // A harness: each test module uses the part it needs.
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code)]
 
+mod data;
+mod faults;
+mod process;
 mod proxy;
 mod selftest;
+mod stores;
 mod wire;
 
+#[allow(unused_imports)] // API for the tests to come
 pub use proxy::{Proxy, ProxyStats};
+
+pub use stores::{install_crypto, quick_retry};
+
+use process::{tail, terminate};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use object_store::{BackoffConfig, ObjectStore, RetryConfig};
 
 /// The bucket (S3, GCS) or container (Azure) every server has from the start.
 pub const BUCKET: &str = "prep-test";
@@ -95,7 +101,10 @@ pub fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(program))
-        .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// Whether `PREP_REQUIRE_SERVERS=1`: a missing server is then a failure, not a skip.
@@ -106,24 +115,10 @@ pub fn required() -> bool {
 /// How long a server may take to answer after it is started: 30 s, or `PREP_SERVER_START_TIMEOUT`
 /// seconds.
 fn start_timeout() -> Duration {
-    let secs = std::env::var("PREP_SERVER_START_TIMEOUT").ok().and_then(|s| s.parse().ok());
+    let secs = std::env::var("PREP_SERVER_START_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok());
     Duration::from_secs_f64(secs.unwrap_or(30.0))
-}
-
-/// Install rustls's ring provider as the process default, as prep does at start: object_store's
-/// reqwest client has no provider of its own. Idempotent.
-pub fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Small retries, so a test of a server that is down ends in seconds (object_store's default
-/// retries 10 times within 3 minutes): 2 retries, 50 ms then 100 ms apart, 3 s in all.
-pub fn quick_retry() -> RetryConfig {
-    RetryConfig {
-        backoff: BackoffConfig { init_backoff: Duration::from_millis(50), max_backoff: Duration::from_millis(200), base: 2.0 },
-        max_retries: 2,
-        retry_timeout: Duration::from_secs(3),
-    }
 }
 
 pub struct Server {
@@ -141,7 +136,10 @@ impl Server {
     /// when its program is not on PATH, unless `PREP_REQUIRE_SERVERS=1`: then that panics.
     pub fn start(kind: Kind) -> Option<Server> {
         let Some(program) = which(kind.command()) else {
-            let msg = format!("{} is not installed (scripts/test-servers.sh install)", kind.command());
+            let msg = format!(
+                "{} is not installed (scripts/test-servers.sh install)",
+                kind.command()
+            );
             if required() {
                 panic!("PREP_REQUIRE_SERVERS=1 but {msg}");
             }
@@ -155,7 +153,14 @@ impl Server {
         for sub in ["data", "root", "nginx-tmp"] {
             fs::create_dir_all(dir.path().join(sub)).expect("create the server's folders");
         }
-        let mut server = Server { kind, program, port: 0, dir, child: None, started_in: Duration::ZERO };
+        let mut server = Server {
+            kind,
+            program,
+            port: 0,
+            dir,
+            child: None,
+            started_in: Duration::ZERO,
+        };
         // A port picked free can be taken before the server binds it: then try another.
         for attempt in 1..=3 {
             server.port = wire::free_port();
@@ -189,7 +194,11 @@ impl Server {
 
     /// The folder a [`Kind::Http`] server serves: `url("a/b")` is `root().join("a/b")`.
     pub fn root(&self) -> PathBuf {
-        assert_eq!(self.kind, Kind::Http, "root() is the folder nginx serves: Kind::Http only");
+        assert_eq!(
+            self.kind,
+            Kind::Http,
+            "root() is the folder nginx serves: Kind::Http only"
+        );
         self.dir.path().join("root")
     }
 
@@ -221,111 +230,6 @@ impl Server {
         self.env_at(proxy.port())
     }
 
-    /// An object_store client of this server's [`BUCKET`] in this process; path `p` is `url(p)`.
-    pub fn store(&self) -> Arc<dyn ObjectStore> {
-        self.store_with(None, None)
-    }
-
-    /// The same through `proxy`, and/or with `retry` instead of object_store's default (10 retries
-    /// within 3 minutes: far too long for a test of a server that is down).
-    pub fn store_with(&self, proxy: Option<&Proxy>, retry: Option<RetryConfig>) -> Arc<dyn ObjectStore> {
-        install_crypto();
-        let port = match proxy {
-            Some(p) => {
-                self.check_proxy(p);
-                p.port()
-            }
-            None => self.port,
-        };
-        let retry = retry.unwrap_or_default();
-        let env = self.env_at(port);
-        // The builders' own keys: an env name lowercased, as `from_env` parses it.
-        let keys = |skip: &[&str]| {
-            env.iter()
-                .filter(|(k, _)| !skip.contains(&k.as_str()))
-                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
-                .collect::<Vec<_>>()
-        };
-        let store: Arc<dyn ObjectStore> = match self.kind {
-            Kind::S3 => {
-                let mut b = object_store::aws::AmazonS3Builder::new();
-                for (k, v) in keys(&[]) {
-                    b = b.with_config(k.parse().expect("an AmazonS3ConfigKey"), v);
-                }
-                Arc::new(b.with_bucket_name(BUCKET).with_retry(retry).build().expect("S3 store"))
-            }
-            Kind::Azure => {
-                // AZURITE_BLOB_STORAGE_URL is read from the process environment by build(), not a
-                // config key: in-process, the same server is the account endpoint instead.
-                let mut b = object_store::azure::MicrosoftAzureBuilder::new();
-                for (k, v) in keys(&["AZURE_STORAGE_USE_EMULATOR", "AZURITE_BLOB_STORAGE_URL"]) {
-                    b = b.with_config(k.parse().expect("an AzureConfigKey"), v);
-                }
-                b = b.with_endpoint(format!("http://127.0.0.1:{port}/{AZURITE_ACCOUNT}")).with_allow_http(true);
-                Arc::new(b.with_container_name(BUCKET).with_retry(retry).build().expect("Azure store"))
-            }
-            Kind::Gcs => {
-                let mut b = object_store::gcp::GoogleCloudStorageBuilder::new();
-                for (k, v) in keys(&[]) {
-                    b = b.with_config(k.parse().expect("a GoogleConfigKey"), v);
-                }
-                Arc::new(b.with_bucket_name(BUCKET).with_retry(retry).build().expect("GCS store"))
-            }
-            Kind::Http => Arc::new(
-                object_store::http::HttpBuilder::new()
-                    .with_url(format!("http://127.0.0.1:{port}"))
-                    .with_config(object_store::ClientConfigKey::AllowHttp, "true")
-                    .with_retry(retry)
-                    .build()
-                    .expect("HTTP store"),
-            ),
-        };
-        store
-    }
-
-    /// Put test data at `path` (as `url(path)` names it) through the server's own API, without
-    /// object_store and without an async runtime: moto takes unsigned PUTs, Azurite a signed Put
-    /// Blob, fake-gcs-server a JSON-API media upload (it does not take object_store's XML-API
-    /// PUT), and for HTTP the file is written under [`Server::root`].
-    pub fn put(&self, path: &str, data: &[u8]) {
-        let path = path.trim_start_matches('/');
-        let t = Duration::from_secs(30);
-        let res = match self.kind {
-            Kind::S3 => wire::request(self.port, "PUT", &format!("/{BUCKET}/{}", wire::encode(path, true)), &[], data, t),
-            Kind::Azure => wire::azure_signed(
-                self.port,
-                "PUT",
-                AZURITE_ACCOUNT,
-                AZURITE_KEY,
-                &format!("/{AZURITE_ACCOUNT}/{BUCKET}/{}", wire::encode(path, true)),
-                &[],
-                &[("x-ms-blob-type", "BlockBlob")],
-                data,
-            ),
-            Kind::Gcs => wire::request(
-                self.port,
-                "POST",
-                &format!("/upload/storage/v1/b/{BUCKET}/o?uploadType=media&name={}", wire::encode(path, false)),
-                &[("Content-Type", "application/octet-stream".into())],
-                data,
-                t,
-            ),
-            Kind::Http => {
-                let file = self.root().join(path);
-                fs::create_dir_all(file.parent().unwrap()).expect("create folders under root");
-                fs::write(&file, data).unwrap_or_else(|e| panic!("write {}: {e}", file.display()));
-                return;
-            }
-        };
-        match res {
-            Ok((200..=299, _)) => {}
-            Ok((status, body)) => {
-                panic!("{}: putting {path} answered {status}: {}", self.kind.command(), String::from_utf8_lossy(&body))
-            }
-            Err(e) => panic!("{}: putting {path} failed: {e}", self.kind.command()),
-        }
-    }
-
     /// Stop the server (SIGTERM, then SIGKILL after 5 s) and wait for it: its port refuses
     /// connections until [`Server::restart`]. Data kept for the restart: Azurite, fake-gcs-server
     /// and nginx keep theirs (on disk in the temp dir); moto keeps nothing (memory only).
@@ -347,7 +251,9 @@ impl Server {
 
     /// Whether the server's process is still running.
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// The last `lines` lines of the server's log (its stdout and stderr; nginx's error.log too).
@@ -361,7 +267,11 @@ impl Server {
     }
 
     fn check_proxy(&self, proxy: &Proxy) {
-        assert_eq!(proxy.upstream_port(), self.port, "this proxy forwards to another server");
+        assert_eq!(
+            proxy.upstream_port(),
+            self.port,
+            "this proxy forwards to another server"
+        );
     }
 
     fn url_at(&self, port: u16, path: &str) -> String {
@@ -400,12 +310,17 @@ impl Server {
     /// A service-account file with object_store's emulator fields (`disable_oauth`: no token is
     /// fetched or signed; `gcs_base_url`: the server), one per port (server or proxy).
     fn gcs_service_account(&self, port: u16) -> String {
-        let path = self.dir.path().join(format!("gcs-service-account-{port}.json"));
+        let path = self
+            .dir
+            .path()
+            .join(format!("gcs-service-account-{port}.json"));
         if !path.exists() {
             let json = format!(
                 r#"{{"private_key": "unused", "private_key_id": "unused", "client_email": "prep-test@127.0.0.1", "disable_oauth": true, "gcs_base_url": "http://127.0.0.1:{port}"}}"#
             );
-            let tmp = path.with_extension(format!("tmp{:?}", std::thread::current().id()).replace(['(', ')'], ""));
+            let tmp = path.with_extension(
+                format!("tmp{:?}", std::thread::current().id()).replace(['(', ')'], ""),
+            );
             fs::write(&tmp, json).expect("write the GCS service-account file");
             fs::rename(&tmp, &path).expect("write the GCS service-account file");
         }
@@ -419,17 +334,42 @@ impl Server {
         let v: Vec<&str> = match self.kind {
             Kind::S3 => vec!["-H", "127.0.0.1", "-p", &port],
             Kind::Azure => vec![
-                "--blobHost", "127.0.0.1", "--blobPort", &port, "--location", &data, "--silent",
-                "--skipApiVersionCheck", "--loose", "--disableProductStyleUrl", "--disableTelemetry",
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                &port,
+                "--location",
+                &data,
+                "--silent",
+                "--skipApiVersionCheck",
+                "--loose",
+                "--disableProductStyleUrl",
+                "--disableTelemetry",
             ],
             Kind::Gcs => {
                 return [
-                    "-scheme", "http", "-host", "127.0.0.1", "-port", &port, "-backend", "filesystem",
-                    "-filesystem-root", &data, "-log-level", "warn",
+                    "-scheme",
+                    "http",
+                    "-host",
+                    "127.0.0.1",
+                    "-port",
+                    &port,
+                    "-backend",
+                    "filesystem",
+                    "-filesystem-root",
+                    &data,
+                    "-log-level",
+                    "warn",
                 ]
                 .iter()
                 .map(|s| s.to_string())
-                .chain(["-external-url".into(), self.endpoint(), "-public-host".into(), format!("127.0.0.1:{port}")])
+                .chain([
+                    "-external-url".into(),
+                    self.endpoint(),
+                    // Without a port: the XML-API routes then match any port (the proxy's too).
+                    "-public-host".into(),
+                    "127.0.0.1".into(),
+                ])
                 .collect()
             }
             Kind::Http => {
@@ -438,7 +378,14 @@ impl Server {
                     .replace("{ROOT}", &format!("{dir}/root"))
                     .replace("{PORT}", &port);
                 fs::write(self.dir.path().join("nginx.conf"), conf).expect("write nginx.conf");
-                return vec!["-p".into(), format!("{dir}/"), "-c".into(), format!("{dir}/nginx.conf"), "-e".into(), format!("{dir}/error.log")];
+                return vec![
+                    "-p".into(),
+                    format!("{dir}/"),
+                    "-c".into(),
+                    format!("{dir}/nginx.conf"),
+                    "-e".into(),
+                    format!("{dir}/error.log"),
+                ];
             }
         };
         v.into_iter().map(String::from).collect()
@@ -447,7 +394,11 @@ impl Server {
     /// Spawn the program and wait until it answers; on failure, kill it and say why.
     fn launch(&mut self) -> Result<(), String> {
         let log_path = self.dir.path().join("server.log");
-        let log = OpenOptions::new().create(true).append(true).open(&log_path).expect("open server.log");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("open server.log");
         let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
         let mut cmd = Command::new(&self.program);
         cmd.args(self.args())
@@ -459,7 +410,9 @@ impl Server {
             cmd.env("PYTHONUNBUFFERED", "1");
         }
         let t0 = Instant::now();
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", self.program.display()));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.program.display()));
         let timeout = start_timeout();
         let why = loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -495,45 +448,11 @@ impl Server {
 
     fn nginx_errors(&self) -> String {
         match self.kind {
-            Kind::Http => format!("\nerror.log:\n{}", tail(&self.dir.path().join("error.log"), 4096)),
+            Kind::Http => format!(
+                "\nerror.log:\n{}",
+                tail(&self.dir.path().join("error.log"), 4096)
+            ),
             _ => String::new(),
-        }
-    }
-
-    /// Create [`BUCKET`] through the server's own API (object_store creates no buckets). An
-    /// existing one (after a restart) is fine.
-    fn create_bucket(&self) {
-        let t = Duration::from_secs(10);
-        let res = match self.kind {
-            Kind::S3 => wire::request(self.port, "PUT", &format!("/{BUCKET}"), &[], b"", t),
-            Kind::Azure => wire::azure_signed(
-                self.port,
-                "PUT",
-                AZURITE_ACCOUNT,
-                AZURITE_KEY,
-                &format!("/{AZURITE_ACCOUNT}/{BUCKET}"),
-                &[("restype", "container")],
-                &[],
-                b"",
-            ),
-            Kind::Gcs => wire::request(
-                self.port,
-                "POST",
-                "/storage/v1/b?project=prep-test",
-                &[("Content-Type", "application/json".into())],
-                format!(r#"{{"name": "{BUCKET}"}}"#).as_bytes(),
-                t,
-            ),
-            Kind::Http => return,
-        };
-        match res {
-            Ok((200..=299 | 409, _)) => {}
-            Ok((status, body)) => panic!(
-                "{}: creating bucket {BUCKET} answered {status}: {}",
-                self.kind.command(),
-                String::from_utf8_lossy(&body)
-            ),
-            Err(e) => panic!("{}: creating bucket {BUCKET} failed: {e}\n{}", self.kind.command(), self.log_tail(20)),
         }
     }
 }
@@ -544,78 +463,4 @@ impl Drop for Server {
             terminate(child, Duration::ZERO);
         }
     }
-}
-
-/// The last `max` bytes of a file, as text ("" if it is not there).
-fn tail(path: &Path, max: u64) -> String {
-    let Ok(mut f) = File::open(path) else { return String::new() };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
-/// Every process descended from `root`, `root` first, each with its start time (to tell it from
-/// a later process that reuses its pid), from /proc.
-fn descendants(root: u32) -> Vec<(u32, u64)> {
-    let mut procs = Vec::new(); // (pid, ppid, start time)
-    if let Ok(entries) = fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            if let Some((ppid, start)) = stat_of(pid) {
-                procs.push((pid, ppid, start));
-            }
-        }
-    }
-    let mut out: Vec<(u32, u64)> = procs.iter().filter(|p| p.0 == root).map(|p| (p.0, p.2)).collect();
-    let mut i = 0;
-    while i < out.len() {
-        let parent = out[i].0;
-        out.extend(procs.iter().filter(|p| p.1 == parent).map(|p| (p.0, p.2)));
-        i += 1;
-    }
-    out
-}
-
-/// (ppid, start time) of a live (not zombie) process, from /proc/PID/stat.
-fn stat_of(pid: u32) -> Option<(u32, u64)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid ... starttime(22nd field)": comm may hold spaces and parentheses.
-    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    if rest.first() == Some(&"Z") {
-        return None;
-    }
-    Some((rest.get(1)?.parse().ok()?, rest.get(19)?.parse().ok()?))
-}
-
-/// Signal those of `procs` still alive and still the same processes (start time unchanged).
-fn signal_all(procs: &[(u32, u64)], sig: libc::c_int) -> usize {
-    let mut n = 0;
-    for &(pid, start) in procs {
-        if stat_of(pid).is_some_and(|(_, s)| s == start) {
-            // SAFETY: kill(2) of a process this test started (or one it started), checked above.
-            unsafe { libc::kill(pid as libc::pid_t, sig) };
-            n += 1;
-        }
-    }
-    n
-}
-
-/// End `child` and every process under it (a pyenv shim runs moto_server's Python as its child;
-/// nginx has workers): SIGTERM and up to `grace` to exit, then SIGKILL; then reap it. The child is
-/// reaped only at the end, so its pid cannot be reused meanwhile.
-fn terminate(mut child: Child, grace: Duration) {
-    let tree = descendants(child.id());
-    if !grace.is_zero() && signal_all(&tree, libc::SIGTERM) > 0 {
-        let until = Instant::now() + grace;
-        while Instant::now() < until && tree.iter().any(|&(p, s)| stat_of(p).is_some_and(|(_, s2)| s2 == s)) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    // Also any process started since the list was taken (a respawned worker).
-    let mut all = descendants(child.id());
-    all.extend(tree);
-    signal_all(&all, libc::SIGKILL);
-    let _ = child.wait();
 }

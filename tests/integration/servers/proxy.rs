@@ -93,7 +93,11 @@ impl Proxy {
             .name(format!("proxy-{port}"))
             .spawn(move || accept_loop(listener, sh))
             .expect("proxy: spawn acceptor");
-        Proxy { port, shared, acceptor: Some(acceptor) }
+        Proxy {
+            port,
+            shared,
+            acceptor: Some(acceptor),
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -106,7 +110,9 @@ impl Proxy {
 
     /// Delay the start of each request (client-to-server turn) by `latency`; zero turns it off.
     pub fn set_latency(&self, latency: Duration) {
-        self.shared.latency_ns.store(latency.as_nanos() as u64, SeqCst);
+        self.shared
+            .latency_ns
+            .store(latency.as_nanos() as u64, SeqCst);
     }
 
     /// While down, open connections are cut (reset) and new ones are reset as soon as accepted.
@@ -165,7 +171,10 @@ impl Drop for Proxy {
 
 /// SO_LINGER {on, 0}: closing the socket then sends RST instead of FIN.
 fn reset_on_close(s: &TcpStream) {
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
     // SAFETY: a valid socket descriptor and a properly sized option value.
     unsafe {
         libc::setsockopt(
@@ -225,14 +234,27 @@ fn join(sh: &Arc<Shared>, client: TcpStream, server: TcpStream) -> std::io::Resu
     // Who spoke last on this connection: 0 nobody yet, 1 the client, 2 the server.
     let turn = Arc::new(AtomicU8::new(0));
     let up = {
-        let (sh, from, to, turn) = (sh.clone(), client.try_clone()?, server.try_clone()?, turn.clone());
-        std::thread::Builder::new().name("proxy-up".into()).spawn(move || pump(&sh, from, to, true, &turn))?
+        let (sh, from, to, turn) = (
+            sh.clone(),
+            client.try_clone()?,
+            server.try_clone()?,
+            turn.clone(),
+        );
+        std::thread::Builder::new()
+            .name("proxy-up".into())
+            .spawn(move || pump(&sh, from, to, true, &turn))?
     };
     let down = {
         let (sh, from, to, turn) = (sh.clone(), server.try_clone()?, client.try_clone()?, turn);
-        std::thread::Builder::new().name("proxy-down".into()).spawn(move || pump(&sh, from, to, false, &turn))?
+        std::thread::Builder::new()
+            .name("proxy-down".into())
+            .spawn(move || pump(&sh, from, to, false, &turn))?
     };
-    sh.live.lock().unwrap().push(Conn { client, server, pumps: [up, down] });
+    sh.live.lock().unwrap().push(Conn {
+        client,
+        server,
+        pumps: [up, down],
+    });
     Ok(())
 }
 
@@ -253,7 +275,12 @@ fn pump(sh: &Shared, mut from: TcpStream, mut to: TcpStream, upward: bool, turn:
                 return;
             }
             Ok(n) => n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
                 continue
             }
             Err(_) => return kill(&from, &to),
@@ -262,7 +289,10 @@ fn pump(sh: &Shared, mut from: TcpStream, mut to: TcpStream, upward: bool, turn:
             if turn.swap(1, SeqCst) != 1 {
                 let latency = Duration::from_nanos(sh.latency_ns.load(SeqCst));
                 let until = Instant::now() + latency;
-                while let Some(left) = until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+                while let Some(left) = until
+                    .checked_duration_since(Instant::now())
+                    .filter(|d| !d.is_zero())
+                {
                     if sh.stop.load(SeqCst) || sh.down.load(SeqCst) {
                         return kill(&from, &to);
                     }

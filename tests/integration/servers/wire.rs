@@ -29,7 +29,8 @@ pub fn request(
     let mut s = TcpStream::connect_timeout(&addr(port), Duration::from_secs(1))?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
-    let mut head = format!("{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    let mut head =
+        format!("{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -59,7 +60,8 @@ pub fn answers(port: u16, target: &str) -> bool {
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
-    let req = format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    let req =
+        format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
     if s.write_all(req.as_bytes()).is_err() {
         return false;
     }
@@ -81,14 +83,21 @@ pub fn azure_signed(
     body: &[u8],
 ) -> std::io::Result<(u16, Vec<u8>)> {
     let date = http_date(SystemTime::now());
-    let mut headers: Vec<(String, String)> = ms_headers.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.to_string())).collect();
+    let mut headers: Vec<(String, String)> = ms_headers
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
     headers.push(("x-ms-date".into(), date));
     headers.push(("x-ms-version".into(), "2021-08-06".into()));
     headers.sort();
     // VERB, Content-Encoding, -Language, -Length (empty when 0), -MD5, -Type, Date,
     // If-Modified-Since, If-Match, If-None-Match, If-Unmodified-Since, Range, then the x-ms-
     // headers and the resource (/account then the path, which starts with the account again).
-    let length = if body.is_empty() { String::new() } else { body.len().to_string() };
+    let length = if body.is_empty() {
+        String::new()
+    } else {
+        body.len().to_string()
+    };
     let mut to_sign = format!("{method}\n\n\n{length}\n\n\n\n\n\n\n\n\n");
     for (k, v) in &headers {
         to_sign.push_str(&format!("{k}:{v}\n"));
@@ -100,12 +109,32 @@ pub fn azure_signed(
         to_sign.push_str(&format!("\n{}:{v}", k.to_ascii_lowercase()));
     }
     let key = base64_decode(key_b64).expect("account key is base64");
-    let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key), to_sign.as_bytes());
-    headers.push(("Authorization".into(), format!("SharedKey {account}:{}", base64_encode(tag.as_ref()))));
+    let tag = ring::hmac::sign(
+        &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key),
+        to_sign.as_bytes(),
+    );
+    headers.push((
+        "Authorization".into(),
+        format!("SharedKey {account}:{}", base64_encode(tag.as_ref())),
+    ));
     let query: Vec<String> = q.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let target = if query.is_empty() { target.to_string() } else { format!("{target}?{}", query.join("&")) };
-    let headers: Vec<(&str, String)> = headers.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    request(port, method, &target, &headers, body, Duration::from_secs(30))
+    let target = if query.is_empty() {
+        target.to_string()
+    } else {
+        format!("{target}?{}", query.join("&"))
+    };
+    let headers: Vec<(&str, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    request(
+        port,
+        method,
+        &target,
+        &headers,
+        body,
+        Duration::from_secs(30),
+    )
 }
 
 /// Percent-encode all but unreserved characters (and `/` when `keep_slash`).
@@ -136,9 +165,15 @@ pub fn http_date(t: SystemTime) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][days.rem_euclid(7) as usize];
-    let mon = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        [(m - 1) as usize];
-    format!("{wd}, {d:02} {mon} {y} {:02}:{:02}:{:02} GMT", rem / 3600, rem / 60 % 60, rem % 60)
+    let mon = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][(m - 1) as usize];
+    format!(
+        "{wd}, {d:02} {mon} {y} {:02}:{:02}:{:02} GMT",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -181,12 +216,21 @@ mod tests {
 
     #[test]
     fn servers_wire_base64_and_date() {
-        for (raw, enc) in [(&b""[..], ""), (b"f", "Zg=="), (b"fo", "Zm8="), (b"foo", "Zm9v"), (b"foobar", "Zm9vYmFy")] {
+        for (raw, enc) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foobar", "Zm9vYmFy"),
+        ] {
             assert_eq!(base64_encode(raw), enc);
             assert_eq!(base64_decode(enc).unwrap(), raw);
         }
         let t = UNIX_EPOCH + Duration::from_secs(1_795_694_380);
         assert_eq!(http_date(t), "Thu, 26 Nov 2026 11:59:40 GMT");
-        assert_eq!(http_date(UNIX_EPOCH + Duration::from_secs(951_782_400)), "Tue, 29 Feb 2000 00:00:00 GMT");
+        assert_eq!(
+            http_date(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "Tue, 29 Feb 2000 00:00:00 GMT"
+        );
     }
 }
