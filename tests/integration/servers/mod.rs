@@ -434,7 +434,8 @@ impl Server {
             let _ = f.seek(SeekFrom::Start(log_start));
             let _ = f.read_to_string(&mut log);
         }
-        let lower = log.to_lowercase();
+        let errors = self.nginx_errors();
+        let lower = format!("{log}{errors}").to_lowercase();
         let in_use = lower.contains("in use") || lower.contains("eaddrinuse");
         let last: Vec<&str> = log.lines().collect();
         Err(format!(
@@ -442,7 +443,7 @@ impl Server {
             self.kind.command(),
             self.port,
             if in_use { " (port in use)" } else { "" },
-            last[last.len().saturating_sub(30)..].join("\n") + &self.nginx_errors()
+            last[last.len().saturating_sub(30)..].join("\n") + &errors
         ))
     }
 
