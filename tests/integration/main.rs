@@ -25,6 +25,7 @@ mod ranks;
 mod scans;
 mod scans_series;
 mod scans_volumes;
+mod servers;
 mod splits;
 mod synth;
 mod synth_task;
