@@ -31,9 +31,11 @@ pub fn run(a: MergeArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         super::paths::expect_dataset(p, "merge takes OUT then the part folders")?;
     }
     let (r, published) = super::remote_out::write_to(&a.out, false, quiet, |out| {
-        Ok(prep::convert::merge::merge(out, &a.parts, quiet).map_err(|e| {
-            e.when_interrupted(|| "nothing was written: the same command merges again".into())
-        })?)
+        Ok(
+            prep::convert::merge::merge(out, &a.parts, quiet).map_err(|e| {
+                e.when_interrupted(|| "nothing was written: the same command merges again".into())
+            })?,
+        )
     })
     .with_context(|| format!("prep merge into {}", a.out.display()))?;
     if a.json {

@@ -46,7 +46,13 @@ pub fn write_to<T>(
     let staging = staging_dir(&url.shown)?;
     let t = write(&staging)?;
     let total = prep::format::shard::Manifest::read(&staging)
-        .map(|m| m.splits.values().flat_map(|s| &s.shards).map(|s| s.bytes).sum())
+        .map(|m| {
+            m.splits
+                .values()
+                .flat_map(|s| &s.shards)
+                .map(|s| s.bytes)
+                .sum()
+        })
         .unwrap_or(0);
     let pb = prep::util::progress::bytes_bar(total, "upload", quiet);
     let published = publish::publish(&staging, &store, &|n| pb.inc(n)).map_err(|e| {
@@ -71,8 +77,14 @@ fn refuse_url_typo(out: &Path) -> anyhow::Result<()> {
         .next()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .unwrap_or_default();
-    let scheme = first.split(':').next().unwrap_or_default().to_ascii_lowercase();
-    let stores = ["s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "http", "https"];
+    let scheme = first
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let stores = [
+        "s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "http", "https",
+    ];
     if first.contains(':') && stores.contains(&scheme.as_str()) {
         return Err(super::UsageError(format!(
             "{}: a store URL is written {scheme}://BUCKET/PATH (with two slashes); as it stands this would be a local folder named `{first}`",

@@ -37,7 +37,15 @@ pub fn dataset_format(dir: &std::path::Path) -> Result<String> {
     let store = crate::store::open_dir(dir)?;
     let name = shard::manifest::FILE_NAME;
     let path = store.location(name);
-    let bytes = store.read(name, shard::manifest::MAX_MANIFEST_BYTES, "a manifest")?;
+    let bytes = store
+        .read(name, shard::manifest::MAX_MANIFEST_BYTES, "a manifest")
+        .map_err(|e| {
+            if crate::store::remote::is_url(dir) {
+                shard::dataset::no_dataset_at(dir, e)
+            } else {
+                e
+            }
+        })?;
     let v: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::manifest(&path, format!("not valid JSON: {e}")))?;
     v["format"]

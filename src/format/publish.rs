@@ -49,15 +49,24 @@ impl<'a> Lease<'a> {
             "command": crate::util::command_args(),
         });
         let key = remote.key(LEASE);
-        let body = PutPayload::from(serde_json::to_vec_pretty(&who).unwrap_or_default());
-        let put = runtime().block_on(remote.inner().put_opts(&key, body, PutMode::Create.into()));
-        match put {
+        let body = serde_json::to_vec_pretty(&who).unwrap_or_default();
+        let put = |mode: PutMode| {
+            let body = PutPayload::from(body.clone());
+            runtime().block_on(remote.inner().put_opts(&key, body, mode.into()))
+        };
+        match put(PutMode::Create) {
             Ok(_) => Ok(Lease { remote, held: true }),
             Err(object_store::Error::AlreadyExists { .. }) => {
-                let holder = remote
+                let lease = remote
                     .read(LEASE, 64 << 10, "a lease")
                     .ok()
-                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+                if lease.as_ref().is_some_and(left_by_a_dead_process_here) {
+                    // Its writer was killed on this host: the lease is this job's to take over.
+                    put(PutMode::Overwrite).map_err(|e| store_error(&remote.location(LEASE), e))?;
+                    return Ok(Lease { remote, held: true });
+                }
+                let holder = lease
                     .map(|v| describe_holder(&v))
                     .unwrap_or_else(|| "its lease cannot be read".into());
                 Err(Error::Busy(format!(
@@ -75,14 +84,35 @@ impl<'a> Lease<'a> {
                     remote.url().scheme.name(),
                     remote.url().shown
                 ));
-                Ok(Lease { remote, held: false })
+                Ok(Lease {
+                    remote,
+                    held: false,
+                })
             }
             Err(e) => Err(store_error(&remote.location(LEASE), e)),
         }
     }
 }
 
-/// "process 12 on host h, since 40 s ago" from a lease's contents.
+/// Whether a lease names a process of this host that is no longer running (a writer killed
+/// before it could remove its lease).
+fn left_by_a_dead_process_here(v: &serde_json::Value) -> bool {
+    let here = v["host"].as_str() == Some(crate::format::lock::host_name().as_str());
+    let pid = v["pid"]
+        .as_u64()
+        .and_then(|p| i32::try_from(p).ok())
+        .filter(|&p| p > 0);
+    match (here, pid) {
+        // SAFETY: signal 0 only asks whether the process exists.
+        (true, Some(p)) => {
+            let alive = unsafe { libc::kill(p, 0) } == 0;
+            !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        }
+        _ => false,
+    }
+}
+
+/// "process 12 on host h, for 40 s" from a lease's contents.
 fn describe_holder(v: &serde_json::Value) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -126,7 +156,11 @@ pub fn withdraw(remote: &Remote) -> Result<()> {
 
 /// Upload the dataset in local folder `local` to `remote`: every shard its manifest lists that the
 /// store does not hold already, then the manifest. `progress` is told the bytes of each shard done.
-pub fn publish(local: &Path, remote: &Remote, progress: &(dyn Fn(u64) + Sync)) -> Result<Published> {
+pub fn publish(
+    local: &Path,
+    remote: &Remote,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Published> {
     let m = Manifest::read(local)?;
     let mbytes = crate::format::shard::manifest::read_capped(&local.join(manifest::FILE_NAME))?;
     let shards: Vec<_> = m.splits.values().flat_map(|s| s.shards.iter()).collect();

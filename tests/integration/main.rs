@@ -27,6 +27,7 @@ mod scans_series;
 mod scans_volumes;
 mod servers;
 mod splits;
+mod stores;
 mod synth;
 mod synth_task;
 mod tasks;

@@ -66,17 +66,7 @@ impl Dataset {
         let r = remote::Remote::open_url(url.to_str().unwrap_or_default())?;
         let dir = PathBuf::from(&r.url().shown);
         let store: Arc<dyn Store> = Arc::new(r);
-        let manifest = Manifest::read_from(&*store).map_err(|e| match e {
-            Error::Io { cause, .. } if cause.kind() == std::io::ErrorKind::NotFound => {
-                Error::Invalid(format!(
-                    "{}: no dataset there: it has no {} (a wrong URL, or an upload that stopped \
-                     before its manifest, the last object a writer puts)",
-                    dir.display(),
-                    super::manifest::FILE_NAME
-                ))
-            }
-            e => e,
-        })?;
+        let manifest = Manifest::read_from(&*store).map_err(|e| no_dataset_at(&dir, e))?;
         Ok(Dataset {
             dir,
             manifest,
@@ -210,6 +200,21 @@ impl Dataset {
             }
         }
         report
+    }
+}
+
+/// A store's missing manifest said as what it means: there is no dataset at that URL.
+pub fn no_dataset_at(url: &Path, e: Error) -> Error {
+    match e {
+        Error::Io { cause, .. } if cause.kind() == std::io::ErrorKind::NotFound => {
+            Error::Invalid(format!(
+                "{}: no dataset there: it has no {} (a wrong URL, or an upload that stopped \
+                 before its manifest, the last object a writer puts)",
+                url.display(),
+                super::manifest::FILE_NAME
+            ))
+        }
+        e => e,
     }
 }
 

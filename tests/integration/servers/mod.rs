@@ -370,7 +370,7 @@ impl Server {
                     "-public-host".into(),
                     "127.0.0.1".into(),
                 ])
-                .collect()
+                .collect();
             }
             Kind::Http => {
                 let conf = NGINX_CONF
