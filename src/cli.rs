@@ -538,6 +538,13 @@ pub struct TrainArgs {
     /// the free GPU memory, else stream). The CPU backend streams.
     #[arg(long, default_value = "auto", value_parser = ["auto", "device", "stream", "managed"])]
     pub memory: String,
+    /// For a dataset in a store (s3://, gs://, az://, http(s)://): keep the blocks read in this
+    /// local folder, up to --cache-bytes; later epochs (and runs) read what fits from there.
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Bytes the --cache folder may hold (decimal suffixes: 50G); once full, nothing more is added.
+    #[arg(long, value_name = "BYTES", default_value = "20G", requires = "cache", value_parser = crate::parse::parse_count)]
+    pub cache_bytes: u64,
     /// GPU arithmetic: bf16 (mixed precision, float32 master weights) or f32.
     #[arg(long, default_value = "bf16", value_parser = PRECISIONS)]
     pub precision: String,

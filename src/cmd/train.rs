@@ -24,6 +24,11 @@ pub fn run(a: TrainArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let opts = train_options(&a, epochs, device, quiet, &world);
     let what = error_context(&a, &world);
     clear_if_forced(&a, &world)?;
+    if let Some(dir) = &a.cache {
+        // Ranks of one host share the folder: each keeps to its part of the bytes.
+        let ranks = world.as_ref().map_or(1, |w| w.size as u64);
+        prep::store::cache::configure(dir, a.cache_bytes / ranks.max(1))?;
+    }
     let t = train(&opts).context(what)?;
     prep::train::timing::mark("train returned");
     if let Some(s) = &t.summary {

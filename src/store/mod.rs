@@ -4,6 +4,7 @@
 //! implementations; the format's readers take these traits. Durable writes are `output`. Imports
 //! `util` only.
 
+pub mod cache;
 pub mod local;
 pub mod output;
 pub mod remote;
@@ -37,6 +38,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn location(&self, name: &str) -> PathBuf;
     /// Open object `name` for reads at any offset.
     fn open(&self, name: &str) -> Result<Box<dyn Object>>;
+    /// Open object `name` that a manifest lists as `len` bytes: a store over a network trusts
+    /// the listing (saving a round trip) and lets the reads find out otherwise.
+    fn open_sized(&self, name: &str, len: u64) -> Result<Box<dyn Object>> {
+        let _ = len;
+        self.open(name)
+    }
+    /// Whether objects come over a network (each read a round trip): readers then keep many
+    /// reads in flight.
+    fn remote(&self) -> bool {
+        false
+    }
     /// The whole of object `name`, refused when over `cap` bytes (`what` names it: "a manifest").
     fn read(&self, name: &str, cap: u64, what: &str) -> Result<Vec<u8>>;
     /// The size of each of `names`, without reading them (an error where one is missing, or is

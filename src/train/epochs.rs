@@ -4,7 +4,7 @@ use super::device::check_cpu_memory;
 use super::eval::{evaluate, Tested};
 use super::feed::Feed;
 use super::feed::HostFeed;
-use super::metrics::{human_secs, rewrite_metrics, EpochMetrics, Summary};
+use super::metrics::{human_secs, rewrite_metrics, EpochMetrics, StoreTraffic, Summary};
 use super::recipe::Recipe;
 use super::schedule::one_cycle;
 use super::*;
@@ -171,6 +171,8 @@ struct Loop<'a, B: Backend> {
     cpu_clock: Option<CpuClock>,
     t_start: Instant,
     startup_s: f64,
+    /// Store traffic at the end of the last epoch.
+    traffic: StoreTraffic,
 }
 
 impl<'a, B: Backend> Loop<'a, B> {
@@ -235,6 +237,7 @@ impl<'a, B: Backend> Loop<'a, B> {
             cpu_clock,
             t_start,
             startup_s: f64::NAN,
+            traffic: StoreTraffic::now(),
         })
     }
 
@@ -472,7 +475,9 @@ impl<'a, B: Backend> Loop<'a, B> {
             host_rss_bytes: crate::util::mem::rss_bytes(),
             gpu_mem_bytes: gpu_mem,
             damaged_blocks_skipped: skipped,
+            store: StoreTraffic::now().since(self.traffic),
         };
+        self.traffic = StoreTraffic::now();
         if !self.o.quiet {
             eprintln!("{}", epoch_line(&m, self.r.epochs, &tested));
         }

@@ -26,6 +26,39 @@ pub struct EpochMetrics {
     pub host_rss_bytes: u64,
     pub gpu_mem_bytes: u64,
     pub damaged_blocks_skipped: usize,
+    /// Read from a store over a network: this epoch's requests, bytes and cache hits (its
+    /// training and its test together).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreTraffic>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoreTraffic {
+    pub requests: u64,
+    pub bytes: u64,
+    pub cache_hits: u64,
+}
+
+impl StoreTraffic {
+    /// The process's traffic so far (`store::remote::traffic`).
+    pub fn now() -> Self {
+        let (requests, bytes, cache_hits) = crate::store::remote::traffic();
+        StoreTraffic {
+            requests,
+            bytes,
+            cache_hits,
+        }
+    }
+
+    /// What happened since `before`, or None where nothing was read from a store.
+    pub fn since(self, before: StoreTraffic) -> Option<Self> {
+        let d = StoreTraffic {
+            requests: self.requests - before.requests,
+            bytes: self.bytes - before.bytes,
+            cache_hits: self.cache_hits - before.cache_hits,
+        };
+        (d.requests + d.cache_hits > 0).then_some(d)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -222,6 +222,70 @@ fn a_dataset_served_over_http_reads_as_its_local_copy() {
 }
 
 #[test]
+fn the_cache_holds_at_most_its_bytes_and_later_epochs_read_from_it() {
+    let Some(server) = Server::start(Kind::Http) else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let local = small_dataset(t.path(), &[]);
+    for (rel, bytes) in crate::util::files(&local) {
+        let p = server.root().join("ds").join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    let url = server.url("ds");
+    let stored: u64 = crate::util::shard_files(&local)
+        .iter()
+        .map(|(_, b)| b.len() as u64)
+        .sum();
+    let epochs = |run: &str, cap: u64| {
+        let cache = t.path().join(format!("cache-{run}"));
+        let out = t.path().join(run);
+        let o = prep()
+            .args([
+                "train", &url, "--device", "cpu", "--epochs", "3", "--batch", "64", "--quiet",
+            ])
+            .args([
+                "--out",
+                out.to_str().unwrap(),
+                "--cache",
+                cache.to_str().unwrap(),
+            ])
+            .args(["--cache-bytes", &cap.to_string()])
+            .output()
+            .unwrap();
+        expect(&o, 0, "train with a cache");
+        let held: u64 = crate::util::files(&cache)
+            .iter()
+            .map(|(_, b)| b.len() as u64)
+            .sum();
+        assert!(held <= cap, "the cache holds {held} bytes, over its {cap}");
+        let m: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        m.iter().map(|e| e["store"].clone()).collect::<Vec<_>>()
+    };
+    // Room for all of it: the second and third epochs make no request.
+    let all = epochs("all", stored * 2);
+    assert!(all[0]["requests"].as_u64().unwrap() > 0, "{all:?}");
+    for e in &all[1..] {
+        assert_eq!(e["requests"], 0, "{all:?}");
+        assert!(e["cache_hits"].as_u64().unwrap() > 0, "{all:?}");
+    }
+    // Room for about half: later epochs still ask the store for the rest.
+    let half = epochs("half", stored / 2);
+    for e in &half[1..] {
+        let (r, h) = (
+            e["requests"].as_u64().unwrap(),
+            e["cache_hits"].as_u64().unwrap(),
+        );
+        assert!(r > 0 && h > 0, "{half:?}");
+    }
+}
+
+#[test]
 fn faults_in_a_store_end_with_errors_that_name_the_object() {
     let Some(server) = Server::start(Kind::S3) else {
         return;

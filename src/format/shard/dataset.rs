@@ -63,10 +63,11 @@ impl Dataset {
     /// A dataset in an object store or on an HTTP server. Its manifest is the commit point of
     /// its writer: without it there is no dataset, whatever shards are there.
     fn open_remote(url: &Path) -> Result<Self> {
-        let r = remote::Remote::open_url(url.to_str().unwrap_or_default())?;
+        let mut r = remote::Remote::open_url(url.to_str().unwrap_or_default())?;
         let dir = PathBuf::from(&r.url().shown);
+        let manifest = Manifest::read_from(&r).map_err(|e| no_dataset_at(&dir, e))?;
+        r.use_cache(&manifest.checksum);
         let store: Arc<dyn Store> = Arc::new(r);
-        let manifest = Manifest::read_from(&*store).map_err(|e| no_dataset_at(&dir, e))?;
         Ok(Dataset {
             dir,
             manifest,
@@ -110,7 +111,8 @@ impl Dataset {
 
     fn open_shard_checked(&self, info: &ShardInfo) -> Result<ShardReader> {
         let path = self.store.location(&info.file);
-        let r = ShardReader::from_object(path.clone(), self.store.open(&info.file)?)?;
+        let r =
+            ShardReader::from_object(path.clone(), self.store.open_sized(&info.file, info.bytes)?)?;
         let m = &self.manifest;
         let bad = |what: String| Error::corrupt(&path, Region::File, what);
         if r.header.spec != m.sample {
@@ -149,6 +151,37 @@ impl Dataset {
             )));
         }
         Ok(r.with_fields(m.fields.clone()))
+    }
+
+    /// Open `infos` (`open_shard` each), in their order. From a store over a network many are
+    /// opened at once: each is three round trips (header, trailer, footer).
+    pub fn open_shards(&self, infos: &[&ShardInfo]) -> Result<Vec<ShardReader>> {
+        if !self.store.remote() || infos.len() < 2 {
+            return infos.iter().map(|i| self.open_shard(i)).collect();
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let opened: Vec<std::sync::Mutex<Option<Result<ShardReader>>>> =
+            infos.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..infos.len().min(OPENS_IN_FLIGHT) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= infos.len() {
+                        return;
+                    }
+                    *opened[i].lock().unwrap() = Some(self.open_shard(infos[i]));
+                });
+            }
+        });
+        opened
+            .into_iter()
+            .map(|m| m.into_inner().unwrap().expect("every shard was opened"))
+            .collect()
+    }
+
+    /// Whether the dataset's objects come over a network (`Store::remote`).
+    pub fn remote_store(&self) -> bool {
+        self.store.remote()
     }
 
     /// Every shard of every split, in manifest order.
@@ -202,6 +235,9 @@ impl Dataset {
         report
     }
 }
+
+/// Shards `open_shards` opens at once from a store over a network.
+const OPENS_IN_FLIGHT: usize = 32;
 
 /// A store's missing manifest said as what it means: there is no dataset at that URL.
 pub fn no_dataset_at(url: &Path, e: Error) -> Error {

@@ -11,8 +11,16 @@ use super::{Object, Store};
 use crate::util::error::{Error, Result};
 use object_store::{path::Path as ObjPath, ObjectStore, ObjectStoreExt};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 pub use url::{is_url, parse, redact, DataUrl, Scheme};
+
+/// What this process has read from stores so far: (ranged reads requested, bytes received, reads
+/// the cache answered).
+pub fn traffic() -> (u64, u64, u64) {
+    let hits = super::cache::get().map_or(0, |c| c.hits.load(Relaxed));
+    (REQUESTS.load(Relaxed), BYTES.load(Relaxed), hits)
+}
 
 /// The runtime every request runs on: a few threads, as requests wait on the network, not the CPU.
 pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
@@ -31,7 +39,13 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
 pub struct Remote {
     store: Arc<dyn ObjectStore>,
     url: DataUrl,
+    /// The process's cache of reads, and this dataset version's folder in it (`use_cache`).
+    cache: Option<(Arc<super::cache::BlockCache>, PathBuf)>,
 }
+
+/// Requests made and bytes received from stores by this process (ranged reads, HEADs aside).
+pub static REQUESTS: AtomicU64 = AtomicU64::new(0);
+pub static BYTES: AtomicU64 = AtomicU64::new(0);
 
 impl std::fmt::Debug for Remote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,12 +59,33 @@ impl Remote {
         Ok(Remote {
             store: build::store(url)?,
             url: url.clone(),
+            cache: None,
         })
     }
 
     /// Open the dataset folder at URL `s` (`s3://bucket/ds`, ...).
     pub fn open_url(s: &str) -> Result<Remote> {
         Remote::new(&parse(s)?)
+    }
+
+    /// Read objects through the process's cache (`cache::configure`), if there is one, under
+    /// the folder of this dataset `version` (its manifest's checksum).
+    pub fn use_cache(&mut self, version: &str) {
+        self.cache = super::cache::get().map(|c| {
+            let ns = c.namespace(&self.url.shown, version);
+            (c, ns)
+        });
+    }
+
+    fn object(&self, name: &str, len: u64) -> RemoteObject {
+        RemoteObject {
+            store: self.store.clone(),
+            key: self.key(name),
+            len,
+            shown: self.location(name),
+            name: name.to_string(),
+            cache: self.cache.clone(),
+        }
     }
 
     pub fn url(&self) -> &DataUrl {
@@ -88,12 +123,15 @@ impl Store for Remote {
 
     fn open(&self, name: &str) -> Result<Box<dyn Object>> {
         let len = self.size(name)?;
-        Ok(Box::new(RemoteObject {
-            store: self.store.clone(),
-            key: self.key(name),
-            len,
-            shown: self.location(name),
-        }))
+        Ok(Box::new(self.object(name, len)))
+    }
+
+    fn open_sized(&self, name: &str, len: u64) -> Result<Box<dyn Object>> {
+        Ok(Box::new(self.object(name, len)))
+    }
+
+    fn remote(&self) -> bool {
+        true
     }
 
     fn read(&self, name: &str, cap: u64, what: &str) -> Result<Vec<u8>> {
@@ -151,6 +189,9 @@ pub struct RemoteObject {
     key: ObjPath,
     len: u64,
     shown: PathBuf,
+    /// Its name in the dataset, and the cache it is read through.
+    name: String,
+    cache: Option<(Arc<super::cache::BlockCache>, PathBuf)>,
 }
 
 impl std::fmt::Debug for RemoteObject {
@@ -172,6 +213,12 @@ impl Object for RemoteObject {
         if buf.is_empty() {
             return Ok(());
         }
+        if let Some((c, ns)) = &self.cache {
+            if c.read(ns, &self.name, offset, buf) {
+                return Ok(());
+            }
+        }
+        REQUESTS.fetch_add(1, Relaxed);
         let bytes = runtime()
             .block_on(self.store.get_range(&self.key, offset..end))
             .map_err(|e| store_error(&self.shown, e))?;
@@ -189,7 +236,11 @@ impl Object for RemoteObject {
                 ),
             ));
         }
+        BYTES.fetch_add(bytes.len() as u64, Relaxed);
         buf.copy_from_slice(&bytes);
+        if let Some((c, ns)) = &self.cache {
+            c.put(ns, &self.name, offset, buf);
+        }
         Ok(())
     }
 }

@@ -167,10 +167,15 @@ fn stream_epoch(
     // alive at once (the lookahead and one window).
     let spare = Mutex::new(Vec::<Vec<u8>>::new());
     let biggest = src.sizes.iter().copied().max().unwrap_or(1) * sb;
-    let ahead = lookahead_blocks(biggest, workers);
+    let (threads, ahead) = if src.remote {
+        remote_lookahead(biggest)
+    } else {
+        let ahead = lookahead_blocks(biggest, workers);
+        (workers.min(ahead), ahead)
+    };
     let r = ordered_map(
         todo.len(),
-        workers.min(ahead),
+        threads,
         ahead,
         |i| {
             let buf = spare.lock().unwrap().pop().unwrap_or_default();
@@ -190,6 +195,18 @@ fn stream_epoch(
     );
     out.end(r);
 }
+
+/// Threads and blocks ahead for a source over a network: enough reads in flight to hide tens of
+/// milliseconds of latency per request (each thread waits on its request, then decodes), within
+/// `REMOTE_LOOKAHEAD_BYTES` of decoded blocks.
+fn remote_lookahead(block_bytes: usize) -> (usize, usize) {
+    let ahead = (REMOTE_LOOKAHEAD_BYTES / block_bytes.max(1)).clamp(4, REMOTE_READS);
+    (ahead, ahead)
+}
+
+/// Block reads in flight at most from a store over a network, and the decoded bytes they may hold.
+const REMOTE_READS: usize = 64;
+const REMOTE_LOOKAHEAD_BYTES: usize = 384 << 20;
 
 /// Skip whole windows before the resume point (`skip` samples in) without decoding them: the
 /// first window to decode, and the samples left to skip from it.

@@ -16,6 +16,8 @@ pub struct Source {
     pub samples: usize,
     /// Samples of every block, in file order.
     pub(super) sizes: Vec<usize>,
+    /// Whether blocks come over a network: the loader then keeps many reads in flight.
+    pub(super) remote: bool,
     from: From,
 }
 
@@ -60,18 +62,17 @@ impl Source {
                     .join(", ")
             ))
         })?;
-        let mut readers = Vec::new();
+        let readers = ds.open_shards(&info.shards.iter().collect::<Vec<_>>())?;
         let mut blocks = Vec::new();
         let mut sizes = Vec::new();
-        for sh in &info.shards {
-            let r = ds.open_shard(sh)?;
+        for (i, r) in readers.iter().enumerate() {
             for b in 0..r.num_blocks() {
-                blocks.push((readers.len(), b));
+                blocks.push((i, b));
                 sizes.push(r.entry(b).num_samples as usize);
             }
-            readers.push(r);
         }
         Ok(Arc::new(Source {
+            remote: ds.remote_store(),
             spec: ds.manifest.sample.clone(),
             classes: ds.manifest.classes.len(),
             fields,
@@ -88,6 +89,7 @@ impl Source {
         let n = reader.samples;
         let sizes = (0..n).step_by(block).map(|s| block.min(n - s)).collect();
         Source {
+            remote: false,
             spec,
             classes,
             fields: Fields::default(),
