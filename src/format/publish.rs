@@ -89,6 +89,11 @@ impl<'a> Lease<'a> {
                     held: false,
                 })
             }
+            // A write that finds nothing there: the bucket (container) itself is missing.
+            Err(object_store::Error::NotFound { .. }) => Err(Error::Invalid(format!(
+                "{}: the store has no such bucket (or container); create it first",
+                remote.url().shown
+            ))),
             Err(e) => Err(store_error(&remote.location(LEASE), e)),
         }
     }
