@@ -19,6 +19,12 @@ pub fn run(a: VerifyArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         Err(e) if e.is_interrupted() => {
             return Err(anyhow::Error::new(e).context(format!("verifying {}", shown_path(&a.dir))))
         }
+        // A store that cannot be reached, or holds no dataset there, is not a damaged dataset.
+        Err(e @ (prep::Error::Io { .. } | prep::Error::Invalid(_)))
+            if prep::store::remote::is_url(&a.dir) =>
+        {
+            return Err(anyhow::Error::new(e).context(format!("verifying {}", shown_path(&a.dir))))
+        }
         Err(e) => {
             // The manifest itself is unreadable or damaged: that is a verification failure (exit 1),
             // reported like any other damage.

@@ -126,6 +126,7 @@ fn a_dataset_written_to_each_store_reads_back_and_trains_as_its_local_copy() {
                         "seconds",
                         "samples_per_sec",
                         "host_rss_bytes",
+                        "store",
                         "rss_bytes",
                         "peak_rss_bytes",
                     ] {
@@ -299,8 +300,9 @@ fn faults_in_a_store_end_with_errors_that_name_the_object() {
         server.put(&format!("partial/{rel}"), &bytes);
     }
     let o = run_env(&env, &["verify", &server.url("partial")]);
-    expect(&o, 1, "verify of a dataset without its manifest");
-    assert!(stdout(&o).contains("no dataset there"), "{}", stdout(&o));
+    expect(&o, 2, "verify of a dataset without its manifest");
+    assert!(stderr(&o).contains("no dataset there"), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("DAMAGED"), "{}", stdout(&o));
     let o = run_env(
         &env,
         &[
@@ -431,7 +433,7 @@ fn a_killed_upload_resumes_keeping_the_shards_already_there() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let o = run_env(&env, &["verify", &url]);
-    expect(&o, 1, "verify before the manifest is up");
+    expect(&o, 1, "verify while the store cannot be reached");
     proxy.set_down(false);
     let o = prep()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
