@@ -188,13 +188,7 @@ fn a_dataset_served_over_http_reads_as_its_local_copy() {
     };
     let t = tempfile::tempdir().unwrap();
     let local = small_dataset(t.path(), &[]);
-    let served = server.root().join("data");
-    std::fs::create_dir_all(&served).unwrap();
-    for (rel, bytes) in crate::util::files(&local) {
-        let p = served.join("ds").join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, bytes).unwrap();
-    }
+    put_dataset(&server, &local, "data/ds");
     let url = server.url("data/ds");
     let o = run_env(&[], &["verify", &url]);
     expect(&o, 0, "verify over HTTP");
@@ -229,11 +223,7 @@ fn the_cache_holds_at_most_its_bytes_and_later_epochs_read_from_it() {
     };
     let t = tempfile::tempdir().unwrap();
     let local = small_dataset(t.path(), &[]);
-    for (rel, bytes) in crate::util::files(&local) {
-        let p = server.root().join("ds").join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, bytes).unwrap();
-    }
+    put_dataset(&server, &local, "ds");
     let url = server.url("ds");
     let stored: u64 = crate::util::shard_files(&local)
         .iter()

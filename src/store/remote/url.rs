@@ -112,11 +112,8 @@ pub fn parse(s: &str) -> Result<DataUrl> {
     }
     let mut root = u.clone();
     root.set_path("");
-    let store_url = match scheme {
-        // The HTTP store's base is the server (and its port); the dataset is a path below it.
-        Scheme::Http => root.as_str().trim_end_matches('/').to_string(),
-        _ => root.as_str().trim_end_matches('/').to_string(),
-    };
+    // The store is the bucket (for HTTP the server and its port); the dataset a path below it.
+    let store_url = root.as_str().trim_end_matches('/').to_string();
     Ok(DataUrl {
         scheme,
         store_url,
