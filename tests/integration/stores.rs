@@ -163,6 +163,51 @@ fn a_dataset_written_to_each_store_reads_back_and_trains_as_its_local_copy() {
 }
 
 #[test]
+fn merge_and_convert_write_to_a_store() {
+    let Some(server) = Server::start(Kind::Azure) else {
+        return;
+    };
+    let env = server.env();
+    let t = tempfile::tempdir().unwrap();
+    let part = |i: &str| {
+        let out = t.path().join(format!("part{i}"));
+        let mut args = SMALL_SYNTH.to_vec();
+        args.extend_from_slice(&["--part", i, "--out", out.to_str().unwrap(), "--quiet"]);
+        expect(&run_env(&[], &args), 0, "synth --part");
+        out
+    };
+    let (p0, p1) = (part("0/2"), part("1/2"));
+    let merged = server.url("merged");
+    let o = run_env(
+        &env,
+        &["merge", &merged, p0.to_str().unwrap(), p1.to_str().unwrap()],
+    );
+    expect(&o, 0, "merge into a store");
+    let o = run_env(&env, &["verify", &merged]);
+    expect(&o, 0, "verify the merged dataset");
+    assert!(stdout(&o).contains("3,500 samples"), "{}", stdout(&o));
+    // A dataset converted again (shards in, shards out) into the store.
+    let local = small_dataset(t.path(), &[]);
+    let converted = server.url("converted");
+    let o = run_env(
+        &env,
+        &[
+            "convert",
+            local.to_str().unwrap(),
+            "--out",
+            &converted,
+            "--quiet",
+        ],
+    );
+    expect(&o, 0, "convert into a store");
+    expect(
+        &run_env(&env, &["verify", &converted]),
+        0,
+        "verify the converted dataset",
+    );
+}
+
+#[test]
 fn a_dataset_in_google_cloud_storage_reads_as_its_local_copy() {
     let Some(server) = Server::start(Kind::Gcs) else {
         return;
