@@ -62,6 +62,12 @@ fn get(server: &Server, key: &str) -> Vec<u8> {
     .to_vec()
 }
 
+/// `expect`, and that stderr says `words`.
+fn expect_stderr(o: &Output, code: i32, what: &str, words: &str) {
+    expect(o, code, what);
+    assert!(stderr(o).contains(words), "{what}: {}", stderr(o));
+}
+
 /// Put every file of local dataset folder `dir` at `prefix` on `server` (through its own API).
 fn put_dataset(server: &Server, dir: &Path, prefix: &str) {
     for (rel, bytes) in crate::util::files(dir) {
@@ -153,11 +159,11 @@ fn a_dataset_written_to_each_store_reads_back_and_trains_as_its_local_copy() {
             &env,
             &["synth", "--train", "10", "--test", "0", "--out", &url],
         );
-        expect(&o, 2, "a second synth to the same URL");
-        assert!(
-            stderr(&o).contains("already holds a dataset"),
-            "{}",
-            stderr(&o)
+        expect_stderr(
+            &o,
+            2,
+            "a second synth to the same URL",
+            "already holds a dataset",
         );
     }
 }
@@ -253,12 +259,7 @@ fn a_dataset_served_over_http_reads_as_its_local_copy() {
             &server.url("new"),
         ],
     );
-    expect(&o, 2, "synth to http");
-    assert!(
-        stderr(&o).contains("cannot write them there"),
-        "{}",
-        stderr(&o)
-    );
+    expect_stderr(&o, 2, "synth to http", "cannot write them there");
 }
 
 #[test]
@@ -335,8 +336,12 @@ fn faults_in_a_store_end_with_errors_that_name_the_object() {
         server.put(&format!("partial/{rel}"), &bytes);
     }
     let o = run_env(&env, &["verify", &server.url("partial")]);
-    expect(&o, 2, "verify of a dataset without its manifest");
-    assert!(stderr(&o).contains("no dataset there"), "{}", stderr(&o));
+    expect_stderr(
+        &o,
+        2,
+        "verify of a dataset without its manifest",
+        "no dataset there",
+    );
     assert!(!stdout(&o).contains("DAMAGED"), "{}", stdout(&o));
     let o = run_env(
         &env,
@@ -357,11 +362,11 @@ fn faults_in_a_store_end_with_errors_that_name_the_object() {
     let gone = "missing/train/train-00001.shard";
     delete(&server, gone);
     let o = run_env(&env, &["inspect", &server.url("missing")]);
-    expect(&o, 1, "inspect with a shard missing");
-    assert!(
-        stderr(&o).contains("train-00001.shard is missing"),
-        "{}",
-        stderr(&o)
+    expect_stderr(
+        &o,
+        1,
+        "inspect with a shard missing",
+        "train-00001.shard is missing",
     );
     let o = run_env(
         &env,
@@ -594,14 +599,8 @@ fn a_url_with_a_slash_missing_is_not_taken_for_a_folder() {
         ])
         .output()
         .unwrap();
-    expect(&o, 2, "synth --out s3:/bucket/ds");
-    assert!(stderr(&o).contains("two slashes"), "{}", stderr(&o));
+    expect_stderr(&o, 2, "synth --out s3:/bucket/ds", "two slashes");
     assert!(!t.path().join("s3:").exists());
     let o = prep().args(["verify", "ftp://host/ds"]).output().unwrap();
-    expect(&o, 2, "verify ftp://");
-    assert!(
-        stderr(&o).contains("not a store prep knows"),
-        "{}",
-        stderr(&o)
-    );
+    expect_stderr(&o, 2, "verify ftp://", "not a store prep knows");
 }
