@@ -3,6 +3,8 @@ the same data (read with the `prep` Python package into GPU memory, as `--memory
 
     python3 benches/torch_unet.py DATA --epochs 10 --batch 32            # train, test Dice, speed
     python3 benches/torch_unet.py DATA --speed-only --steps 60 --batch 32
+    python3 -m torch.distributed.run --standalone --nproc_per_node 4 benches/torch_unet.py DATA \
+        --speed-only --steps 60 --batch 32                                # PyTorch DDP, 4 GPUs
 
 The model is prep's `unet` (src/nn/architecture.rs): five levels of w, 2w, 4w, 8w, 16w channels
 (w = --width, 32), two conv3x3 (no bias) - BatchNorm - ReLU per level, 2x2 max-pool down; up: a
@@ -14,6 +16,10 @@ cross-entropy + soft Dice over the foreground classes (eps 1) as prep computes i
 augmentation: zero padding of round(min(H, W) / 12) after normalisation, a random crop back and
 a flip, the mask padded with the ignored value, for the first nine tenths of the epochs.
 
+Under torchrun (WORLD_SIZE set, --speed-only) it is PyTorch DDP as benches/torch_train.py runs
+it: one process per GPU, the model in DistributedDataParallel (batch norm per rank), --batch per
+GPU, each rank with the training split on its GPU; rank 0 prints the world's samples/s.
+
 Prints JSON lines: one per epoch (loss, test mean Dice), then a summary with samples/s of the
 training steps (after the first epoch, or of --steps timed steps with --speed-only), the test
 per-class Dice and the peak GPU memory.
@@ -22,6 +28,7 @@ per-class Dice and the peak GPU memory.
 import argparse
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -116,8 +123,19 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
-    torch.manual_seed(a.seed)
-    dev = torch.device("cuda")
+    world, rank = int(os.environ.get("WORLD_SIZE", "0")), int(os.environ.get("RANK", "0"))
+    if world:
+        if not a.speed_only:
+            raise SystemExit("under torchrun only --speed-only runs")
+        import torch.distributed as dist
+
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cuda")
+    torch.manual_seed(a.seed + rank)
     ds, xtr, ytr, mf = load(a.data, "train", dev)
     n, c, h, w = xtr.shape
     k = len(mf["names"])
@@ -128,6 +146,8 @@ def main():
     mean = torch.tensor(ds.mean, device=dev).view(1, c, 1, 1)
     std = torch.tensor(ds.std, device=dev).clamp(min=1e-3).view(1, c, 1, 1)
     model = UNet(c, k, a.width).to(dev).to(memory_format=torch.channels_last)
+    if world:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
     decay = [p for nm, p in model.named_parameters() if p.dim() == 4]
     rest = [p for nm, p in model.named_parameters() if p.dim() != 4]
     opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": rest, "weight_decay": 0}],
@@ -176,14 +196,21 @@ def main():
         for i in range(a.warmup + a.steps):
             if i == a.warmup:
                 torch.cuda.synchronize()
+                if world:
+                    dist.barrier()
                 t0 = time.perf_counter()
             idx = torch.randint(0, n, (a.batch,), device=dev)
             loss = step(*batch(idx, True), a.lr)
         torch.cuda.synchronize()
+        if world:
+            dist.barrier()
         dt = time.perf_counter() - t0
-        print(json.dumps({"framework": "pytorch " + torch.__version__ + " eager", "shape": f"{c}x{h}x{w}",
-                          "batch": a.batch, "width": a.width,
-                          "samples_per_sec": round(a.batch * a.steps / dt, 1),
+        if rank:
+            return
+        print(json.dumps({"framework": "pytorch " + torch.__version__ + " eager"
+                          + (f" DDP x{world}" if world else ""), "shape": f"{c}x{h}x{w}",
+                          "batch": a.batch, "width": a.width, "world": max(world, 1),
+                          "samples_per_sec": round(max(world, 1) * a.batch * a.steps / dt, 1),
                           "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated(),
                           "loss": float(loss)}), flush=True)
         return

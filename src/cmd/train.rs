@@ -459,9 +459,15 @@ fn launch(gpus: &[usize], quiet: bool) -> anyhow::Result<ExitCode> {
         }
         if let Some((rank, gpu, st)) = failed {
             stop_all(&mut ranks);
-            return Err(anyhow::anyhow!(
-                "rank {rank} (GPU {gpu}) failed ({st}); the other ranks were stopped"
-            ));
+            let msg =
+                format!("rank {rank} (GPU {gpu}) failed ({st}); the other ranks were stopped");
+            // A rank refused its arguments or data (exit 2; every rank sees the same): so does
+            // the run, for scripts that tell a usage error from a failure.
+            return Err(if st.code() == Some(2) {
+                anyhow::Error::new(UsageError(msg))
+            } else {
+                anyhow::anyhow!(msg)
+            });
         }
         if running == 0 {
             return Ok(ExitCode::SUCCESS);

@@ -77,10 +77,11 @@ pub(super) fn run(
     if per_epoch == 0 {
         return Err(Error::Invalid(if share.count > 1 {
             format!(
-                "the training split has {} samples in {} blocks, too few for {} ranks at --batch {} (per GPU): each rank needs at least one batch from its share of the blocks",
+                "the training split has {} samples in {} blocks, too few for {} ranks at --batch {} (per GPU): ranks share a split by whole blocks and each needs at least one batch; write the data with smaller blocks (--block-samples {} of synth or convert) or train on fewer GPUs",
                 train_src.samples,
                 train_src.num_blocks(),
                 share.count,
+                r.batch,
                 r.batch
             )
         } else {

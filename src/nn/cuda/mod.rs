@@ -26,6 +26,8 @@ pub(crate) mod tests;
 mod tests_layers;
 #[cfg(test)]
 mod tests_losses;
+#[cfg(test)]
+mod tests_world;
 
 use super::{Aug, Backend, ConvShape, PoolShape, RawBatch};
 use cudarc::cublas::sys as blas;
@@ -172,7 +174,7 @@ pub struct Cuda {
     // Fields drop in this order: buffers, ring and library handles before the streams, and the
     // context last.
     /// The data-parallel world's communicator (`join_world`), if this is one of several ranks.
-    comm: Option<nccl::Comm>,
+    world: Option<world::World>,
     stats: Buf,
     s: Scratch,
     /// The buffers of the mask, labels and values losses (losses.rs).
@@ -299,6 +301,7 @@ mod graph;
 mod layers;
 mod losses;
 mod profile;
+pub(crate) mod world;
 
 use device::compute_capability;
 pub use device::{device_count, mem_info, probe};
@@ -345,7 +348,7 @@ impl Cuda {
             graphs: std::env::var("PREP_PROFILE").as_deref() != Ok("1")
                 && std::env::var("PREP_NO_GRAPHS").as_deref() != Ok("1"),
             prof: (std::env::var("PREP_PROFILE").as_deref() == Ok("1")).then(Profile::default),
-            comm: None,
+            world: None,
             _ctx: ctx,
             copy,
             k,
@@ -403,7 +406,7 @@ impl Cuda {
         self._ctx
             .bind_to_thread()
             .map_err(|e| format!("making the CUDA context current: {e:?}"))?;
-        self.comm = Some(nccl::Comm::new(rank, size, id)?);
+        self.world = Some(world::World::Nccl(nccl::Comm::new(rank, size, id)?));
         Ok(())
     }
 
@@ -430,13 +433,11 @@ impl Cuda {
         let len = 2 * c + 1;
         let (mine, tot) = (sync, sync + 8 * len as u64);
         launch!(self, pack, (blocks(c * 32, THREADS), 1), THREADS; part, sp, c as i32, m as i64, mine);
-        let Some(comm) = &self.comm else {
-            return (mine, mine);
-        };
-        if let Err(e) = comm.sum_f64(mine, tot, len, self.stream.cu_stream()) {
-            self.fail(e);
+        if self.sum_f64_over_world(mine, tot, len) {
+            (mine, tot)
+        } else {
+            (mine, mine)
         }
-        (mine, tot)
     }
 
     pub fn staging_kind(&self) -> staging::Kind {

@@ -76,7 +76,7 @@ pub(super) fn close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
 }
 
 /// A random crop (within `pad`) and flip for each of `n` samples.
-fn random_augs(rng: &mut Rng, n: usize, pad: usize) -> Vec<Aug> {
+pub(super) fn random_augs(rng: &mut Rng, n: usize, pad: usize) -> Vec<Aug> {
     let span = 2 * pad as u64 + 1;
     (0..n)
         .map(|_| Aug {
