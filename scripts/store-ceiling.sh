@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where reading from a store stops (issue 30): one dataset streamed by `prep train --memory
 # stream` from local disk, from an S3 server (s3s-fs) and from nginx over HTTP (sendfile, Range),
-# no latency added, on the same host. If nginx feeds prep far faster than s3s-fs does, the S3
+# no latency added, and nginx again with LATENCY_MS (20) added by scripts/latency-proxy.py. If nginx feeds prep far faster than s3s-fs does, the S3
 # figures of scripts/bench-store.sh are the server's ceiling, not prep's client's.
 #
 #   PREP=.dev/prep S3S=.dev/s3s-fs NGINX=.dev/nginx/nginx scripts/store-ceiling.sh [WORK]
@@ -26,7 +26,11 @@ sed -e "s|{DIR}|$WORK/nginx|g" -e "s|{ROOT}|$WORK/www|g" -e "s|{PORT}|$H|g" \
 LD_LIBRARY_PATH="$(dirname "$NGINX")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     "$NGINX" -p "$WORK/nginx/" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" &
 NGPID=$!
-trap 'kill $S3PID $NGPID 2>/dev/null' EXIT
+# nginx again behind scripts/latency-proxy.py adding LATENCY_MS to every request.
+L=$(port)
+python3 "$(dirname "$0")/latency-proxy.py" "$L" "$H" "${LATENCY_MS:-20}" >"$WORK/proxy.log" 2>&1 &
+PXPID=$!
+trap 'kill $S3PID $NGPID $PXPID 2>/dev/null' EXIT
 sleep 1
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret AWS_DEFAULT_REGION=us-east-1
 export AWS_ENDPOINT_URL=http://127.0.0.1:$P
@@ -42,7 +46,7 @@ print(" ".join(f"{e['samples_per_sec']:.0f}" for e in m), "samples/s |",
       " ".join(f"{(e.get('store') or {}).get('bytes', 0) / e['seconds'] / 1e6:.0f}" for e in m), "MB/s from the store")
 PY
 }
-for src in "local $WORK/www/ds" "s3 s3://bench/ds" "http http://127.0.0.1:$H/ds"; do
+for src in "local $WORK/www/ds" "s3 s3://bench/ds" "http http://127.0.0.1:$H/ds" "http+${LATENCY_MS:-20}ms http://127.0.0.1:$L/ds"; do
     set -- $src
     "$PREP" train "$2" --device "$DEVICE" --memory stream --epochs "$EPOCHS" --quiet --out "$WORK/run-$1" \
         >"$WORK/train-$1.log" 2>&1 && echo "row: $1 | $(summary "$WORK/run-$1")" || { echo "row: $1 | failed"; tail -3 "$WORK/train-$1.log"; }
