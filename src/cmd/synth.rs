@@ -43,23 +43,40 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         quiet,
     };
     let task = a.task.task();
-    let (r, published) = super::remote_out::write_to(&a.out, a.force, quiet, |out| {
-        let opts = SynthOptions {
-            out: out.to_path_buf(),
-            ..opts
-        };
-        Ok(synthesize_task(&opts, task)?)
-    })
-    .with_context(|| format!("prep synth into {}", a.out.display()))?;
+    // Run again into a store: nothing to do where it holds this very dataset, as locally.
+    let to_store = prep::store::remote::is_url(&a.out);
+    let http = a
+        .out
+        .to_string_lossy()
+        .to_ascii_lowercase()
+        .starts_with("http");
+    let held = if to_store && !http && !a.force {
+        prep::synth::held_by_store(&opts, task)
+            .with_context(|| format!("prep synth into {}", a.out.display()))?
+    } else {
+        None
+    };
+    let (r, published) = match held {
+        Some(r) => (r, None),
+        None => super::remote_out::write_to(&a.out, a.force, quiet, |out| {
+            let opts = SynthOptions {
+                out: out.to_path_buf(),
+                ..opts
+            };
+            Ok(synthesize_task(&opts, task)?)
+        })
+        .with_context(|| format!("prep synth into {}", a.out.display()))?,
+    };
     if a.json {
         outln!("{}", super::with_upload(&r, &published)?);
     } else if !quiet {
         if r.already_complete {
             outln!(
-                "{} already holds this dataset ({} samples, {} on disk); nothing to do",
+                "{} already holds this dataset ({} samples, {} {}); nothing to do",
                 a.out.display(),
                 thousands(r.samples),
-                human(r.bytes_on_disk)
+                human(r.bytes_on_disk),
+                if to_store { "in the store" } else { "on disk" }
             );
         } else {
             let reused = if r.shards_reused > 0 {

@@ -140,6 +140,18 @@ fn synthesize_into(opts: &SynthOptions, task: Task) -> Result<SynthReport> {
     Ok(report)
 }
 
+/// The parameters a dataset made by `opts` records as its provenance's source (a part's with its
+/// part): what a rerun compares with what a folder or a store already holds.
+pub(super) fn source_params(opts: &SynthOptions, task: Task) -> Result<serde_json::Value> {
+    let gen = Generator::with_version(opts.shape.clone(), opts.classes, opts.seed, opts.generator)?;
+    let splits = splits_to_write(opts)?;
+    let layout = block_layout(opts, &gen.spec)?;
+    with_part(
+        opts,
+        job_params(opts, &gen.spec, &splits, layout, opts.generator, task),
+    )
+}
+
 /// The splits with samples to generate; none is an error.
 fn splits_to_write(opts: &SynthOptions) -> Result<Vec<(String, u64)>> {
     let splits: Vec<(String, u64)> = opts
@@ -485,7 +497,7 @@ fn prepare_dir(
 
 /// What differs between the settings a dataset was made with and those asked for, as
 /// "train: 60000 there, 20000 asked; seed: 1 there, 7 asked".
-fn differences(found: Option<&serde_json::Value>, asked: &serde_json::Value) -> String {
+pub(super) fn differences(found: Option<&serde_json::Value>, asked: &serde_json::Value) -> String {
     let Some(serde_json::Value::Object(found)) = found else {
         return "it was not made by prep synth".into();
     };

@@ -1,6 +1,7 @@
 //! `prep synth`: the procedural generator and the job that writes its samples as a dataset.
 
 mod generator;
+mod held;
 mod job;
 mod pattern_only;
 mod render;
@@ -9,6 +10,7 @@ mod task;
 pub use generator::{
     split_id, DiscGeom, Generator, Scene, Version, DEFAULT_DIFFICULTY, KIND_NAMES,
 };
+pub use held::held_by_store;
 #[cfg(test)]
 pub use job::test_dataset;
 pub use job::{

@@ -155,6 +155,20 @@ fn a_dataset_written_to_each_store_reads_back_and_trains_as_its_local_copy() {
             stdout(&o)
         );
         // The lease is gone once the writer is done.
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let lease = object_store::path::Path::from("ds/.prep-lease.json");
+        assert!(
+            rt.block_on(server.store().head(&lease)).is_err(),
+            "{kind:?}: the lease outlived its writer"
+        );
+        // The same command again: nothing to do, as locally; other parameters: refused, named.
+        let o = run_env(&env, &args);
+        expect(&o, 0, &format!("synth to {url} again"));
+        assert!(
+            stdout(&o).contains("already holds this dataset (3,500 samples"),
+            "{}",
+            stdout(&o)
+        );
         let o = run_env(
             &env,
             &["synth", "--train", "10", "--test", "0", "--out", &url],
@@ -163,7 +177,12 @@ fn a_dataset_written_to_each_store_reads_back_and_trains_as_its_local_copy() {
             &o,
             2,
             "a second synth to the same URL",
-            "already holds a dataset",
+            "already holds a different dataset (",
+        );
+        assert!(
+            stderr(&o).contains("seed: 3 there, 0 asked"),
+            "{}",
+            stderr(&o)
         );
     }
 }
