@@ -7,6 +7,7 @@
 #   PREP=.dev/prep S3S=.dev/s3s-fs NGINX=.dev/nginx/nginx scripts/store-ceiling.sh [WORK]
 #
 # NGINX may sit beside a lib/ folder of its shared libraries (carried to a host without nginx).
+# PY=python3 adds the Python reader's rows (benches/py_store.py); TRAIN=0 leaves training out.
 set -uo pipefail
 PREP=${PREP:-.dev/prep}
 S3S=${S3S:-.dev/s3s-fs}
@@ -46,7 +47,15 @@ print(" ".join(f"{e['samples_per_sec']:.0f}" for e in m), "samples/s |",
       " ".join(f"{(e.get('store') or {}).get('bytes', 0) / e['seconds'] / 1e6:.0f}" for e in m), "MB/s from the store")
 PY
 }
-for src in "local $WORK/www/ds" "s3 s3://bench/ds" "http http://127.0.0.1:$H/ds" "http+${LATENCY_MS:-20}ms http://127.0.0.1:$L/ds"; do
+SOURCES=("local $WORK/www/ds" "s3 s3://bench/ds" "http http://127.0.0.1:$H/ds" "http+${LATENCY_MS:-20}ms http://127.0.0.1:$L/ds")
+# PY=python3 (with the prep package importable) reads the same sources through the Python
+# reader (benches/py_store.py); TRAIN=0 leaves prep train out.
+if [ -n "${PY:-}" ]; then
+    urls=(); for src in "${SOURCES[@]}"; do set -- $src; urls+=("$2"); done
+    "$PY" "$(dirname "$0")/../benches/py_store.py" "${urls[@]}" --epochs "$EPOCHS" | sed 's/^/py: /'
+fi
+[ "${TRAIN:-1}" = 0 ] && exit 0
+for src in "${SOURCES[@]}"; do
     set -- $src
     "$PREP" train "$2" --device "$DEVICE" --memory stream --epochs "$EPOCHS" --quiet --out "$WORK/run-$1" \
         >"$WORK/train-$1.log" 2>&1 && echo "row: $1 | $(summary "$WORK/run-$1")" || { echo "row: $1 | failed"; tail -3 "$WORK/train-$1.log"; }
