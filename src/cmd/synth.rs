@@ -44,13 +44,11 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     let task = a.task.task();
     // Run again into a store: nothing to do where it holds this very dataset, as locally.
-    let to_store = prep::store::remote::is_url(&a.out);
-    let http = a
-        .out
-        .to_string_lossy()
-        .to_ascii_lowercase()
-        .starts_with("http");
-    let held = if to_store && !http && !a.force {
+    use prep::store::remote;
+    let to_store = remote::is_url(&a.out);
+    let writable = to_store
+        && remote::parse(&a.out.to_string_lossy()).is_ok_and(|u| u.scheme != remote::Scheme::Http);
+    let held = if writable && !a.force {
         prep::synth::held_by_store(&opts, task)
             .with_context(|| format!("prep synth into {}", a.out.display()))?
     } else {
