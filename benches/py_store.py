@@ -1,5 +1,6 @@
 """The Python reader from a store against local disk (issue 30): shuffled epochs of
-``prep.open(SRC)["train"].batches(...)`` for each source, samples/s and MB/s of stored bytes.
+``prep.open(SRC)["train"].batches(...)`` for each source, samples/s, MB/s of stored bytes, and
+the epoch's requests and bytes from the store (``prep.store_traffic``).
 
     python3 benches/py_store.py /data/ds s3://bench/ds http://127.0.0.1:8080/ds --epochs 2
 
@@ -28,14 +29,16 @@ def main():
         stored = sum(s["bytes"] for s in ds.manifest["splits"]["train"]["shards"])
         rates = []
         for epoch in range(a.epochs):
-            n, t0 = 0, time.perf_counter()
+            seen, n, t0 = prep.store_traffic(), 0, time.perf_counter()
             for batch in split.batches(a.batch, seed=0, epoch=epoch, threads=a.threads):
                 n += len(batch[1] if isinstance(batch, tuple) else batch["class"])
             dt = time.perf_counter() - t0
             rates.append(n / dt)
             print(json.dumps({"source": src, "epoch": epoch + 1, "samples": n,
                               "samples_per_sec": round(n / dt, 1),
-                              "stored_mb_per_sec": round(stored / dt / 1e6, 1)}), flush=True)
+                              "stored_mb_per_sec": round(stored / dt / 1e6, 1),
+                              "requests": prep.store_traffic()["requests"] - seen["requests"],
+                              "bytes": prep.store_traffic()["bytes"] - seen["bytes"]}), flush=True)
         best = max(rates)
         if ref is None:
             ref = best

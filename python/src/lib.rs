@@ -716,6 +716,13 @@ fn _prep_train_epoch(
         .collect())
 }
 
+/// Ranged reads this process has made from stores, the bytes they brought, and the reads the
+/// local block cache served (`prep.store_traffic`).
+#[pyfunction]
+fn _store_traffic() -> (u64, u64, u64) {
+    prep::store::remote::traffic()
+}
+
 #[pymodule]
 fn _prep(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeDataset>()?;
@@ -723,6 +730,7 @@ fn _prep(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeBatches>()?;
     m.add_class::<Buffer>()?;
     m.add_function(wrap_pyfunction!(_prep_train_epoch, m)?)?;
+    m.add_function(wrap_pyfunction!(_store_traffic, m)?)?;
     let py = m.py();
     m.add("DatasetError", py.get_type::<DatasetError>())?;
     m.add("DamagedBlockError", py.get_type::<DamagedBlockError>())?;

@@ -82,8 +82,16 @@ def test_a_dataset_in_s3_reads_as_its_local_copy(s3, tmp_path):
             xa, ya = x[i]
             xb, yb = y[i]
             assert np.array_equal(xa, xb) and ya == yb
+    before = prep.store_traffic()
     got = [(xb.copy(), yb.copy()) for xb, yb in b["train"].batches(100, seed=5, epoch=1)]
+    after = prep.store_traffic()
     want = [(xa.copy(), ya.copy()) for xa, ya in a["train"].batches(100, seed=5, epoch=1)]
+    # An epoch reads each of the split's blocks once (900 samples in blocks of 64: 15), and
+    # brings at most the shards' bytes; reading the local copy adds nothing.
+    assert after["requests"] - before["requests"] == 15
+    shard_bytes = sum(s["bytes"] for s in b.manifest["splits"]["train"]["shards"])
+    assert 0 < after["bytes"] - before["bytes"] < shard_bytes
+    assert prep.store_traffic() == after
     assert len(got) == len(want)
     for (xa, ya), (xb, yb) in zip(want, got):
         assert np.array_equal(xa, xb) and np.array_equal(ya, yb)

@@ -27,6 +27,7 @@ from ._prep import DamagedBlockError, DatasetError
 
 __all__ = [
     "open",
+    "store_traffic",
     "Dataset",
     "Split",
     "Batches",
@@ -57,6 +58,15 @@ def open(path: "os.PathLike[str] | str", cache_bytes: int = DEFAULT_CACHE_BYTES)
     each split keeps for random access.
     """
     return Dataset(path, cache_bytes=cache_bytes)
+
+
+def store_traffic() -> Dict[str, int]:
+    """What this process has read from object stores and HTTP servers so far: ranged reads
+    (``requests``; the HEADs that find objects aside), the bytes they brought (``bytes``), and
+    reads the local block cache served instead (``cache_hits``). The difference of two calls is
+    what happened between them, one epoch's traffic say."""
+    requests, nbytes, hits = _prep._store_traffic()
+    return {"requests": requests, "bytes": nbytes, "cache_hits": hits}
 
 
 def _check_share(rank: int, world_size: int) -> None:
