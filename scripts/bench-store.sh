@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Training from an S3 store with latency against the same data on local disk (issue 30,
-# BENCHMARKS.md "Datasets in a store"). Needs prep, an S3 server binary (s3s-fs, from crates.io:
-# `cargo install s3s-fs --version 0.14.1 --features binary`) and python3 for the latency proxy.
+# BENCHMARKS.md "Datasets in a store"). Needs prep and benches/s3-server (s3s-fs with one
+# positioned read per GET and a per-response delay; s3s-fs itself tops near 550 MB/s, see
+# scripts/store-ceiling.sh):
 #
-#   S3S=.dev/s3s-fs PREP=.dev/prep scripts/bench-store.sh [WORK]
+#   (cd benches/s3-server && cargo build --release) && cp benches/s3-server/target/release/prep-s3-bench-server .dev/
+#   S3SERVER=.dev/prep-s3-bench-server PREP=.dev/prep scripts/bench-store.sh [WORK]
 #
 # For each dataset (1M 3x32x32; 60k 3x128x128): `prep train --memory stream` from the local copy,
-# then from s3:// through scripts/latency-proxy.py adding LATENCY_MS (20) to every request, without
-# and with --cache; samples/s of the first epoch and the median of the later ones, and each
-# epoch's requests and bytes (metrics.jsonl's `store`).
+# then from s3:// with no delay and with LATENCY_MS (20) before every response, without and with
+# --cache; samples/s of the first epoch and the median of the later ones, and each epoch's requests
+# and bytes (metrics.jsonl's `store`). PY=python3 (prep importable) adds the Python reader
+# (benches/py_store.py) from local disk and from s3:// with the delay.
 set -uo pipefail
 PREP=${PREP:-.dev/prep}
-S3S=${S3S:-.dev/s3s-fs}
+S3SERVER=${S3SERVER:-.dev/prep-s3-bench-server}
 WORK=${1:-/tmp/prep-bench-store}
 LATENCY_MS=${LATENCY_MS:-20}
 EPOCHS=${EPOCHS:-4}
@@ -19,11 +22,12 @@ DEVICE=${DEVICE:-cuda}
 rm -rf "$WORK"; mkdir -p "$WORK/s3root/bench"
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 P=$(port); Q=$(port)
-"$S3S" --host 127.0.0.1 --port "$P" --access-key bench --secret-key benchsecret "$WORK/s3root" >"$WORK/s3s.log" 2>&1 &
+# Two servers over one folder: P answers at once, Q after LATENCY_MS.
+"$S3SERVER" --port "$P" --access-key bench --secret-key benchsecret "$WORK/s3root" >"$WORK/s3-direct.log" 2>&1 &
 S3PID=$!
-python3 "$(dirname "$0")/latency-proxy.py" "$Q" "$P" "$LATENCY_MS" >"$WORK/proxy.log" 2>&1 &
-PXPID=$!
-trap 'kill $S3PID $PXPID 2>/dev/null' EXIT
+"$S3SERVER" --port "$Q" --latency-ms "$LATENCY_MS" --access-key bench --secret-key benchsecret "$WORK/s3root" >"$WORK/s3-slow.log" 2>&1 &
+SLOWPID=$!
+trap 'kill $S3PID $SLOWPID 2>/dev/null' EXIT
 sleep 1
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret AWS_DEFAULT_REGION=us-east-1
 direct="AWS_ENDPOINT_URL=http://127.0.0.1:$P"
@@ -57,6 +61,9 @@ bench() { # name, synth args...
     --cache "$WORK/cache-$name" --cache-bytes 100G && \
     echo "row: $name s3 +${LATENCY_MS}ms, cache | $(summary "$WORK/run-$name-s3c")"
   rm -rf "$WORK/cache-$name"
+  if [ -n "${PY:-}" ]; then
+    env $slow "$PY" "$(dirname "$0")/../benches/py_store.py" "$WORK/$name" "s3://bench/$name" --epochs 2 | sed "s/^/py: $name /"
+  fi
 }
 
 bench s1m --train 1M --test 10k
