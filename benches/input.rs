@@ -42,6 +42,7 @@ fn main() {
                     force: false,
                     part: None,
                     quiet: true,
+                    uploader: None,
                 })
                 .unwrap();
             }

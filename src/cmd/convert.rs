@@ -35,7 +35,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         None => None,
         Some(s) => Some(mask_names(s)?),
     };
-    let (r, published) = super::remote_out::write_to(&a.out, a.force, quiet, |out| {
+    let (r, published) = super::remote_out::write_to(&a.out, a.force, quiet, |out, _| {
         let opts = ConvertOptions {
             out: out.to_path_buf(),
             ..opts

@@ -30,7 +30,7 @@ pub fn run(a: MergeArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
         super::paths::expect_dataset(p, "merge takes OUT then the part folders")?;
     }
-    let (r, published) = super::remote_out::write_to(&a.out, false, quiet, |out| {
+    let (r, published) = super::remote_out::write_to(&a.out, false, quiet, |out, _| {
         Ok(
             prep::convert::merge::merge(out, &a.parts, quiet).map_err(|e| {
                 e.when_interrupted(|| "nothing was written: the same command merges again".into())

@@ -1,25 +1,28 @@
 //! `--out URL` for the commands that write datasets (synth, convert, merge): the dataset is
 //! written into a local staging folder by the command's own writer, as for any local output, then
-//! published (`prep::format::publish`): shards, then the manifest last. The staging folder is
-//! named by the URL, so a killed job run again resumes there and the upload keeps the shards the
-//! store holds whole already.
+//! published (`prep::format::publish`): shards, then the manifest last. A writer that takes the
+//! uploader (synth) hands each shard over as it is finished, and the staging folder holds a few
+//! shards at a time. The staging folder is named by the URL, so a killed job run again resumes
+//! there and the upload keeps the shards the store holds whole already.
 
-use prep::format::publish::{self, Lease, Published};
+use prep::format::publish::{self, Lease, Published, Uploader};
 use prep::store::remote::{self, Remote, Scheme};
 use prep::util::error::shown_path;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Run `write` into `out`: directly where it is a local path, else into a staging folder that is
-/// then published to the store. `force` replaces a dataset already at the URL.
+/// then published to the store, with an uploader `write` may hand finished shards to. `force`
+/// replaces a dataset already at the URL.
 pub fn write_to<T>(
     out: &Path,
     force: bool,
     quiet: bool,
-    write: impl FnOnce(&Path) -> anyhow::Result<T>,
+    write: impl FnOnce(&Path, Option<Arc<Uploader>>) -> anyhow::Result<T>,
 ) -> anyhow::Result<(T, Option<Published>)> {
     if !remote::is_url(out) {
         refuse_url_typo(out)?;
-        return Ok((write(out)?, None));
+        return Ok((write(out, None)?, None));
     }
     let url = remote::parse(out.to_str().unwrap_or_default())?;
     if url.scheme == Scheme::Http {
@@ -44,7 +47,28 @@ pub fn write_to<T>(
         publish::withdraw(&store)?;
     }
     let staging = staging_dir(&url.shown)?;
-    let t = write(&staging)?;
+    let uploader = Arc::new(Uploader::start(&store));
+    let written = write(&staging, Some(uploader.clone()));
+    let uploader = Arc::try_unwrap(uploader).expect("the writer let go of the uploader");
+    let kept = || {
+        format!(
+            "the dataset is kept in {} and is not in the store yet (no manifest there): the same command uploads what is missing",
+            shown_path(&staging)
+        )
+    };
+    let t = match written {
+        Ok(t) => t,
+        Err(e) => {
+            // A failed upload stops the writer: then the upload's error is the one to tell.
+            return Err(match uploader.finish(true) {
+                Err(up) => anyhow::Error::from(up.when_interrupted(kept)),
+                Ok(_) => e,
+            });
+        }
+    };
+    let streamed = uploader
+        .finish(false)
+        .map_err(|e| e.when_interrupted(kept))?;
     let total = prep::format::shard::Manifest::read(&staging)
         .map(|m| {
             m.splits
@@ -55,14 +79,8 @@ pub fn write_to<T>(
         })
         .unwrap_or(0);
     let pb = prep::util::progress::bytes_bar(total, "upload", quiet);
-    let published = publish::publish(&staging, &store, &|n| pb.inc(n)).map_err(|e| {
-        e.when_interrupted(|| {
-            format!(
-                "the dataset is kept in {} and is not in the store yet (no manifest there): the same command uploads what is missing",
-                shown_path(&staging)
-            )
-        })
-    })?;
+    let published = publish::publish(&staging, &store, &|n| pb.inc(n), streamed)
+        .map_err(|e| e.when_interrupted(kept))?;
     pb.finish_and_clear();
     drop(lease);
     let _ = std::fs::remove_dir_all(&staging);

@@ -41,6 +41,7 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         force: a.force,
         part: a.part,
         quiet,
+        uploader: None,
     };
     let task = a.task.task();
     // Run again into a store: nothing to do where it holds this very dataset, as locally.
@@ -56,9 +57,10 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     let (r, published) = match held {
         Some(r) => (r, None),
-        None => super::remote_out::write_to(&a.out, a.force, quiet, |out| {
+        None => super::remote_out::write_to(&a.out, a.force, quiet, |out, uploader| {
             let opts = SynthOptions {
                 out: out.to_path_buf(),
+                uploader,
                 ..opts
             };
             Ok(synthesize_task(&opts, task)?)
@@ -86,12 +88,13 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
                 String::new()
             };
             outln!(
-                "wrote {} samples to {} in {:.1} s: {} samples/s, {} on disk, peak RSS {}{reused}",
+                "wrote {} samples to {} in {:.1} s: {} samples/s, {} {}, peak RSS {}{reused}",
                 thousands(r.samples_generated),
                 a.out.display(),
                 r.seconds,
                 thousands(r.samples_per_sec as u64),
                 human(r.bytes_on_disk),
+                if to_store { "stored" } else { "on disk" },
                 human(r.peak_rss_bytes)
             );
         }

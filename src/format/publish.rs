@@ -10,7 +10,11 @@ use crate::store::remote::{runtime, store_error, Remote};
 use crate::store::Store;
 use crate::util::error::{Error, Result};
 use object_store::{ObjectStoreExt, PutMode, PutPayload, WriteMultipart};
-use std::path::Path;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
 
 /// The lease object of a dataset folder in a store.
 pub const LEASE: &str = ".prep-lease.json";
@@ -20,6 +24,9 @@ const PART_BYTES: usize = 16 << 20;
 /// Shards uploaded at once, and parts in flight per shard.
 const SHARDS_AT_ONCE: usize = 4;
 const PARTS_IN_FLIGHT: usize = 4;
+/// Finished shards an [`Uploader`] lets wait beside those it is uploading: with them, what the
+/// staging folder holds at most.
+const SHARDS_WAITING: usize = 4;
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Published {
@@ -159,12 +166,122 @@ pub fn withdraw(remote: &Remote) -> Result<()> {
         .map_err(|e| store_error(&remote.location(manifest::FILE_NAME), e))
 }
 
+/// Uploads shards while the rest of a dataset is written: each finished shard handed to [`send`]
+/// is uploaded in the background (a few at once) and its local file removed once the store holds
+/// it, so that a staging folder holds a few shards, not the dataset. `send` waits while
+/// `SHARDS_WAITING` shards wait. [`publish`] then uploads what is left and the manifest.
+///
+/// [`send`]: Uploader::send
+pub struct Uploader {
+    tx: Option<SyncSender<(PathBuf, manifest::ShardInfo)>>,
+    worker: Option<std::thread::JoinHandle<Result<Published>>>,
+    names: Arc<std::sync::Mutex<HashSet<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Uploader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Uploader")
+    }
+}
+
+impl Uploader {
+    pub fn start(remote: &Remote) -> Uploader {
+        let (tx, rx) = sync_channel::<(PathBuf, manifest::ShardInfo)>(SHARDS_WAITING);
+        let names = Arc::new(std::sync::Mutex::new(HashSet::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (remote, done, halt) = (remote.clone(), names.clone(), stop.clone());
+        let worker = std::thread::Builder::new()
+            .name("prep-upload".into())
+            .spawn(move || -> Result<Published> {
+                let mut report = Published::default();
+                let mut flying = std::collections::VecDeque::new();
+                let land = |h: tokio::task::JoinHandle<Result<(String, u64)>>,
+                            r: &mut Published| {
+                    let (name, bytes) = runtime()
+                        .block_on(h)
+                        .map_err(|e| Error::Invalid(format!("an upload failed: {e}")))??;
+                    r.shards_uploaded += 1;
+                    r.bytes_uploaded += bytes;
+                    done.lock().unwrap_or_else(|e| e.into_inner()).insert(name);
+                    Ok::<_, Error>(())
+                };
+                for (path, info) in rx {
+                    if halt.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if complete_in_store(&remote, &info) {
+                        // A resumed job made this shard again; the store has it whole.
+                        let _ = std::fs::remove_file(&path);
+                        report.shards_kept += 1;
+                        done.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(info.file);
+                        continue;
+                    }
+                    if flying.len() == SHARDS_AT_ONCE {
+                        land(flying.pop_front().expect("one in flight"), &mut report)?;
+                    }
+                    let remote = remote.clone();
+                    flying.push_back(runtime().spawn(async move {
+                        let bytes = upload(&path, &remote, &info.file).await?;
+                        let _ = std::fs::remove_file(&path);
+                        Ok((info.file, bytes))
+                    }));
+                }
+                for h in flying {
+                    land(h, &mut report)?;
+                }
+                Ok(report)
+            })
+            .expect("starting the upload thread");
+        Uploader {
+            tx: Some(tx),
+            worker: Some(worker),
+            names,
+            stop,
+        }
+    }
+
+    /// Hand over the finished shard `info` at `path` (in the staging folder). Waits while the
+    /// uploader is behind; an error if it has stopped (`finish` says why).
+    pub fn send(&self, path: &Path, info: &manifest::ShardInfo) -> Result<()> {
+        let tx = self.tx.as_ref().expect("not finished");
+        tx.send((path.to_path_buf(), info.clone()))
+            .map_err(|_| Error::Invalid("the upload of finished shards stopped".into()))
+    }
+
+    /// Wait for the shards handed over (or, after a failed write, `abandon` the waiting ones) and
+    /// say what was uploaded.
+    pub fn finish(mut self, abandon: bool) -> Result<Streamed> {
+        self.stop.store(abandon, Ordering::Relaxed);
+        drop(self.tx.take());
+        let report = self
+            .worker
+            .take()
+            .expect("finished once")
+            .join()
+            .map_err(|_| Error::Invalid("the upload thread panicked".into()))??;
+        let names = std::mem::take(&mut *self.names.lock().unwrap_or_else(|e| e.into_inner()));
+        Ok(Streamed { report, names })
+    }
+}
+
+/// What an [`Uploader`] did: its counts, and the shards the store holds whole from it.
+#[derive(Debug, Default)]
+pub struct Streamed {
+    pub report: Published,
+    pub names: HashSet<String>,
+}
+
 /// Upload the dataset in local folder `local` to `remote`: every shard its manifest lists that the
-/// store does not hold already, then the manifest. `progress` is told the bytes of each shard done.
+/// store does not hold already (`streamed`: those an [`Uploader`] put there), then the manifest.
+/// `progress` is told the bytes of each shard done.
 pub fn publish(
     local: &Path,
     remote: &Remote,
     progress: &(dyn Fn(u64) + Sync),
+    streamed: Streamed,
 ) -> Result<Published> {
     let m = Manifest::read(local)?;
     let mbytes = crate::format::shard::manifest::read_capped(&local.join(manifest::FILE_NAME))?;
@@ -173,10 +290,10 @@ pub fn publish(
         use rayon::prelude::*;
         shards
             .par_iter()
-            .map(|info| complete_in_store(remote, info))
+            .map(|info| streamed.names.contains(&info.file) || complete_in_store(remote, info))
             .collect()
     };
-    let mut report = Published::default();
+    let mut report = streamed.report;
     let todo: Vec<_> = shards
         .iter()
         .zip(&kept)
@@ -187,7 +304,8 @@ pub fn publish(
             (!k).then_some(*info)
         })
         .collect();
-    report.shards_kept = shards.len() - todo.len();
+    // Held by the store before publishing: those the uploader found there, and the rest.
+    report.shards_kept = (shards.len() - todo.len()).saturating_sub(report.shards_uploaded);
     for chunk in todo.chunks(SHARDS_AT_ONCE) {
         crate::util::interrupt::check()?;
         let paths: Vec<_> = chunk.iter().map(|info| local.join(&info.file)).collect();

@@ -45,6 +45,9 @@ pub struct SynthOptions {
     /// Write only this part of the job: whole shards of every split (`crate::format::part`).
     pub part: Option<PartSpec>,
     pub quiet: bool,
+    /// Where each finished shard goes as soon as it is written (an upload to a store), so that
+    /// the output folder holds a few shards at a time.
+    pub uploader: Option<std::sync::Arc<crate::format::publish::Uploader>>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -288,7 +291,21 @@ impl SynthReport {
     fn finish(&mut self, out: &Path, t0: Instant) {
         self.seconds = t0.elapsed().as_secs_f64();
         self.samples_per_sec = self.samples_generated as f64 / self.seconds.max(1e-9);
-        self.bytes_on_disk = dir_bytes(out);
+        // The dataset's size from its manifest: shards may have been uploaded and removed.
+        self.bytes_on_disk = Manifest::read(out)
+            .ok()
+            .and_then(|m| {
+                let shards: u64 = m
+                    .splits
+                    .values()
+                    .flat_map(|s| &s.shards)
+                    .map(|s| s.bytes)
+                    .sum();
+                let manifest =
+                    std::fs::metadata(out.join(crate::format::shard::manifest::FILE_NAME)).ok()?;
+                Some(shards + manifest.len())
+            })
+            .unwrap_or_else(|| dir_bytes(out));
         self.peak_rss_bytes = crate::util::mem::peak_rss_bytes();
     }
 }
@@ -321,6 +338,7 @@ fn write_shards_dataset(
             shards,
             (bs, sb),
             opts.codec,
+            opts.uploader.as_deref(),
             pb,
             report,
         )?;
@@ -586,6 +604,7 @@ pub fn test_dataset(out: &Path, samples: u64, shape: &str) {
         force: false,
         part: None,
         quiet: true,
+        uploader: None,
     })
     .unwrap();
 }
@@ -607,6 +626,7 @@ fn write_split_shards(
     shards: std::ops::Range<usize>,
     (bs, sb): (u32, u32),
     codec: Codec,
+    uploader: Option<&crate::format::publish::Uploader>,
     pb: &ProgressBar,
     report: &mut SynthReport,
 ) -> Result<Vec<ShardInfo>> {
@@ -632,6 +652,9 @@ fn write_split_shards(
             Some(info) => {
                 pb.inc(samples);
                 report.shards_reused += 1;
+                if let Some(u) = uploader {
+                    u.send(&out.join(&rel), &info)?;
+                }
                 done.insert(i, info);
             }
             None => todo.push((i, start, samples)),
@@ -676,7 +699,11 @@ fn write_split_shards(
             current.as_mut().unwrap().push(&block)?;
             pb.inc(block.num_samples as u64);
             if last {
-                written.push((shard, current.take().unwrap().finish()?));
+                let info = current.take().unwrap().finish()?;
+                if let Some(u) = uploader {
+                    u.send(&out.join(&info.file), &info)?;
+                }
+                written.push((shard, info));
             }
             Ok(())
         },

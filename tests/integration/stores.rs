@@ -511,6 +511,76 @@ fn a_killed_upload_resumes_keeping_the_shards_already_there() {
 }
 
 #[test]
+fn synth_to_a_store_keeps_a_few_shards_in_staging_not_the_dataset() {
+    let Some(server) = Server::start(Kind::S3) else {
+        return;
+    };
+    // 50 ms a request: uploading is slower than generating, so without shards going up as they
+    // are finished the staging folder would fill with all 40 of them.
+    let proxy = Proxy::start(server.port());
+    proxy.set_latency(Duration::from_millis(50));
+    let env = server.env_via(&proxy);
+    let url = server.url_via(&proxy, "ds");
+    let t = tempfile::tempdir().unwrap();
+    let staging = t.path().join("staging");
+    let mut child = prep()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("PREP_STAGING", &staging)
+        .args([
+            "synth",
+            "--train",
+            "5120",
+            "--test",
+            "0",
+            "--shape",
+            "1x16x16",
+            "--block-samples",
+            "64",
+            "--shard-blocks",
+            "2",
+            "--out",
+            &url,
+            "--quiet",
+        ])
+        .spawn()
+        .unwrap();
+    let shard_files = || {
+        walkdir(&staging)
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "shard"))
+            .count()
+    };
+    let mut most = 0;
+    while child.try_wait().unwrap().is_none() {
+        most = most.max(shard_files());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(child.wait().unwrap().success());
+    // 4 uploading, 4 waiting, one being written, one just finished.
+    assert!(
+        most > 0 && most <= 10,
+        "at most {most} shard files in staging at once"
+    );
+    let o = run_env(&env, &["verify", &url]);
+    expect(&o, 0, "verify");
+    assert!(stdout(&o).contains("40 shards"), "{}", stdout(&o));
+}
+
+/// Every file under `dir` (none if it is not there).
+fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
 fn one_writer_at_a_time_holds_a_store_folder() {
     let Some(server) = Server::start(Kind::S3) else {
         return;

@@ -36,6 +36,7 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// A dataset's folder in an object store or on an HTTP server.
+#[derive(Clone)]
 pub struct Remote {
     store: Arc<dyn ObjectStore>,
     url: DataUrl,
