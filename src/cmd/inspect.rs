@@ -41,6 +41,9 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if let (Some(c), Some(b)) = (&s.codec, s.block_samples) {
         let codec = match c {
             prep::format::shard::Codec::Zstd { level } => format!("zstd level {level}"),
+            prep::format::shard::Codec::Pred { level } => {
+                format!("pred (a prediction filter, then zstd level {level})")
+            }
             prep::format::shard::Codec::None => "none".into(),
         };
         outln!(

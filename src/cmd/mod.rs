@@ -40,6 +40,7 @@ impl StoreArgs {
     pub fn codec(&self) -> Codec {
         match self.codec {
             CodecArg::Zstd => Codec::Zstd { level: self.level },
+            CodecArg::Pred => Codec::Pred { level: self.level },
             CodecArg::None => Codec::None,
         }
     }

@@ -3,6 +3,7 @@
 //! then (format version 3) each field's values for every sample.
 
 use super::format::{BlockEntry, LABEL_BYTES};
+use super::pred;
 use super::{Dtype, SampleSpec};
 use crate::format::fields::{FieldStats, Fields};
 use crate::util::error::{Error, Region, Result};
@@ -15,7 +16,13 @@ use xxhash_rust::xxh3::xxh3_64;
 #[serde(tag = "name", rename_all = "lowercase")]
 pub enum Codec {
     None,
-    Zstd { level: i32 },
+    Zstd {
+        level: i32,
+    },
+    /// zstd after a prediction filter per plane, chosen per block (`pred`).
+    Pred {
+        level: i32,
+    },
 }
 
 impl Codec {
@@ -23,8 +30,53 @@ impl Codec {
         match self {
             Codec::None => super::format::CODEC_NONE,
             Codec::Zstd { .. } => super::format::CODEC_ZSTD,
+            Codec::Pred { .. } => super::format::CODEC_PRED,
         }
     }
+}
+
+/// The planes of a block of `n` samples of `spec` as the `pred` filter sees them (None for
+/// float samples, which it leaves as they are).
+fn pred_geometry(spec: &SampleSpec, n: usize) -> Option<pred::Geometry> {
+    if spec.dtype.is_float() {
+        return None;
+    }
+    let width = *spec.shape.0.last().unwrap_or(&1) as usize;
+    Some(pred::Geometry {
+        planes: n * spec.shape.channels(),
+        channels: spec.shape.channels(),
+        rows: spec.shape.plane() / width.max(1),
+        width: width.max(1),
+        wide: spec.dtype == Dtype::U16,
+    })
+}
+
+#[cfg(test)]
+pub(super) fn tests_pred_geometry(spec: &SampleSpec, n: usize) -> Option<pred::Geometry> {
+    pred_geometry(spec, n)
+}
+
+/// Stored bytes of `data` (a block of `n` samples) under `pred`: the method byte, then zstd of
+/// the filtered pixels followed by the labels and fields as they are. Where the filter does not
+/// pay, the block is stored with method 0 (zstd of the bytes as they are).
+fn encode_pred(data: &[u8], spec: &SampleSpec, n: usize, level: i32) -> Result<Vec<u8>> {
+    let plain = || -> Result<Vec<u8>> {
+        let mut out = vec![pred::PLAIN];
+        out.extend(compress(data, level)?);
+        Ok(out)
+    };
+    let Some(g) = pred_geometry(spec, n) else {
+        return plain();
+    };
+    let pixels = n * spec.bytes();
+    let method = pred::choose(&data[..pixels], &g);
+    let mut filtered = Vec::with_capacity(data.len());
+    pred::encode(&data[..pixels], &g, method, &mut filtered);
+    filtered.extend_from_slice(&data[pixels..]);
+    let mut out = vec![method];
+    out.extend(compress(&filtered, level)?);
+    let raw = plain()?;
+    Ok(if raw.len() <= out.len() { raw } else { out })
 }
 
 /// Decoded samples and labels of one block, in one buffer.
@@ -189,6 +241,7 @@ impl Block {
         let bytes = match codec {
             Codec::None => self.data.clone(),
             Codec::Zstd { level } => compress(&self.data, level)?,
+            Codec::Pred { level } => encode_pred(&self.data, spec, self.num_samples, level)?,
         };
         Ok(EncodedBlock {
             stored_xxh3: xxh3_64(&bytes),
@@ -228,47 +281,45 @@ impl Block {
         let sample_bytes = spec.bytes();
         // The footer parser bounded this product by MAX_BLOCK_RAW.
         let raw_len = n * (sample_bytes + LABEL_BYTES + layout.field_bytes);
-        // One byte of zstd data never decodes to more than 32768 bytes (an RLE block of 4 bytes
-        // holds at most 128 KiB), so a larger claim is a lie told to make us allocate.
-        if codec == super::format::CODEC_ZSTD
-            && raw_len as u64 > (stored.len() as u64).saturating_mul(32768)
-        {
-            return Err(bad(format!(
-                "{} stored bytes cannot decode to {raw_len} bytes",
-                stored.len()
-            )));
-        }
-        let data = if codec == super::format::CODEC_ZSTD {
-            // Trust no size before the frame's own header agrees with the index: a few hostile
-            // bytes must not make the reader allocate up to the cap.
-            match zstd::zstd_safe::get_frame_content_size(stored) {
-                Ok(Some(c)) if c == raw_len as u64 => {}
-                Ok(Some(c)) => {
+        let data = match codec {
+            super::format::CODEC_ZSTD => unzstd(stored, raw_len, buf, &bad)?,
+            super::format::CODEC_PRED => {
+                let Some((&method, frame)) = stored.split_first() else {
+                    return Err(bad("a pred block has no method byte".into()));
+                };
+                let g = pred_geometry(spec, n);
+                if !pred::valid(method, g.as_ref()) {
                     return Err(bad(format!(
-                        "zstd frame declares {c} bytes, the index says {raw_len}"
-                    )))
+                        "pred method {method:#04x} is unknown or does not fit {} samples of {} channels",
+                        spec.dtype,
+                        spec.shape.channels()
+                    )));
                 }
-                _ => {
-                    return Err(bad(
-                        "zstd frame header is damaged or does not declare its size".into(),
-                    ))
+                match g.filter(|_| method != pred::PLAIN) {
+                    None => unzstd(frame, raw_len, buf, &bad)?,
+                    Some(g) => {
+                        let filtered = SCRATCH.with(|s| {
+                            let mut scratch = s.take();
+                            let r = unzstd(frame, raw_len, std::mem::take(&mut scratch), &bad);
+                            r.map(|f| {
+                                let pixels = n * sample_bytes;
+                                buf.clear();
+                                buf.resize(raw_len, 0);
+                                pred::decode(&f[..pixels], &g, method, &mut buf[..pixels]);
+                                buf[pixels..].copy_from_slice(&f[pixels..]);
+                                s.replace(f);
+                                buf
+                            })
+                        });
+                        filtered?
+                    }
                 }
             }
-            buf.clear();
-            buf.reserve(raw_len);
-            decompress(stored, &mut buf)
-                .map_err(|e| bad(format!("zstd frame does not decode: {e}")))?;
-            if buf.len() != raw_len {
-                return Err(bad(format!(
-                    "decodes to {} bytes, expected {raw_len}",
-                    buf.len()
-                )));
+            _ => {
+                buf.clear();
+                buf.extend_from_slice(stored);
+                buf
             }
-            buf
-        } else {
-            buf.clear();
-            buf.extend_from_slice(stored);
-            buf
         };
         if xxh3_64(&data) != entry.raw_xxh3 {
             return Err(bad("decoded bytes do not match their checksum".into()));
@@ -299,6 +350,54 @@ impl Block {
         }
         Ok(block)
     }
+}
+
+thread_local! {
+    /// Each thread's buffer for a pred block's filtered bytes, between zstd and the filter.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The `raw_len` bytes of zstd frame `stored`, in `buf`'s allocation, after the checks that keep
+/// hostile bytes from making the reader allocate.
+fn unzstd(
+    stored: &[u8],
+    raw_len: usize,
+    mut buf: Vec<u8>,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<Vec<u8>> {
+    // One byte of zstd data never decodes to more than 32768 bytes (an RLE block of 4 bytes
+    // holds at most 128 KiB), so a larger claim is a lie told to make us allocate.
+    if raw_len as u64 > (stored.len() as u64).saturating_mul(32768) {
+        return Err(bad(format!(
+            "{} stored bytes cannot decode to {raw_len} bytes",
+            stored.len()
+        )));
+    }
+    // Trust no size before the frame's own header agrees with the index: a few hostile
+    // bytes must not make the reader allocate up to the cap.
+    match zstd::zstd_safe::get_frame_content_size(stored) {
+        Ok(Some(c)) if c == raw_len as u64 => {}
+        Ok(Some(c)) => {
+            return Err(bad(format!(
+                "zstd frame declares {c} bytes, the index says {raw_len}"
+            )))
+        }
+        _ => {
+            return Err(bad(
+                "zstd frame header is damaged or does not declare its size".into(),
+            ))
+        }
+    }
+    buf.clear();
+    buf.reserve(raw_len);
+    decompress(stored, &mut buf).map_err(|e| bad(format!("zstd frame does not decode: {e}")))?;
+    if buf.len() != raw_len {
+        return Err(bad(format!(
+            "decodes to {} bytes, expected {raw_len}",
+            buf.len()
+        )));
+    }
+    Ok(buf)
 }
 
 /// zstd decoding into the spare capacity of `out` (at most its capacity), with one reused

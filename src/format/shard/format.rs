@@ -30,6 +30,7 @@ pub const LABEL_BYTES: usize = 4;
 
 pub const CODEC_NONE: u8 = 0;
 pub const CODEC_ZSTD: u8 = 1;
+pub const CODEC_PRED: u8 = 2;
 
 /// The fixed 64-byte header at offset 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,7 +109,7 @@ impl Header {
             )));
         }
         let codec = b[11];
-        if codec != CODEC_NONE && codec != CODEC_ZSTD {
+        if codec > CODEC_PRED {
             return Err(bad(format!("unknown codec code {codec}")));
         }
         let ndim = b[12] as usize;

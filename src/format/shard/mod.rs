@@ -6,6 +6,7 @@ pub mod block;
 pub mod dataset;
 pub mod format;
 pub mod manifest;
+pub mod pred;
 pub mod reader;
 pub mod writer;
 

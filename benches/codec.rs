@@ -1,0 +1,88 @@
+//! Block codecs on one core: `DATA=dataset/ cargo bench --bench codec`. The blocks of the first
+//! shard of `train` (SPLIT=..., BLOCKS=N for fewer) are decoded once, then encoded with each codec
+//! (zstd and pred at LEVEL, default 1) and decoded again on this thread: size against raw pixels
+//! and against zstd, and encode and decode speed in GB/s of decoded bytes. Decoding is
+//! `Block::decode`, every check a reader makes included. Figures go to BENCHMARKS.md.
+
+use prep::format::shard::format::BlockEntry;
+use prep::format::shard::{block::BlockLayout, Block, Codec, Dataset};
+use std::path::Path;
+use std::time::Instant;
+
+fn main() {
+    let dir = std::env::var("DATA").expect("DATA=dataset folder");
+    let split = std::env::var("SPLIT").unwrap_or_else(|_| "train".into());
+    let level: i32 = std::env::var("LEVEL").map_or(1, |v| v.parse().unwrap());
+    let ds = Dataset::open(&dir).unwrap();
+    let info = &ds.manifest.splits[&split].shards[0];
+    let r = ds.open_shard(info).unwrap();
+    let max: usize = std::env::var("BLOCKS").map_or(usize::MAX, |v| v.parse().unwrap());
+    let blocks: Vec<Block> = (0..r.num_blocks().min(max))
+        .map(|i| r.read_block(i).unwrap())
+        .collect();
+    let spec = r.spec().clone();
+    let (classes, fields) = (ds.manifest.classes.len() as u32, r.fields().clone());
+    let raw: usize = blocks.iter().map(|b| b.raw().len()).sum();
+    println!(
+        "{dir}: {} blocks of {} samples {}, {:.1} MB decoded, one thread",
+        blocks.len(),
+        blocks[0].len(),
+        spec.shape,
+        raw as f64 / 1e6
+    );
+    let mut zstd_bytes = 0;
+    let only = std::env::var("ONLY").unwrap_or_default();
+    for codec in [Codec::Zstd { level }, Codec::Pred { level }] {
+        if !only.is_empty() && !format!("{codec:?}").to_lowercase().starts_with(&only) {
+            continue;
+        }
+        let t = Instant::now();
+        let enc: Vec<_> = blocks
+            .iter()
+            .map(|b| b.encode_fields(&spec, classes, codec, &fields).unwrap())
+            .collect();
+        let encode_s = t.elapsed().as_secs_f64();
+        let stored: usize = enc.iter().map(|e| e.bytes.len()).sum();
+        if zstd_bytes == 0 {
+            zstd_bytes = stored;
+        }
+        let layout = BlockLayout {
+            spec: &spec,
+            codec: codec.code(),
+            num_classes: classes,
+            field_bytes: fields.bytes(),
+            fields: &fields,
+        };
+        let mut buf = Vec::new();
+        let mut best = f64::MAX;
+        let reps: usize = std::env::var("REPS").map_or(3, |v| v.parse().unwrap());
+        for rep in 0..reps {
+            let t = Instant::now();
+            for (i, e) in enc.iter().enumerate() {
+                let entry = BlockEntry {
+                    offset: 0,
+                    stored_len: e.bytes.len() as u64,
+                    num_samples: e.num_samples,
+                    stored_xxh3: e.stored_xxh3,
+                    raw_xxh3: e.raw_xxh3,
+                };
+                let b = Block::decode(Path::new("bench"), i as u32, &entry, &e.bytes, &layout, buf)
+                    .unwrap();
+                if rep == 0 {
+                    assert_eq!(b.raw(), blocks[i].raw());
+                }
+                buf = b.into_data();
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "{:<10} {:>8.1} MB  {:.3} of raw  {:.3} of zstd  encode {:.2} GB/s  decode {:.2} GB/s",
+            format!("{codec:?}").split(' ').next().unwrap_or(""),
+            stored as f64 / 1e6,
+            stored as f64 / raw as f64,
+            stored as f64 / zstd_bytes as f64,
+            raw as f64 / encode_s / 1e9,
+            raw as f64 / best / 1e9,
+        );
+    }
+}
