@@ -581,6 +581,20 @@ fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 #[test]
+fn writing_into_a_bucket_that_does_not_exist_says_so() {
+    for kind in WRITABLE {
+        let Some(server) = Server::start(kind) else {
+            continue;
+        };
+        let url = format!("{}://no-such-bucket/ds", kind.scheme());
+        let mut args = SMALL_SYNTH.to_vec();
+        args.extend_from_slice(&["--out", &url]);
+        let o = run_env(&server.env(), &args);
+        expect_stderr(&o, 2, &format!("synth into {url}"), "no such bucket");
+    }
+}
+
+#[test]
 fn one_writer_at_a_time_holds_a_store_folder() {
     let Some(server) = Server::start(Kind::S3) else {
         return;
