@@ -616,13 +616,47 @@ mod tests {
         }
     }
 
+    /// `Block::decode` of a pred block of `n` samples as a reader of shard `s.shard` calls it
+    /// (its stored checksum made to match).
+    fn decode_as_read(
+        spec: &crate::format::shard::SampleSpec,
+        n: usize,
+        stored: &[u8],
+        raw_xxh3: u64,
+        classes: u32,
+    ) -> crate::util::error::Result<crate::format::shard::Block> {
+        use crate::format::shard::{block::BlockLayout, format::BlockEntry, Block, Codec};
+        let entry = BlockEntry {
+            offset: 0,
+            stored_len: stored.len() as u64,
+            num_samples: n as u32,
+            stored_xxh3: xxhash_rust::xxh3::xxh3_64(stored),
+            raw_xxh3,
+        };
+        let fields = crate::format::fields::Fields::default();
+        let layout = BlockLayout {
+            spec,
+            codec: Codec::Pred { level: 1 }.code(),
+            num_classes: classes,
+            field_bytes: 0,
+            fields: &fields,
+        };
+        Block::decode(
+            std::path::Path::new("s.shard"),
+            0,
+            &entry,
+            stored,
+            &layout,
+            Vec::new(),
+        )
+    }
+
     /// The property the codec promises, through the block API a reader uses: random blocks of
     /// every dtype, 1 to 5 channels and random shapes (2 to 4 dimensions) decode bit for bit,
     /// whatever the filter chosen, and the method byte is one the reader accepts.
     #[test]
     fn random_blocks_of_every_dtype_and_channel_count_round_trip() {
-        use crate::format::shard::format::BlockEntry;
-        use crate::format::shard::{block::BlockLayout, Block, Codec, Dtype, SampleSpec, Shape};
+        use crate::format::shard::{Block, Codec, Dtype, SampleSpec, Shape};
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = move |n: u64| {
             seed ^= seed << 13;
@@ -630,7 +664,6 @@ mod tests {
             seed ^= seed << 17;
             seed % n
         };
-        let fields = crate::format::fields::Fields::default();
         for case in 0..240 {
             let dtype = [Dtype::U8, Dtype::U16, Dtype::F16, Dtype::F32][case % 4];
             let channels = 1 + (case / 4) % 5;
@@ -670,38 +703,14 @@ mod tests {
                 "case {case}: method {:#x}",
                 e.bytes[0]
             );
-            let entry = BlockEntry {
-                offset: 0,
-                stored_len: e.bytes.len() as u64,
-                num_samples: n as u32,
-                stored_xxh3: e.stored_xxh3,
-                raw_xxh3: e.raw_xxh3,
-            };
-            let layout = BlockLayout {
-                spec: &spec,
-                codec: Codec::Pred { level: 1 }.code(),
-                num_classes: 10,
-                field_bytes: 0,
-                fields: &fields,
-            };
-            let back = Block::decode(
-                std::path::Path::new("t"),
-                0,
-                &entry,
-                &e.bytes,
-                &layout,
-                Vec::new(),
-            )
-            .unwrap();
+            let back = decode_as_read(&spec, n, &e.bytes, e.raw_xxh3, 10).unwrap();
             assert_eq!(back, b, "case {case}: {} {} x {n}", spec.shape, dtype);
         }
     }
 
     #[test]
     fn a_block_with_a_method_its_samples_cannot_have_is_damaged() {
-        use crate::format::shard::format::BlockEntry;
-        use crate::format::shard::{block::BlockLayout, Block, Codec, Dtype, SampleSpec, Shape};
-        let fields = crate::format::fields::Fields::default();
+        use crate::format::shard::{Block, Codec, Dtype, SampleSpec, Shape};
         for (channels, method) in [(3, 0x14u8), (1, 0x13), (3, 0x10), (3, 0x33)] {
             let spec = SampleSpec {
                 shape: Shape::new(vec![channels, 4, 20]).unwrap(),
@@ -710,30 +719,9 @@ mod tests {
             let b = Block::zeroed(3, spec.bytes());
             let mut e = b.encode(&spec, 1, Codec::Pred { level: 1 }).unwrap();
             e.bytes[0] = method;
-            let entry = BlockEntry {
-                offset: 0,
-                stored_len: e.bytes.len() as u64,
-                num_samples: 3,
-                stored_xxh3: xxhash_rust::xxh3::xxh3_64(&e.bytes),
-                raw_xxh3: e.raw_xxh3,
-            };
-            let layout = BlockLayout {
-                spec: &spec,
-                codec: Codec::Pred { level: 1 }.code(),
-                num_classes: 1,
-                field_bytes: 0,
-                fields: &fields,
-            };
-            let err = Block::decode(
-                std::path::Path::new("s.shard"),
-                0,
-                &entry,
-                &e.bytes,
-                &layout,
-                Vec::new(),
-            )
-            .unwrap_err()
-            .to_string();
+            let err = decode_as_read(&spec, 3, &e.bytes, e.raw_xxh3, 1)
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains("s.shard") && err.contains("pred method"),
                 "{err}"
