@@ -75,8 +75,17 @@ fn encode_pred(data: &[u8], spec: &SampleSpec, n: usize, level: i32) -> Result<V
     filtered.extend_from_slice(&data[pixels..]);
     let mut out = vec![method];
     out.extend(compress(&filtered, level)?);
-    let raw = plain()?;
-    Ok(if raw.len() <= out.len() { raw } else { out })
+    // zstd alone is tried on the whole block only where a sample of it (an eighth, at least
+    // 64 KiB) says it might come close: photos skip a second full compression.
+    let sample = &data[..data.len().min((data.len() / 8).max(64 << 10))];
+    let guess = compress(sample, level)?.len() as f64 / sample.len() as f64;
+    if guess < 1.15 * out.len() as f64 / data.len() as f64 {
+        let raw = plain()?;
+        if raw.len() <= out.len() {
+            return Ok(raw);
+        }
+    }
+    Ok(out)
 }
 
 /// Decoded samples and labels of one block, in one buffer.

@@ -196,6 +196,9 @@ trait PutPx: Px {
     /// sign, have a zero high byte) and split into a low-byte half and a high-byte half.
     fn store(v: &[Self], out: &mut Vec<u8>);
     fn load(bytes: &[u8], out: &mut [Self]);
+    /// The residuals stored in `bytes`, read in place where they need no conversion (u8), else
+    /// through `scratch`.
+    fn residuals<'a>(bytes: &'a [u8], scratch: &'a mut Vec<Self>) -> &'a [Self];
 }
 impl PutPx for u8 {
     #[inline(always)]
@@ -238,6 +241,9 @@ impl PutPx for u8 {
     fn load(bytes: &[u8], out: &mut [u8]) {
         out.copy_from_slice(bytes);
     }
+    fn residuals<'a>(bytes: &'a [u8], _scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        bytes
+    }
 }
 impl PutPx for u16 {
     #[inline(always)]
@@ -255,6 +261,12 @@ impl PutPx for u16 {
             let z = u16::from_le_bytes([l, h]);
             *o = (z >> 1) ^ (z & 1).wrapping_neg();
         }
+    }
+    fn residuals<'a>(bytes: &'a [u8], scratch: &'a mut Vec<u16>) -> &'a [u16] {
+        scratch.clear();
+        scratch.resize(bytes.len() / 2, 0);
+        Self::load(bytes, scratch);
+        scratch
     }
 }
 
@@ -350,13 +362,12 @@ fn decode_groups<T: PutPx>(stored: &[u8], g: &Geometry, filter: u8, px: &mut [u8
     let mut rows = [Vec::new(), Vec::new()];
     for (first, lanes) in groups(g.planes) {
         let n = lanes * g.plane();
-        res.resize(n, T::default());
-        T::load(&stored[at..at + n * size], &mut res);
+        let r = T::residuals(&stored[at..at + n * size], &mut res);
         at += n * size;
         if lanes == LANES {
-            decode_group::<T, LANES>(&res, g, filter, first, &mut rows, px);
+            decode_group::<T, LANES>(r, g, filter, first, &mut rows, px);
         } else {
-            decode_group::<T, 1>(&res, g, filter, first, &mut rows, px);
+            decode_group::<T, 1>(r, g, filter, first, &mut rows, px);
         }
     }
 }
@@ -468,8 +479,8 @@ pub fn decode(stored: &[u8], g: &Geometry, method: u8, px: &mut [u8]) {
 /// The filter (and colour step) that leaves the smallest residuals on a sample of the block's
 /// planes: the sum of their magnitudes, as PNG encoders choose.
 pub fn choose(px: &[u8], g: &Geometry) -> u8 {
-    // Up to 48 planes (whole samples) of the block are enough to tell.
-    let take = (48 / g.channels.max(1)).max(1) * g.channels;
+    // Up to 16 planes (whole samples) of the block are enough to tell.
+    let take = (16 / g.channels.max(1)).max(1) * g.channels;
     let sub = Geometry {
         planes: g.planes.min(take),
         ..*g
