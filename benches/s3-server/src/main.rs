@@ -64,7 +64,11 @@ delegate! {
 
 impl Bench {
     async fn get(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
-        let (bucket, key, range) = (req.input.bucket.clone(), req.input.key.clone(), req.input.range);
+        let (bucket, key, range) = (
+            req.input.bucket.clone(),
+            req.input.key.clone(),
+            req.input.range,
+        );
         // s3s-fs answers everything but the body: headers, errors (missing key, bad range), ETag.
         let mut resp = self.fs.get_object(req).await?;
         if bucket.contains("..") || key.split('/').any(|c| c == "..") {
@@ -76,7 +80,9 @@ impl Bench {
             let len = file.metadata()?.len();
             let span = match range {
                 None => 0..len,
-                Some(r) => r.check(len).map_err(|_| std::io::Error::other("range not satisfiable"))?,
+                Some(r) => r
+                    .check(len)
+                    .map_err(|_| std::io::Error::other("range not satisfiable"))?,
             };
             let mut buf = vec![0u8; (span.end - span.start) as usize];
             file.read_exact_at(&mut buf, span.start)?;
@@ -85,32 +91,48 @@ impl Bench {
         .await
         .map_err(internal)?
         .map_err(internal)?;
-        resp.output.body = Some(StreamingBlob::from(s3s::Body::from(bytes::Bytes::from(body))));
+        resp.output.body = Some(StreamingBlob::from(s3s::Body::from(bytes::Bytes::from(
+            body,
+        ))));
         Ok(resp)
     }
 }
 
 fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
 }
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let root = PathBuf::from(args.last().filter(|_| args.len() > 1).expect("usage: ... ROOT"));
+    let root = PathBuf::from(
+        args.last()
+            .filter(|_| args.len() > 1)
+            .expect("usage: ... ROOT"),
+    );
     let port: u16 = arg(&args, "--port").map_or(8014, |p| p.parse().expect("--port"));
-    let latency = Duration::from_millis(arg(&args, "--latency-ms").map_or(0, |v| v.parse().expect("--latency-ms")));
+    let latency = Duration::from_millis(
+        arg(&args, "--latency-ms").map_or(0, |v| v.parse().expect("--latency-ms")),
+    );
     let fs = s3s_fs::FileSystem::new(&root).expect("root folder");
     let mut b = S3ServiceBuilder::new(Bench { fs, root, latency });
     if let (Some(ak), Some(sk)) = (arg(&args, "--access-key"), arg(&args, "--secret-key")) {
         b.set_auth(s3s::auth::SimpleAuth::from_single(ak, sk));
     }
     let service = b.build();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("bind");
     let http = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
     loop {
-        let Ok((socket, _)) = listener.accept().await else { continue };
-        let conn = http.serve_connection(hyper_util::rt::TokioIo::new(socket), service.clone()).into_owned();
+        let Ok((socket, _)) = listener.accept().await else {
+            continue;
+        };
+        let conn = http
+            .serve_connection(hyper_util::rt::TokioIo::new(socket), service.clone())
+            .into_owned();
         tokio::spawn(async move {
             let _ = conn.await;
         });
