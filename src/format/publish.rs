@@ -174,8 +174,7 @@ pub fn withdraw(remote: &Remote) -> Result<()> {
 /// [`send`]: Uploader::send
 pub struct Uploader {
     tx: Option<SyncSender<(PathBuf, manifest::ShardInfo)>>,
-    worker: Option<std::thread::JoinHandle<Result<Published>>>,
-    names: Arc<std::sync::Mutex<HashSet<String>>>,
+    worker: Option<std::thread::JoinHandle<Result<Streamed>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -188,22 +187,20 @@ impl std::fmt::Debug for Uploader {
 impl Uploader {
     pub fn start(remote: &Remote) -> Uploader {
         let (tx, rx) = sync_channel::<(PathBuf, manifest::ShardInfo)>(SHARDS_WAITING);
-        let names = Arc::new(std::sync::Mutex::new(HashSet::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (remote, done, halt) = (remote.clone(), names.clone(), stop.clone());
+        let (remote, halt) = (remote.clone(), stop.clone());
         let worker = std::thread::Builder::new()
             .name("prep-upload".into())
-            .spawn(move || -> Result<Published> {
-                let mut report = Published::default();
+            .spawn(move || -> Result<Streamed> {
+                let mut done = Streamed::default();
                 let mut flying = std::collections::VecDeque::new();
-                let land = |h: tokio::task::JoinHandle<Result<(String, u64)>>,
-                            r: &mut Published| {
+                let land = |h: tokio::task::JoinHandle<Result<(String, u64)>>, d: &mut Streamed| {
                     let (name, bytes) = runtime()
                         .block_on(h)
                         .map_err(|e| Error::Invalid(format!("an upload failed: {e}")))??;
-                    r.shards_uploaded += 1;
-                    r.bytes_uploaded += bytes;
-                    done.lock().unwrap_or_else(|e| e.into_inner()).insert(name);
+                    d.report.shards_uploaded += 1;
+                    d.report.bytes_uploaded += bytes;
+                    d.names.insert(name);
                     Ok::<_, Error>(())
                 };
                 for (path, info) in rx {
@@ -213,14 +210,12 @@ impl Uploader {
                     if complete_in_store(&remote, &info) {
                         // A resumed job made this shard again; the store has it whole.
                         let _ = std::fs::remove_file(&path);
-                        report.shards_kept += 1;
-                        done.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(info.file);
+                        done.report.shards_kept += 1;
+                        done.names.insert(info.file);
                         continue;
                     }
                     if flying.len() == SHARDS_AT_ONCE {
-                        land(flying.pop_front().expect("one in flight"), &mut report)?;
+                        land(flying.pop_front().expect("one in flight"), &mut done)?;
                     }
                     let remote = remote.clone();
                     flying.push_back(runtime().spawn(async move {
@@ -230,15 +225,14 @@ impl Uploader {
                     }));
                 }
                 for h in flying {
-                    land(h, &mut report)?;
+                    land(h, &mut done)?;
                 }
-                Ok(report)
+                Ok(done)
             })
             .expect("starting the upload thread");
         Uploader {
             tx: Some(tx),
             worker: Some(worker),
-            names,
             stop,
         }
     }
@@ -256,14 +250,11 @@ impl Uploader {
     pub fn finish(mut self, abandon: bool) -> Result<Streamed> {
         self.stop.store(abandon, Ordering::Relaxed);
         drop(self.tx.take());
-        let report = self
-            .worker
+        self.worker
             .take()
             .expect("finished once")
             .join()
-            .map_err(|_| Error::Invalid("the upload thread panicked".into()))??;
-        let names = std::mem::take(&mut *self.names.lock().unwrap_or_else(|e| e.into_inner()));
-        Ok(Streamed { report, names })
+            .map_err(|_| Error::Invalid("the upload thread panicked".into()))?
     }
 }
 
