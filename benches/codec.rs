@@ -1,8 +1,9 @@
 //! Block codecs on one core: `DATA=dataset/ cargo bench --bench codec`. The blocks of the first
 //! shard of `train` (SPLIT=..., BLOCKS=N for fewer) are decoded once, then encoded with each codec
-//! (zstd and pred at LEVEL, default 1) and decoded again on this thread: size against raw pixels
-//! and against zstd, and encode and decode speed in GB/s of decoded bytes. Decoding is
-//! `Block::decode`, every check a reader makes included. Figures go to BENCHMARKS.md.
+//! (zstd and pred at LEVEL, default 1; jpeg at QUALITY, default 90, for u8 grey and RGB images)
+//! and decoded again on this thread: size against raw pixels and against zstd, encode and decode
+//! speed in GB/s of decoded bytes, and for jpeg samples/s decoded and the mean absolute error.
+//! Decoding is `Block::decode`, every check a reader makes included. Figures go to BENCHMARKS.md.
 
 use prep::format::shard::format::BlockEntry;
 use prep::format::shard::{block::BlockLayout, Block, Codec, Dataset};
@@ -13,6 +14,7 @@ fn main() {
     let dir = std::env::var("DATA").expect("DATA=dataset folder");
     let split = std::env::var("SPLIT").unwrap_or_else(|_| "train".into());
     let level: i32 = std::env::var("LEVEL").map_or(1, |v| v.parse().unwrap());
+    let quality: u8 = std::env::var("QUALITY").map_or(90, |v| v.parse().unwrap());
     let ds = Dataset::open(&dir).unwrap();
     let info = &ds.manifest.splits[&split].shards[0];
     let r = ds.open_shard(info).unwrap();
@@ -32,10 +34,20 @@ fn main() {
     );
     let mut zstd_bytes = 0;
     let only = std::env::var("ONLY").unwrap_or_default();
-    for codec in [Codec::Zstd { level }, Codec::Pred { level }] {
+    let samples: usize = blocks.iter().map(|b| b.len()).sum();
+    for codec in [
+        Codec::Zstd { level },
+        Codec::Pred { level },
+        Codec::Jpeg { quality },
+    ] {
         if !only.is_empty() && !format!("{codec:?}").to_lowercase().starts_with(&only) {
             continue;
         }
+        if codec.fits(&spec).is_err() {
+            continue;
+        }
+        let lossy = matches!(codec, Codec::Jpeg { .. });
+        let mut err = (0.0f64, 0usize);
         let t = Instant::now();
         let enc: Vec<_> = blocks
             .iter()
@@ -68,7 +80,15 @@ fn main() {
                 };
                 let b = Block::decode(Path::new("bench"), i as u32, &entry, &e.bytes, &layout, buf)
                     .unwrap();
-                if rep == 0 {
+                if rep == 0 && lossy {
+                    let px = blocks[i].pixels().iter().zip(b.pixels());
+                    err.0 += px.map(|(&a, &b)| (a as f64 - b as f64).abs()).sum::<f64>();
+                    err.1 += b.pixels().len();
+                    assert_eq!(
+                        b.labels().collect::<Vec<_>>(),
+                        blocks[i].labels().collect::<Vec<_>>()
+                    );
+                } else if rep == 0 {
                     assert_eq!(b.raw(), blocks[i].raw());
                 }
                 buf = b.into_data();
@@ -84,5 +104,13 @@ fn main() {
             raw as f64 / encode_s / 1e9,
             raw as f64 / best / 1e9,
         );
+        if lossy {
+            println!(
+                "{:<10} quality {quality}: {:.0} samples/s decoded, mean absolute error {:.2} of 255",
+                "",
+                samples as f64 / best,
+                err.0 / err.1.max(1) as f64
+            );
+        }
     }
 }

@@ -187,6 +187,9 @@ pub enum CodecArg {
     /// zstd after a prediction filter per image plane (left, up or median, with green taken
     /// from red and blue), chosen per block: lossless, smaller on photos and scans.
     Pred,
+    /// One JPEG per sample (lossy; u8 grey or RGB images), at --quality: for photo datasets
+    /// whose size matters more than exact pixels.
+    Jpeg,
     None,
 }
 
@@ -257,6 +260,10 @@ pub struct StoreArgs {
     /// zstd level (1 = fastest; 19 = smallest).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=22))]
     pub level: i32,
+    /// JPEG quality of --codec jpeg (1-100; at 90 and above colour is kept at full resolution,
+    /// below it is halved both ways, 4:2:0).
+    #[arg(long, value_name = "Q", value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub quality: Option<u8>,
     /// Samples per block (default: about 4 MiB of pixels, a power of two).
     #[arg(long, value_name = "N", value_parser = count::<u32>(1, 1_048_576))]
     pub block_samples: Option<u32>,

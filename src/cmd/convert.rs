@@ -30,7 +30,7 @@ pub fn run(a: ConvertArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         None => None,
         Some(s) => Some(names("--class-names", s)?),
     };
-    let mut opts = convert_options(&a, quiet, size, window, dtype, class_names);
+    let mut opts = convert_options(&a, quiet, size, window, dtype, class_names)?;
     opts.mask_names = match &a.mask_names {
         None => None,
         Some(s) => Some(mask_names(s)?),
@@ -143,8 +143,8 @@ fn convert_options(
     window: Option<(f64, f64)>,
     dtype: Option<Dtype>,
     class_names: Option<Vec<String>>,
-) -> ConvertOptions {
-    ConvertOptions {
+) -> anyhow::Result<ConvertOptions> {
+    Ok(ConvertOptions {
         class_names,
         input: a.input.clone(),
         out: a.out.clone(),
@@ -202,7 +202,7 @@ fn convert_options(
             ..Default::default()
         },
         format: a.store.format(),
-        codec: a.store.codec(),
+        codec: a.store.codec()?,
         block_samples: a.store.block_samples,
         shard_blocks: a.store.shard_blocks,
         force: a.force,
@@ -210,7 +210,7 @@ fn convert_options(
         skip_empty_masks: a.skip_empty_masks,
         meta: a.meta,
         quiet,
-    }
+    })
 }
 
 /// What the conversion made (or found already made), and the first of its rejects.

@@ -44,6 +44,9 @@ pub fn run(a: InspectArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             prep::format::shard::Codec::Pred { level } => {
                 format!("pred (a prediction filter, then zstd level {level})")
             }
+            prep::format::shard::Codec::Jpeg { quality } => {
+                format!("jpeg (lossy, one JPEG per sample) quality {quality}")
+            }
             prep::format::shard::Codec::None => "none".into(),
         };
         outln!(

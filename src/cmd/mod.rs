@@ -37,12 +37,20 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 impl StoreArgs {
-    pub fn codec(&self) -> Codec {
-        match self.codec {
+    pub fn codec(&self) -> anyhow::Result<Codec> {
+        if self.quality.is_some() && !matches!(self.codec, CodecArg::Jpeg) {
+            anyhow::bail!(UsageError(
+                "--quality is the quality of --codec jpeg".into()
+            ));
+        }
+        Ok(match self.codec {
             CodecArg::Zstd => Codec::Zstd { level: self.level },
             CodecArg::Pred => Codec::Pred { level: self.level },
+            CodecArg::Jpeg => Codec::Jpeg {
+                quality: self.quality.unwrap_or(90),
+            },
             CodecArg::None => Codec::None,
-        }
+        })
     }
     pub fn format(&self) -> OutputFormat {
         match self.format {

@@ -27,6 +27,10 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     };
     let widest = (spec.bytes() as u64).max(a.shape.elems() as u64 * 4) + 4;
     super::dataset_bytes(a.train, a.test, widest, &a.shape)?;
+    let codec = a.store.codec()?;
+    if let Err(why) = codec.fits(&spec) {
+        anyhow::bail!(super::UsageError(why));
+    }
     let opts = SynthOptions {
         out: a.out.clone(),
         splits: vec![("train".into(), a.train), ("test".into(), a.test)],
@@ -35,7 +39,7 @@ pub fn run(a: SynthArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         seed: a.seed,
         generator,
         format: a.store.format(),
-        codec: a.store.codec(),
+        codec,
         block_samples: a.store.block_samples,
         shard_blocks: a.store.shard_blocks,
         force: a.force,

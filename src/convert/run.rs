@@ -193,6 +193,7 @@ fn decide(o: &ConvertOptions, plan: &Plan, notes: &mut Vec<String>) -> Result<La
     } else {
         o.codec
     };
+    codec.fits(&spec).map_err(Error::Invalid)?;
     Ok(Layout {
         target,
         spec,

@@ -1,6 +1,7 @@
 //! One integration-test binary for the whole tool: the CLI as a user runs it, and the library where
 //! a test needs to reach inside files.
 
+mod codecs;
 mod colmajor;
 mod colmajor_input;
 mod convert;

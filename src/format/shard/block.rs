@@ -3,7 +3,7 @@
 //! then (format version 3) each field's values for every sample.
 
 use super::format::{BlockEntry, LABEL_BYTES};
-use super::pred;
+use super::{jpeg, pred};
 use super::{Dtype, SampleSpec};
 use crate::format::fields::{FieldStats, Fields};
 use crate::util::error::{Error, Region, Result};
@@ -23,6 +23,10 @@ pub enum Codec {
     Pred {
         level: i32,
     },
+    /// One JPEG per sample at this quality (1-100), lossy (`jpeg`).
+    Jpeg {
+        quality: u8,
+    },
 }
 
 impl Codec {
@@ -31,6 +35,16 @@ impl Codec {
             Codec::None => super::format::CODEC_NONE,
             Codec::Zstd { .. } => super::format::CODEC_ZSTD,
             Codec::Pred { .. } => super::format::CODEC_PRED,
+            Codec::Jpeg { .. } => super::format::CODEC_JPEG,
+        }
+    }
+
+    /// Whether samples of `spec` can be stored with this codec (`jpeg` takes u8 grey and RGB
+    /// images only), as a message for the user where not.
+    pub fn fits(self, spec: &SampleSpec) -> std::result::Result<(), String> {
+        match self {
+            Codec::Jpeg { .. } => jpeg::fits(spec),
+            _ => Ok(()),
         }
     }
 }
@@ -86,6 +100,77 @@ fn encode_pred(data: &[u8], spec: &SampleSpec, n: usize, level: i32) -> Result<V
         }
     }
     Ok(out)
+}
+
+/// Stored bytes of `data` (a block of `n` samples) under `jpeg`: the method byte, each sample's
+/// JPEG, then zstd of the labels and fields. A block whose JPEGs would pass the format's cap on
+/// stored bytes (noise at a high quality) is stored with method 0, zstd of the bytes as they are.
+fn encode_jpeg(data: &[u8], spec: &SampleSpec, n: usize, quality: u8) -> Result<Vec<u8>> {
+    jpeg::fits(spec).map_err(Error::Invalid)?;
+    let pixels = n * spec.bytes();
+    let mut out = vec![jpeg::STREAMS];
+    jpeg::encode_streams(&data[..pixels], spec, n, quality, &mut out)?;
+    out.extend(compress(&data[pixels..], 1)?);
+    let raw = data.len();
+    if out.len() > raw + raw / 128 + (1 << 16) {
+        let mut plain = vec![jpeg::PLAIN];
+        plain.extend(compress(data, 1)?);
+        return Ok(plain);
+    }
+    Ok(out)
+}
+
+/// The decoded bytes of a `jpeg` block (`stored` from its method byte on), in `buf`'s
+/// allocation: every stream checked and decoded, the labels and fields unpacked.
+fn decode_jpeg(
+    stored: &[u8],
+    spec: &SampleSpec,
+    n: usize,
+    raw_len: usize,
+    mut buf: Vec<u8>,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<Vec<u8>> {
+    let (method, body) = match stored.split_first() {
+        Some((&m, body)) if jpeg::fits(spec).is_ok() && m <= jpeg::STREAMS => (m, body),
+        Some((&m, _)) => {
+            return Err(bad(format!(
+                "jpeg method {m:#04x} is unknown or does not fit {} samples of shape {}",
+                spec.dtype, spec.shape
+            )))
+        }
+        None => return Err(bad("a jpeg block has no method byte".into())),
+    };
+    if method == jpeg::PLAIN {
+        return unzstd(body, raw_len, buf, bad);
+    }
+    let (spans, tail) = jpeg::streams(body, n).map_err(bad)?;
+    let pixels = n * spec.bytes();
+    let rest = SCRATCH.with(|s| {
+        let r = unzstd(&body[tail..], raw_len - pixels, s.take(), bad);
+        r.map(|rest| {
+            buf.clear();
+            buf.resize(raw_len, 0);
+            buf[pixels..].copy_from_slice(&rest);
+            s.replace(rest);
+        })
+    });
+    rest?;
+    jpeg::INTER.with(|inter| {
+        let mut scratch = inter.take();
+        let s = spec.bytes();
+        let r = spans.iter().enumerate().try_for_each(|(i, &(a, b))| {
+            jpeg::decode_sample(
+                &body[a..b],
+                spec,
+                &mut buf[i * s..(i + 1) * s],
+                &mut scratch,
+            )
+            .map_err(|why| bad(format!("sample {i}: {why}")))
+        });
+        inter.replace(scratch);
+        r
+    })?;
+    Ok(buf)
 }
 
 /// Decoded samples and labels of one block, in one buffer.
@@ -251,13 +336,33 @@ impl Block {
             Codec::None => self.data.clone(),
             Codec::Zstd { level } => compress(&self.data, level)?,
             Codec::Pred { level } => encode_pred(&self.data, spec, self.num_samples, level)?,
+            Codec::Jpeg { quality } => encode_jpeg(&self.data, spec, self.num_samples, quality)?,
         };
+        // A lossy codec's block is what a reader will decode: its checksum and statistics are
+        // taken over that.
+        let decoded = match codec {
+            Codec::Jpeg { .. } => {
+                let bad =
+                    |why: String| Error::Invalid(format!("a jpeg block does not decode: {why}"));
+                let data = decode_jpeg(
+                    &bytes,
+                    spec,
+                    self.num_samples,
+                    self.data.len(),
+                    Vec::new(),
+                    &bad,
+                )?;
+                Some(Block { data, ..*self })
+            }
+            _ => None,
+        };
+        let this = decoded.as_ref().unwrap_or(self);
         Ok(EncodedBlock {
             stored_xxh3: xxh3_64(&bytes),
-            raw_xxh3: xxh3_64(&self.data),
+            raw_xxh3: xxh3_64(&this.data),
             bytes,
             num_samples: self.num_samples as u32,
-            stats: Stats::of_block(self, spec, num_classes),
+            stats: Stats::of_block(this, spec, num_classes),
             field_stats: fields.summarise(self.fields(), self.num_samples),
         })
     }
@@ -324,6 +429,7 @@ impl Block {
                     }
                 }
             }
+            super::format::CODEC_JPEG => decode_jpeg(stored, spec, n, raw_len, buf, &bad)?,
             _ => {
                 buf.clear();
                 buf.extend_from_slice(stored);

@@ -31,6 +31,7 @@ pub const LABEL_BYTES: usize = 4;
 pub const CODEC_NONE: u8 = 0;
 pub const CODEC_ZSTD: u8 = 1;
 pub const CODEC_PRED: u8 = 2;
+pub const CODEC_JPEG: u8 = 3;
 
 /// The fixed 64-byte header at offset 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +110,7 @@ impl Header {
             )));
         }
         let codec = b[11];
-        if codec > CODEC_PRED {
+        if codec > CODEC_JPEG {
             return Err(bad(format!("unknown codec code {codec}")));
         }
         let ndim = b[12] as usize;

@@ -5,6 +5,7 @@
 pub mod block;
 pub mod dataset;
 pub mod format;
+pub mod jpeg;
 pub mod manifest;
 pub mod pred;
 pub mod reader;
