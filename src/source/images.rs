@@ -32,10 +32,81 @@ pub fn decode(path: &Path, emit: &mut Emit) -> Result<(), Reject> {
         return Err(Reject::new("not an image (unrecognised contents)"));
     }
     r.limits(limits());
+    if r.format() == Some(image::ImageFormat::Jpeg) {
+        let bytes = std::fs::read(path).map_err(|e| Reject::new(e.to_string()))?;
+        if non_interleaved(&bytes) {
+            return emit(decode_non_interleaved(&bytes)?.into());
+        }
+    }
     let img = r
         .decode()
         .map_err(|e| Reject::new(format!("cannot decode: {e}")))?;
     emit(img.into())
+}
+
+/// Whether a JPEG is sequential (baseline or extended) with its colour components in separate
+/// scans: zune-jpeg 0.5, the image crate's decoder, decodes such files to wrong colours without
+/// an error (zune-image issues 419, 422, 448), so they go to jpeg-decoder instead.
+fn non_interleaved(b: &[u8]) -> bool {
+    let mut at = 2;
+    let mut components = 0;
+    // Markers up to the first scan: 0xFF, a code, a big-endian length that counts itself.
+    while at + 4 <= b.len() && b[at] == 0xFF {
+        let code = b[at + 1];
+        if code == 0xFF {
+            at += 1;
+            continue;
+        }
+        let len = u16::from_be_bytes([b[at + 2], b[at + 3]]) as usize;
+        let seg = &b[(at + 4).min(b.len())..(at + 2 + len).min(b.len())];
+        match code {
+            0xC0 | 0xC1 if seg.len() >= 6 => components = seg[5],
+            // Progressive, lossless, hierarchical or arithmetic frames (0xC4, 0xC8, 0xCC are not).
+            0xC2 | 0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF => return false,
+            0xDA => return seg.first().is_some_and(|&ns| ns < components),
+            _ => {}
+        }
+        at += 2 + len;
+    }
+    false
+}
+
+fn decode_non_interleaved(bytes: &[u8]) -> Result<image::DynamicImage, Reject> {
+    use image::{DynamicImage, ImageBuffer};
+    let mut d = jpeg_decoder::Decoder::new(bytes);
+    d.set_max_decoding_buffer_size(MAX_ALLOC as usize);
+    d.read_info()
+        .map_err(|e| Reject::new(format!("cannot read the header: {e}")))?;
+    let info = d
+        .info()
+        .ok_or_else(|| Reject::new("cannot read the header"))?;
+    let (w, h) = (info.width as u32, info.height as u32);
+    if w > MAX_SIDE || h > MAX_SIDE {
+        return Err(Reject::new(format!(
+            "{w}x{h} is larger than {MAX_SIDE} a side"
+        )));
+    }
+    let px = d
+        .decode()
+        .map_err(|e| Reject::new(format!("cannot decode: {e}")))?;
+    let bad = || Reject::new("cannot decode: the decoder gave the wrong number of pixels");
+    use jpeg_decoder::PixelFormat as F;
+    Ok(match info.pixel_format {
+        F::L8 => DynamicImage::ImageLuma8(ImageBuffer::from_raw(w, h, px).ok_or_else(bad)?),
+        F::RGB24 => DynamicImage::ImageRgb8(ImageBuffer::from_raw(w, h, px).ok_or_else(bad)?),
+        F::L16 => {
+            let v = px
+                .chunks_exact(2)
+                .map(|p| u16::from_be_bytes([p[0], p[1]]))
+                .collect();
+            DynamicImage::ImageLuma16(ImageBuffer::from_raw(w, h, v).ok_or_else(bad)?)
+        }
+        F::CMYK32 => {
+            return Err(Reject::new(
+                "a CMYK JPEG with one scan per component is not supported",
+            ))
+        }
+    })
 }
 
 /// Enough of a file for any ordinary header (JPEG's APP segments with EXIF thumbnails and ICC
@@ -106,6 +177,49 @@ mod tests {
             }
         }
         !c
+    }
+
+    #[test]
+    fn a_jpeg_with_one_scan_per_component_keeps_its_colours() {
+        // jpeg-encoder writes one scan per component with optimised Huffman tables.
+        let (w, h) = (40usize, 24usize);
+        let rgb: Vec<u8> = (0..w * h)
+            .flat_map(|k| {
+                let (x, y) = ((k % w) as u8, (k / w) as u8);
+                [x * 2 + y, x * 2 + y + 40, x * 2 + y + 80]
+            })
+            .collect();
+        for q in [95, 75] {
+            let mut jpg = Vec::new();
+            let mut e = jpeg_encoder::Encoder::new(&mut jpg, q);
+            e.set_optimized_huffman_tables(true);
+            e.encode(&rgb, w as u16, h as u16, jpeg_encoder::ColorType::Rgb)
+                .unwrap();
+            assert!(non_interleaved(&jpg), "quality {q}: one scan per component");
+            let t = tempfile::tempdir().unwrap();
+            let p = t.path().join("a.jpg");
+            std::fs::write(&p, &jpg).unwrap();
+            decode(&p, &mut |frame| {
+                let got = frame.expect_image().into_rgb8().into_raw();
+                let err = got
+                    .iter()
+                    .zip(&rgb)
+                    .map(|(&a, &b)| (a as f64 - b as f64).abs())
+                    .sum::<f64>()
+                    / rgb.len() as f64;
+                assert!(err < 3.0, "quality {q}: mean error {err}");
+                Ok(())
+            })
+            .unwrap();
+            // An ordinary (interleaved) JPEG keeps the usual decoder.
+            let mut jpg = Vec::new();
+            jpeg_encoder::Encoder::new(&mut jpg, q)
+                .encode(&rgb, w as u16, h as u16, jpeg_encoder::ColorType::Rgb)
+                .unwrap();
+            assert!(!non_interleaved(&jpg));
+        }
+        assert!(!non_interleaved(&[0xFF, 0xD8, 0xFF]));
+        assert!(!non_interleaved(&[]));
     }
 
     #[test]

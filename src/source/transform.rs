@@ -250,10 +250,29 @@ trait Sub: image::Primitive + 'static {
     fn le(self, out: &mut Vec<u8>);
     /// The value nearest `v` (a mean of values of this type).
     fn from_mean(v: f32) -> Self;
+    /// `c` interleaved channels to planes, appended little-endian.
+    fn planes(raw: &[Self], c: usize, out: &mut Vec<u8>) {
+        for ch in 0..c {
+            for px in raw.chunks_exact(c) {
+                px[ch].le(out);
+            }
+        }
+    }
 }
 impl Sub for u8 {
     fn le(self, out: &mut Vec<u8>) {
         out.push(self)
+    }
+    // Photos' hot path: one pass, each plane written by index.
+    fn planes(raw: &[u8], c: usize, out: &mut Vec<u8>) {
+        let (start, n) = (out.len(), raw.len() / c.max(1));
+        out.resize(start + n * c, 0);
+        let o = &mut out[start..];
+        for (k, px) in raw.chunks_exact(c).enumerate() {
+            for (ch, &v) in px.iter().enumerate() {
+                o[ch * n + k] = v;
+            }
+        }
     }
     fn from_mean(v: f32) -> Self {
         num_from_f32(v)
@@ -281,13 +300,7 @@ fn planar<P: Pixel + 'static>(img: &ImageBuffer<P, Vec<P::Subpixel>>, out: &mut 
 where
     P::Subpixel: Sub,
 {
-    let c = P::CHANNEL_COUNT as usize;
-    let raw = img.as_raw();
-    for ch in 0..c {
-        for px in raw.chunks_exact(c) {
-            px[ch].le(out);
-        }
-    }
+    P::Subpixel::planes(img.as_raw(), P::CHANNEL_COUNT as usize, out)
 }
 
 /// Where an image of `w` x `h` lands in the target: scaled to `scaled` (w, h), then cut at
@@ -415,7 +428,52 @@ where
     if img.dimensions() == (tw, th) {
         return img;
     }
-    imageops::resize(&img, tw, th, FilterType::Triangle)
+    fir_resize(&img, tw, th).unwrap_or_else(|| imageops::resize(&img, tw, th, FilterType::Triangle))
+}
+
+/// The triangle filter's resize by fast_image_resize (SIMD, integer arithmetic; 10x the image
+/// crate's speed on photos) for u8 and u16 grey and RGB images; None for others.
+fn fir_resize<P>(
+    img: &ImageBuffer<P, Vec<P::Subpixel>>,
+    tw: u32,
+    th: u32,
+) -> Option<ImageBuffer<P, Vec<P::Subpixel>>>
+where
+    P: Pixel + 'static,
+{
+    use fast_image_resize as fir;
+    use std::any::TypeId;
+    let sub = TypeId::of::<P::Subpixel>();
+    let pt = match (
+        P::CHANNEL_COUNT,
+        sub == TypeId::of::<u8>(),
+        sub == TypeId::of::<u16>(),
+    ) {
+        (1, true, _) => fir::PixelType::U8,
+        (3, true, _) => fir::PixelType::U8x3,
+        (1, _, true) => fir::PixelType::U16,
+        (3, _, true) => fir::PixelType::U16x3,
+        _ => return None,
+    };
+    let (w, h) = img.dimensions();
+    let raw = img.as_raw().as_slice();
+    // SAFETY: the subpixels are u8 or u16 (checked above): plain bytes, aligned for their type.
+    let src = unsafe {
+        std::slice::from_raw_parts(raw.as_ptr() as *const u8, std::mem::size_of_val(raw))
+    };
+    let src = fir::images::ImageRef::new(w, h, src, pt).ok()?;
+    let mut out = vec![
+        <P::Subpixel as image::Primitive>::DEFAULT_MIN_VALUE;
+        tw as usize * th as usize * P::CHANNEL_COUNT as usize
+    ];
+    let bytes = std::mem::size_of_val(out.as_slice());
+    // SAFETY: as above, for the output's u8 or u16 subpixels.
+    let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, bytes) };
+    let mut dst = fir::images::Image::from_slice_u8(tw, th, dst, pt).ok()?;
+    let opts = fir::ResizeOptions::new()
+        .resize_alg(fir::ResizeAlg::Convolution(fir::FilterType::Bilinear));
+    fir::Resizer::new().resize(&src, &mut dst, &opts).ok()?;
+    ImageBuffer::from_raw(tw, th, out)
 }
 
 fn box_reduce<P>(img: &ImageBuffer<P, Vec<P::Subpixel>>, k: u32) -> ImageBuffer<P, Vec<P::Subpixel>>
