@@ -187,7 +187,7 @@ pub enum CodecArg {
     /// zstd after a prediction filter per image plane (left, up or median, with green taken
     /// from red and blue), chosen per block: lossless, smaller on photos and scans.
     Pred,
-    /// One JPEG per sample (lossy; u8 grey or RGB images), at --quality: for photo datasets
+    /// one JPEG per sample at --quality (lossy; u8 grey or RGB images), for photo datasets
     /// whose size matters more than exact pixels.
     Jpeg,
     None,
