@@ -261,6 +261,16 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_that_makes_zune_jpeg_panic_is_an_error() {
+        // Found by fuzz/fuzz_targets/jpeg_block.rs: zune-jpeg 0.5.15 unwraps a None in its AVX2
+        // IDCT on these bytes (a 3x16x16 sample behind the target's 4 bytes).
+        let input = include_bytes!("../../../fuzz/seeds/jpeg_block/zune-idct-panic");
+        let mut out = vec![0u8; 3 * 16 * 16];
+        let r = decode_sample(&input[4..], &spec(3, 16, 16), &mut out, &mut Vec::new());
+        assert!(r.is_err());
+    }
+
+    #[test]
     fn bad_streams_are_errors_not_panics() {
         let sp = spec(3, 16, 16);
         let px = image(3, 16, 16, 1);
