@@ -362,6 +362,27 @@ where
     }
     let p = placement(w, h, t);
     let (sw, sh) = p.scaled;
+    if !p.pad && (sw, sh) != (tw, th) {
+        // Crop: the kept part of the source resized straight to the target (the same filter
+        // and scale as resizing the whole image and cutting it, without the whole's pixels).
+        let k = (w / sw.max(1)).min(h / sh.max(1)) / 2;
+        let src = if k >= 2 { box_reduce(&img, k) } else { img };
+        let (fx, fy) = (
+            src.width() as f64 / sw as f64,
+            src.height() as f64 / sh as f64,
+        );
+        let kept = [
+            p.offset.0 as f64 * fx,
+            p.offset.1 as f64 * fy,
+            tw as f64 * fx,
+            th as f64 * fy,
+        ];
+        if let Some(out) = fir_resize(&src, tw, th, Some(kept)) {
+            return out;
+        }
+        let scaled = resize(src, sw, sh);
+        return imageops::crop_imm(&scaled, p.offset.0, p.offset.1, tw, th).to_image();
+    }
     let scaled = resize(img, sw, sh);
     if p.pad {
         let mut canvas = ImageBuffer::<P, Vec<P::Subpixel>>::new(tw, th);
@@ -428,15 +449,18 @@ where
     if img.dimensions() == (tw, th) {
         return img;
     }
-    fir_resize(&img, tw, th).unwrap_or_else(|| imageops::resize(&img, tw, th, FilterType::Triangle))
+    fir_resize(&img, tw, th, None)
+        .unwrap_or_else(|| imageops::resize(&img, tw, th, FilterType::Triangle))
 }
 
 /// The triangle filter's resize by fast_image_resize (SIMD, integer arithmetic; 10x the image
-/// crate's speed on photos) for u8 and u16 grey and RGB images; None for others.
+/// crate's speed on photos) for u8 and u16 grey and RGB images, of the whole image or of the
+/// part `kept` (left, top, width, height in source pixels); None for other images.
 fn fir_resize<P>(
     img: &ImageBuffer<P, Vec<P::Subpixel>>,
     tw: u32,
     th: u32,
+    kept: Option<[f64; 4]>,
 ) -> Option<ImageBuffer<P, Vec<P::Subpixel>>>
 where
     P: Pixel + 'static,
@@ -470,8 +494,11 @@ where
     // SAFETY: as above, for the output's u8 or u16 subpixels.
     let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, bytes) };
     let mut dst = fir::images::Image::from_slice_u8(tw, th, dst, pt).ok()?;
-    let opts = fir::ResizeOptions::new()
+    let mut opts = fir::ResizeOptions::new()
         .resize_alg(fir::ResizeAlg::Convolution(fir::FilterType::Bilinear));
+    if let Some([l, t, w, h]) = kept {
+        opts = opts.crop(l, t, w, h);
+    }
     fir::Resizer::new().resize(&src, &mut dst, &opts).ok()?;
     ImageBuffer::from_raw(tw, th, out)
 }
