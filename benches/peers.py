@@ -644,12 +644,17 @@ class WDS(Variant):
 
 
 def _lit_pixels(inp):
-    k, y, x = job_pixels(inp)
+    # litdata.optimize's workers are spawned (its default): SIZE comes with each input.
+    global SIZE
+    SIZE = inp[3]
+    k, y, x = job_pixels(inp[:3])
     return {"x": x, "y": y, "k": k}
 
 
 def _lit_jpeg(inp):
-    k, y, x = job_jpeg(inp)
+    global SIZE
+    SIZE = inp[3]
+    k, y, x = job_jpeg(inp[:3])
     return {"x": x, "y": y, "k": k}
 
 
@@ -673,9 +678,15 @@ class Lit(Variant):
 
         chunk = max(1 << 20, len(self.items) * sample_bytes(self.kind) // 32)
         kw = dict(compression="zstd") if self.name == "pixels-zstd" else {}
-        litdata.optimize(fn=_lit_jpeg if self.kind == "jpeg" else _lit_pixels,
-                         inputs=[list(t) for t in self.items], output_dir=self.dir,
-                         chunk_bytes=chunk, num_workers=CPUS, verbose=False, **kw)
+        method = mp.get_start_method()
+        try:
+            litdata.optimize(fn=_lit_jpeg if self.kind == "jpeg" else _lit_pixels,
+                             inputs=[[p, y, k, SIZE] for p, y, k in self.items], output_dir=self.dir,
+                             chunk_bytes=chunk, num_workers=CPUS, verbose=False, **kw)
+        finally:
+            # optimize sets the process's start method to spawn: the DataLoaders after it keep
+            # Linux's default (fork), as in a training script that reads a dataset made before.
+            mp.set_start_method(method, force=True)
         self.note = f"optimize(num_workers={CPUS}, chunk_bytes={chunk}{', compression=zstd' if kw else ''})"
 
     def _dataset(self, d, shuffle):
