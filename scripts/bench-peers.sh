@@ -31,7 +31,13 @@ $PY -c "import torch, numpy; print('torch', torch.__version__, 'cuda', torch.ver
 
 echo "== installing wheels into $SITE"
 rm -rf "$SITE"
-if ! $PY -m pip install --no-deps --no-index --no-compile --quiet --disable-pip-version-check \
+if ! $PY -m pip --version >/dev/null 2>&1; then
+  echo "!! no pip: unzipping the wheels instead"
+  mkdir -p "$SITE"
+  for w in "$WHEELS"/*.whl .dev/py/prep-*.whl; do
+    $PY -m zipfile -e "$w" "$SITE" || echo "!! failed: $w"
+  done
+elif ! $PY -m pip install --no-deps --no-index --no-compile --quiet --disable-pip-version-check \
       --target "$SITE" "$WHEELS"/*.whl .dev/py/prep-*.whl >"$OUT/pip.log" 2>&1; then
   echo "!! pip install failed (see pip.log); installing the wheels one by one"
   for w in "$WHEELS"/*.whl .dev/py/prep-*.whl; do
