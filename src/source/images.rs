@@ -32,15 +32,19 @@ pub fn decode(path: &Path, emit: &mut Emit) -> Result<(), Reject> {
         return Err(Reject::new("not an image (unrecognised contents)"));
     }
     r.limits(limits());
-    if r.format() == Some(image::ImageFormat::Jpeg) {
+    let img = if r.format() == Some(image::ImageFormat::Jpeg) {
+        // Read once: the marker scan and the decoder share the bytes.
         let bytes = std::fs::read(path).map_err(|e| Reject::new(e.to_string()))?;
         if non_interleaved(&bytes) {
             return emit(decode_non_interleaved(&bytes)?.into());
         }
-    }
-    let img = r
-        .decode()
-        .map_err(|e| Reject::new(format!("cannot decode: {e}")))?;
+        let mut m = ImageReader::with_format(std::io::Cursor::new(bytes), image::ImageFormat::Jpeg);
+        m.limits(limits());
+        m.decode()
+    } else {
+        r.decode()
+    };
+    let img = img.map_err(|e| Reject::new(format!("cannot decode: {e}")))?;
     emit(img.into())
 }
 
