@@ -190,6 +190,8 @@ pub enum CodecArg {
     /// one JPEG per sample at --quality (lossy; u8 grey or RGB images), for photo datasets
     /// whose size matters more than exact pixels.
     Jpeg,
+    /// the bytes as they are: the largest shards, and the fastest to read where the disk keeps
+    /// up (no decoding, only the checksum).
     None,
 }
 

@@ -89,6 +89,18 @@ struct Buffer {
     data: UnsafeCell<Data>,
     shape: Vec<usize>,
     typestr: &'static str,
+    /// The reader a batch's pixels came from: they go back to it once NumPy lets go of them, so
+    /// that a stream of batches reuses a few buffers instead of zeroing and faulting in fresh
+    /// megabytes for every batch.
+    home: Option<std::sync::mpsc::Sender<Vec<u8>>>,
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let (Data::Bytes(v), Some(home)) = (self.data.get_mut(), self.home.take()) {
+            let _ = home.send(std::mem::take(v));
+        }
+    }
 }
 
 enum Data {
@@ -106,6 +118,7 @@ impl Buffer {
             data: UnsafeCell::new(Data::Bytes(v)),
             shape,
             typestr,
+            home: None,
         }
     }
     fn labels(v: Vec<i64>) -> Self {
@@ -114,6 +127,7 @@ impl Buffer {
             data: UnsafeCell::new(Data::I64(v)),
             shape: vec![n],
             typestr: "<i8",
+            home: None,
         }
     }
 }
@@ -623,8 +637,12 @@ impl NativeBatches {
     fn next(&self, py: Python<'_>) -> PyResult<Option<(Buffer, Buffer, Vec<Buffer>, usize)>> {
         let got = py.detach(|| {
             let l = self.loader.lock().unwrap();
-            l.as_ref().map(|l| l.rx.recv())
+            l.as_ref().map(|l| (l.rx.recv(), l.recycler()))
         });
+        let (got, home) = match got {
+            Some((r, home)) => (Some(r), Some(home)),
+            None => (None, None),
+        };
         let b = match got {
             None | Some(Err(_)) => {
                 self.close(py);
@@ -652,8 +670,10 @@ impl NativeBatches {
                 Buffer::bytes(v, shape, typestr(f.dtype))
             })
             .collect();
+        let mut pixels = Buffer::bytes(b.pixels, shape, self.typestr);
+        pixels.home = home;
         Ok(Some((
-            Buffer::bytes(b.pixels, shape, self.typestr),
+            pixels,
             Buffer::labels(labels),
             fields,
             b.index,

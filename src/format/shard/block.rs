@@ -382,7 +382,7 @@ impl Block {
         layout: &BlockLayout,
         mut buf: Vec<u8>,
     ) -> Result<Block> {
-        let (spec, codec, num_classes) = (layout.spec, layout.codec, layout.num_classes);
+        let (spec, codec) = (layout.spec, layout.codec);
         let bad = |what: String| Error::corrupt(path, Region::Block(index), what);
         let computed = xxh3_64(stored);
         if computed != entry.stored_xxh3 {
@@ -439,6 +439,46 @@ impl Block {
         if xxh3_64(&data) != entry.raw_xxh3 {
             return Err(bad("decoded bytes do not match their checksum".into()));
         }
+        Self::checked(path, index, entry, data, layout)
+    }
+
+    /// A block of codec `none` read straight into `stored` (the decoded bytes are the stored
+    /// ones: no copy, and one hash serves both checksums, which must then be equal). The same
+    /// rules as `decode`, whose result it equals.
+    pub fn decode_none(
+        path: &Path,
+        index: u32,
+        entry: &BlockEntry,
+        stored: Vec<u8>,
+        layout: &BlockLayout,
+    ) -> Result<Block> {
+        let bad = |what: String| Error::corrupt(path, Region::Block(index), what);
+        let computed = xxh3_64(&stored);
+        if computed != entry.stored_xxh3 {
+            return Err(bad(format!(
+                "checksum mismatch (stored {:016x}, computed {computed:016x})",
+                entry.stored_xxh3
+            )));
+        }
+        if entry.raw_xxh3 != entry.stored_xxh3 {
+            return Err(bad("decoded bytes do not match their checksum".into()));
+        }
+        Self::checked(path, index, entry, stored, layout)
+    }
+
+    /// The decoded bytes of a block as a block, after the rules on their contents: labels
+    /// within the classes, finite floats, valid fields.
+    fn checked(
+        path: &Path,
+        index: u32,
+        entry: &BlockEntry,
+        data: Vec<u8>,
+        layout: &BlockLayout,
+    ) -> Result<Block> {
+        let (spec, num_classes) = (layout.spec, layout.num_classes);
+        let bad = |what: String| Error::corrupt(path, Region::Block(index), what);
+        let n = entry.num_samples as usize;
+        let sample_bytes = spec.bytes();
         let block = Block {
             data,
             num_samples: n,

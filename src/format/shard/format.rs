@@ -600,5 +600,47 @@ mod tests {
             err,
             "n.shard: block 0: sample 1 holds NaN at value 1: f32 samples must be finite"
         );
+        let err = Block::decode_none(path, 0, &e, raw, &layout).unwrap_err().to_string();
+        assert!(err.contains("sample 1 holds NaN"), "{err}");
+    }
+
+    /// A `none` block read in place (`decode_none`) is the block `decode` gives, and is refused
+    /// where `decode` refuses it: a flipped byte, or checksums that differ (the decoded bytes
+    /// are the stored ones, so they cannot).
+    #[test]
+    fn a_none_block_read_in_place_follows_the_rules_of_decode() {
+        let path = Path::new("z.shard");
+        let (block, footer, h) = float_block();
+        let layout = crate::format::shard::block::BlockLayout {
+            spec: &h.spec,
+            codec: CODEC_NONE,
+            num_classes: 2,
+            field_bytes: 0,
+            fields: &Default::default(),
+        };
+        let e = footer.blocks[0];
+        let raw = block.raw().to_vec();
+        let a = Block::decode(path, 0, &e, &raw, &layout, Vec::new()).unwrap();
+        let b = Block::decode_none(path, 0, &e, raw.clone(), &layout).unwrap();
+        assert_eq!(a.raw(), b.raw());
+        assert_eq!(b.raw(), block.raw());
+        let mut flipped = raw.clone();
+        flipped[5] ^= 0x10;
+        for r in [
+            Block::decode(path, 0, &e, &flipped, &layout, Vec::new()),
+            Block::decode_none(path, 0, &e, flipped.clone(), &layout),
+        ] {
+            let err = r.unwrap_err().to_string();
+            assert!(err.starts_with("z.shard: block 0: checksum mismatch"), "{err}");
+        }
+        let mut odd = e;
+        odd.raw_xxh3 ^= 1;
+        for r in [
+            Block::decode(path, 0, &odd, &raw, &layout, Vec::new()),
+            Block::decode_none(path, 0, &odd, raw.clone(), &layout),
+        ] {
+            let err = r.unwrap_err().to_string();
+            assert_eq!(err, "z.shard: block 0: decoded bytes do not match their checksum");
+        }
     }
 }

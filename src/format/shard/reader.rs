@@ -124,18 +124,26 @@ impl ShardReader {
             static STORED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
         }
         let e = &self.footer.blocks[i];
+        let layout = BlockLayout {
+            spec: &self.header.spec,
+            codec: self.header.codec,
+            num_classes: self.header.num_classes,
+            field_bytes: self.header.field_bytes as usize,
+            fields: &self.fields,
+        };
+        if self.header.codec == super::format::CODEC_NONE {
+            // Stored bytes are the decoded ones: read them where the block lives.
+            let mut buf = buf;
+            buf.clear();
+            buf.resize(e.stored_len as usize, 0);
+            self.file.read_exact_at(&mut buf, e.offset)?;
+            return Block::decode_none(&self.path, i as u32, e, buf, &layout);
+        }
         STORED.with(|st| {
             let mut stored = st.borrow_mut();
             // The footer parser checked that the block lies inside the file.
             stored.resize(e.stored_len as usize, 0);
             self.file.read_exact_at(&mut stored, e.offset)?;
-            let layout = BlockLayout {
-                spec: &self.header.spec,
-                codec: self.header.codec,
-                num_classes: self.header.num_classes,
-                field_bytes: self.header.field_bytes as usize,
-                fields: &self.fields,
-            };
             Block::decode(&self.path, i as u32, e, &stored, &layout, buf)
         })
     }

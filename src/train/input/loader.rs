@@ -44,6 +44,13 @@ impl Loader {
     pub fn give_back(&self, pixels: Vec<u8>) {
         let _ = self.recycle.send(pixels);
     }
+
+    /// Where pixel buffers go back from owners that outlive a borrow of the loader (Python's
+    /// arrays, freed whenever the caller lets go of them); a send after the epoch ended fails and
+    /// the buffer is simply freed.
+    pub fn recycler(&self) -> std::sync::mpsc::Sender<Vec<u8>> {
+        self.recycle.clone()
+    }
 }
 
 impl Drop for Loader {
