@@ -14,7 +14,7 @@ and crops; the writer itself is one process for MDS and WebDataset (their writer
 sequential; MDS's parallel recipe, sub-datasets and merge_index, is not used), and
 litdata.optimize(num_workers=all cores) does both in its own workers. Variants:
 
-  prep      zstd | pred | jpeg (q90)            pixels C x H x W, checksummed blocks
+  prep      zstd | pred | none | jpeg (q90)     pixels C x H x W, checksummed blocks
   mds       zstd            pixels C x H x W (ndarray:uint8), compression='zstd': the goal row
             zstd-xxh64      the same with hashes=['xxh64'] and validate_hash='xxh64' on read
             raw             the same without compression
@@ -32,7 +32,9 @@ Reading: one epoch of all samples, shuffled, batches of --batch, --workers DataL
 processes, CPU uint8 tensors [B, C, H, W] (prep.torch.ShardDataset + prep.torch.DataLoader;
 streaming.StreamingDataset in a torch DataLoader; wds.WebDataset(shardshuffle).shuffle(1000)
 .batched() in a DataLoader(batch_size=None); litdata.StreamingDataset(shuffle=True) in a
-litdata.StreamingDataLoader). samples/s counts from the first batch to the last; the time to the
+litdata.StreamingDataLoader). --also-workers 0,16 reads every variant again with those worker
+counts (0 for prep only: no worker processes, prep's reader threads on every core in the main
+process, its documented setting for CPU batches). samples/s counts from the first batch to the last; the time to the
 first batch is from creating the loader's iterator. --rounds epochs each (default 2): the table
 gives the best round and the first round (MDS decompresses a compressed shard into the dataset
 folder the first time it reads it, so its first epoch differs); the JSON has every round.
@@ -395,13 +397,16 @@ class Variant:
     def convert(self):
         raise NotImplementedError
 
-    def torch_loader(self):
+    def torch_loader(self, workers=None):
         """A function making an iterator of (images, labels[, keys]) torch batches."""
         raise NotImplementedError
 
     def plain(self, d, shuffle=False):
         """(images, labels, keys) numpy batches of dataset folder d, in this process."""
         raise NotImplementedError
+
+    def workers(self, n):
+        return self.a.workers if n is None else n
 
     def close(self):
         pass
@@ -431,13 +436,15 @@ class Prep(Variant):
         except ValueError:
             pass
 
-    def torch_loader(self):
+    def torch_loader(self, workers=None):
         import prep.torch as pt
 
         ds = pt.ShardDataset(self.dir, "train", batch_size=self.a.batch, shuffle=True, seed=0)
         self._epoch = getattr(self, "_epoch", -1) + 1
         ds.set_epoch(self._epoch)
-        return lambda: iter(pt.DataLoader(ds, num_workers=self.a.workers, timeout=LOADER_TIMEOUT))
+        w = self.workers(workers)
+        # No worker processes: the batches are read by prep's threads (all cores) in this one.
+        return lambda: iter(pt.DataLoader(ds, num_workers=w, timeout=LOADER_TIMEOUT if w else 0))
 
     def plain(self, d, shuffle=False):
         import prep
@@ -570,13 +577,13 @@ class MDS(Variant):
         return _mds_class()(local=d, remote=None, shuffle=shuffle, batch_size=self.a.batch,
                             validate_hash="xxh64" if self.hashes else None)
 
-    def torch_loader(self):
+    def torch_loader(self, workers=None):
         import torch.utils.data as tud
 
         if self._ds is None:
             self._ds = self._dataset(self.dir, True)
         ds = self._ds
-        return lambda: iter(tud.DataLoader(ds, batch_size=self.a.batch, num_workers=self.a.workers,
+        return lambda: iter(tud.DataLoader(ds, batch_size=self.a.batch, num_workers=self.workers(workers),
                                            collate_fn=collate, timeout=LOADER_TIMEOUT))
 
     def plain(self, d, shuffle=False):
@@ -632,11 +639,11 @@ class WDS(Variant):
         ds = ds.decode("rgb8") if self.name == "jpg" else ds.decode()
         return ds.map(_wds_tuple_jpg if self.name == "jpg" else _wds_tuple_npy)
 
-    def torch_loader(self):
+    def torch_loader(self, workers=None):
         import torch.utils.data as tud
 
         ds = self._pipeline(self.dir, True).batched(self.a.batch, collation_fn=_wds_collate)
-        return lambda: iter(tud.DataLoader(ds, batch_size=None, num_workers=self.a.workers,
+        return lambda: iter(tud.DataLoader(ds, batch_size=None, num_workers=self.workers(workers),
                                            timeout=LOADER_TIMEOUT))
 
     def plain(self, d, shuffle=False):
@@ -694,12 +701,12 @@ class Lit(Variant):
 
         return litdata.StreamingDataset(d, shuffle=shuffle, transform=_lit_item)
 
-    def torch_loader(self):
+    def torch_loader(self, workers=None):
         import litdata
 
         ds = self._dataset(self.dir, True)
         return lambda: iter(litdata.StreamingDataLoader(ds, batch_size=self.a.batch,
-                                                        num_workers=self.a.workers,
+                                                        num_workers=self.workers(workers),
                                                         collate_fn=collate, timeout=LOADER_TIMEOUT))
 
     def plain(self, d, shuffle=False):
@@ -772,6 +779,15 @@ def _run_variant(v, a, use_torch):
     row["samples_per_epoch"] = rounds[0]["samples"]
     if rounds[0]["samples"] != len(v.items):
         row["warning"] = f"an epoch gave {rounds[0]['samples']} samples, not {len(v.items)}"
+    for w in (a.also_workers if use_torch else []):
+        if w == 0 and v.system != "prep":
+            continue  # a peer without workers reads on one core: not a setting anyone uses
+        log(f"[{v.system} {v.name}] read x{a.rounds} with {w} workers")
+        more = [timed_epoch(v.torch_loader(w)) for _ in range(a.rounds)]
+        row.setdefault("also", {})[str(w)] = {
+            "rounds": more, "samples_per_s": max(x["samples_per_s"] for x in more),
+            "first_epoch_samples_per_s": more[0]["samples_per_s"],
+            "first_batch_s": more[0]["first_batch_s"]}
     row["bytes_after_read"] = size_of(v.dir)
     if not a.no_flip:
         log(f"[{v.system} {v.name}] flipped byte")
@@ -801,6 +817,12 @@ def table(rows):
         out.append(f"| {r['system']} | {r['variant']} | {r['bytes']:,} | {r['bytes'] / 2**20:.1f} | "
                    f"{r['convert_s']:.1f} | {sps:,.0f} | {r['first_epoch_samples_per_s']:,.0f} | "
                    f"{ratio} | {r['first_batch_s']} | {r.get('flip', '')} |")
+        for w, m in r.get("also", {}).items():
+            how = f"{w} workers" if w != "0" else f"0 workers ({CPUS} threads)"
+            sps = m["samples_per_s"]
+            ratio = f"{sps / base:.2f}" if base and sps else ""
+            out.append(f"| {r['system']} | {r['variant']}, {how} | | | | {sps:,.0f} | "
+                       f"{m['first_epoch_samples_per_s']:,.0f} | {ratio} | {m['first_batch_s']} | |")
     return "\n".join(out)
 
 
@@ -824,6 +846,9 @@ def main():
                     help="flipped-byte tests per variant, each its own damaged copy (60%%, 40%%, 80%%, 50%%, 70%%)")
     ap.add_argument("--flip-timeout", type=int, default=FLIP_TIMEOUT)
     ap.add_argument("--keep", action="store_true", help="keep the datasets in --work")
+    ap.add_argument("--also-workers", default="", type=lambda t: [int(x) for x in t.split(",") if x],
+                    help="more worker counts to read each variant with, e.g. 0,16 (0: prep only, "
+                         "its reader's threads in the main process)")
     a = ap.parse_args()
     SIZE = a.size
     FLIP_TIMEOUT = a.flip_timeout
@@ -852,7 +877,7 @@ def main():
     plan = []
     for s in systems:
         if s == "prep":
-            codecs = ["zstd", "pred"] + (["jpeg"] if prep_has_jpeg(a.prep) else [])
+            codecs = ["zstd", "pred", "none"] + (["jpeg"] if prep_has_jpeg(a.prep) else [])
             plan += [(s, c, lambda c=c: Prep(c, *args)) for c in codecs]
         elif s == "mds":
             plan += [(s, n, lambda n=n: MDS(n, *args)) for n in ["zstd", "zstd-xxh64", "raw", "jpeg"]]
