@@ -3,10 +3,10 @@
 //! in the same order, with every block checked. The Python half (`python/prep/`) turns the
 //! buffers returned here into NumPy arrays and PyTorch tensors.
 
-use prep::util::error::Region;
 use prep::format::fields::Fields;
 use prep::format::shard::{Block, Dataset, Dtype};
 use prep::train::input::{self, EpochPlan, Loader, OnDamage, Share, Source};
+use prep::util::error::Region;
 use pyo3::create_exception;
 use pyo3::exceptions::{
     PyIndexError, PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError,
@@ -462,7 +462,10 @@ impl NativeSplit {
         let fields = &self.fields;
         let field_bytes: Vec<usize> = fields.iter().map(|f| f.bytes()).collect();
         let mut field_out: Vec<Vec<u8>> = field_bytes.iter().map(|&b| vec![0u8; n * b]).collect();
-        let field_ptrs: Vec<SendPtr> = field_out.iter_mut().map(|v| SendPtr(v.as_mut_ptr())).collect();
+        let field_ptrs: Vec<SendPtr> = field_out
+            .iter_mut()
+            .map(|v| SendPtr(v.as_mut_ptr()))
+            .collect();
         let threads = threads.unwrap_or_else(default_threads).max(1);
         let next = AtomicUsize::new(0);
         let px = SendPtr(pixels.as_mut_ptr());
@@ -496,7 +499,9 @@ impl NativeSplit {
                                     sb,
                                 );
                                 *(lb.0 as *mut i64).add(o) = blk.label(k) as i64;
-                                for (f, (&fb, fp)) in field_bytes.iter().zip(&field_ptrs).enumerate() {
+                                for (f, (&fb, fp)) in
+                                    field_bytes.iter().zip(&field_ptrs).enumerate()
+                                {
                                     std::ptr::copy_nonoverlapping(
                                         blk.field(fields, f, k).as_ptr(),
                                         fp.0.add(o * fb),
@@ -672,12 +677,7 @@ impl NativeBatches {
             .collect();
         let mut pixels = Buffer::bytes(b.pixels, shape, self.typestr);
         pixels.home = home;
-        Ok(Some((
-            pixels,
-            Buffer::labels(labels),
-            fields,
-            b.index,
-        )))
+        Ok(Some((pixels, Buffer::labels(labels), fields, b.index)))
     }
 
     /// Damaged blocks skipped so far (`skip_damaged`), each as its error message.

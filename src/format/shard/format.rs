@@ -600,7 +600,9 @@ mod tests {
             err,
             "n.shard: block 0: sample 1 holds NaN at value 1: f32 samples must be finite"
         );
-        let err = Block::decode_none(path, 0, &e, raw, &layout).unwrap_err().to_string();
+        let err = Block::decode_none(path, 0, &e, raw, &layout)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("sample 1 holds NaN"), "{err}");
     }
 
@@ -631,7 +633,10 @@ mod tests {
             Block::decode_none(path, 0, &e, flipped.clone(), &layout),
         ] {
             let err = r.unwrap_err().to_string();
-            assert!(err.starts_with("z.shard: block 0: checksum mismatch"), "{err}");
+            assert!(
+                err.starts_with("z.shard: block 0: checksum mismatch"),
+                "{err}"
+            );
         }
         let mut odd = e;
         odd.raw_xxh3 ^= 1;
@@ -640,7 +645,10 @@ mod tests {
             Block::decode_none(path, 0, &odd, raw.clone(), &layout),
         ] {
             let err = r.unwrap_err().to_string();
-            assert_eq!(err, "z.shard: block 0: decoded bytes do not match their checksum");
+            assert_eq!(
+                err,
+                "z.shard: block 0: decoded bytes do not match their checksum"
+            );
         }
     }
 }
