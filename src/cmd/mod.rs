@@ -24,6 +24,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         prep::util::interrupt::install()
             .map_err(|e| anyhow::anyhow!("cannot catch SIGINT and SIGTERM: {e}"))?;
     }
+    prep::util::mem::no_huge_pages();
     match cli.command {
         Command::Synth(a) => synth::run(a, quiet),
         Command::Convert(a) => convert::run(a, quiet),

@@ -64,20 +64,29 @@ pub fn human(bytes: u64) -> String {
 }
 
 /// Have the allocator (mimalloc, in the prep binary) give freed pages back to the OS at once
-/// rather than after its default 10 ms, and keep this process off transparent huge pages:
-/// training frees and reallocates buffers of many MiB on every thread. The pages held back added
-/// 160 MB to peak RSS at 3x224x224 with 16 threads, and the 2 MiB huge pages that mimalloc asks
-/// for (madvise) another 240 MB, about 15 MB a thread, which no purge could return in part
-/// (BENCHMARKS.md).
+/// rather than after its default 10 ms, and keep this process off transparent huge pages
+/// (`no_huge_pages`): training frees and reallocates buffers of many MiB on every thread. The
+/// pages held back added 160 MB to peak RSS at 3x224x224 with 16 threads, and the 2 MiB huge
+/// pages that mimalloc asks for (madvise) another 240 MB, about 15 MB a thread, which no purge
+/// could return in part (BENCHMARKS.md).
 pub fn purge_freed_memory_at_once() {
-    // mi_option_purge_delay: 15 in the enum of mimalloc v2 and v3 alike; mi_option_allow_thp:
-    // 43 in v3 (the version the mimalloc crate builds).
+    no_huge_pages();
+    // mi_option_purge_delay: 15 in the enum of mimalloc v2 and v3 alike.
     const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: mimalloc options may be set at any time, from any thread.
+    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
+}
+
+/// Keep this process (the prep binary) off transparent huge pages, in mimalloc and in the
+/// kernel. Every command frees and allocates buffers of a few MiB at a high rate (a decoded
+/// photo, a block); with huge pages each fresh one is a 2 MiB page zeroed whole at its first
+/// touch, 10% of `prep convert`'s time on photos (BENCHMARKS.md "Block codecs").
+pub fn no_huge_pages() {
+    // mi_option_allow_thp: 43 in mimalloc v3 (the version the mimalloc crate builds).
     const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
     // SAFETY: mimalloc options may be set at any time, from any thread; PR_SET_THP_DISABLE
     // only sets a flag of this process that the kernel reads at page faults.
     unsafe {
-        libmimalloc_sys::mi_option_set(PURGE_DELAY, 0);
         libmimalloc_sys::mi_option_set(ALLOW_THP, 0);
         #[cfg(target_os = "linux")]
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
