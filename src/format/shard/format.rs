@@ -492,6 +492,19 @@ mod tests {
             .contains("unknown dtype code 5"));
     }
 
+    /// How a reader of `float_block`'s shard (codec none, two classes) decodes its blocks.
+    fn none_layout(h: &Header) -> crate::format::shard::block::BlockLayout<'_> {
+        static NO_FIELDS: std::sync::OnceLock<crate::format::fields::Fields> =
+            std::sync::OnceLock::new();
+        crate::format::shard::block::BlockLayout {
+            spec: &h.spec,
+            codec: CODEC_NONE,
+            num_classes: 2,
+            field_bytes: 0,
+            fields: NO_FIELDS.get_or_init(Default::default),
+        }
+    }
+
     /// A block of three f32 samples and the footer of a shard holding just it.
     fn float_block() -> (Block, Footer, Header) {
         let sp = spec(Dtype::F32);
@@ -586,13 +599,7 @@ mod tests {
         let mut e = footer.blocks[0];
         e.stored_xxh3 = xxh3_64(&raw);
         e.raw_xxh3 = e.stored_xxh3;
-        let layout = crate::format::shard::block::BlockLayout {
-            spec: &h.spec,
-            codec: CODEC_NONE,
-            num_classes: 2,
-            field_bytes: 0,
-            fields: &Default::default(),
-        };
+        let layout = none_layout(&h);
         let err = Block::decode(path, 0, &e, &raw, &layout, Vec::new())
             .unwrap_err()
             .to_string();
@@ -613,13 +620,7 @@ mod tests {
     fn a_none_block_read_in_place_follows_the_rules_of_decode() {
         let path = Path::new("z.shard");
         let (block, footer, h) = float_block();
-        let layout = crate::format::shard::block::BlockLayout {
-            spec: &h.spec,
-            codec: CODEC_NONE,
-            num_classes: 2,
-            field_bytes: 0,
-            fields: &Default::default(),
-        };
+        let layout = none_layout(&h);
         let e = footer.blocks[0];
         let raw = block.raw().to_vec();
         let a = Block::decode(path, 0, &e, &raw, &layout, Vec::new()).unwrap();
