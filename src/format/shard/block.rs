@@ -3,6 +3,7 @@
 //! then (format version 3) each field's values for every sample.
 
 use super::format::{BlockEntry, LABEL_BYTES};
+use super::zframe::{compress, compress_literals, unzstd};
 use super::{jpeg, pred};
 use super::{Dtype, SampleSpec};
 use crate::format::fields::{FieldStats, Fields};
@@ -88,7 +89,17 @@ fn encode_pred(data: &[u8], spec: &SampleSpec, n: usize, level: i32) -> Result<V
     pred::encode(&data[..pixels], &g, method, &mut filtered);
     filtered.extend_from_slice(&data[pixels..]);
     let mut out = vec![method];
-    out.extend(compress(&filtered, level)?);
+    // Residuals as literals alone: on photos smaller than with zstd's matches (which spoil its
+    // Huffman statistics with many short ones) and faster to decode. Where they are mostly runs
+    // (under 2 bits a value), matches may pay: both are tried.
+    let mut frame = compress_literals(&filtered, level)?;
+    if frame.len() * 4 < filtered.len() {
+        let matched = compress(&filtered, level)?;
+        if matched.len() < frame.len() {
+            frame = matched;
+        }
+    }
+    out.extend(frame);
     // zstd alone is tried on the whole block only where a sample of it (an eighth, at least
     // 64 KiB) says it might come close: photos skip a second full compression.
     let sample = &data[..data.len().min((data.len() / 8).max(64 << 10))];
@@ -510,84 +521,6 @@ impl Block {
 thread_local! {
     /// Each thread's buffer for a pred block's filtered bytes, between zstd and the filter.
     static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// The `raw_len` bytes of zstd frame `stored`, in `buf`'s allocation, after the checks that keep
-/// hostile bytes from making the reader allocate.
-fn unzstd(
-    stored: &[u8],
-    raw_len: usize,
-    mut buf: Vec<u8>,
-    bad: &dyn Fn(String) -> Error,
-) -> Result<Vec<u8>> {
-    // One byte of zstd data never decodes to more than 32768 bytes (an RLE block of 4 bytes
-    // holds at most 128 KiB), so a larger claim is a lie told to make us allocate.
-    if raw_len as u64 > (stored.len() as u64).saturating_mul(32768) {
-        return Err(bad(format!(
-            "{} stored bytes cannot decode to {raw_len} bytes",
-            stored.len()
-        )));
-    }
-    // Trust no size before the frame's own header agrees with the index: a few hostile
-    // bytes must not make the reader allocate up to the cap.
-    match zstd::zstd_safe::get_frame_content_size(stored) {
-        Ok(Some(c)) if c == raw_len as u64 => {}
-        Ok(Some(c)) => {
-            return Err(bad(format!(
-                "zstd frame declares {c} bytes, the index says {raw_len}"
-            )))
-        }
-        _ => {
-            return Err(bad(
-                "zstd frame header is damaged or does not declare its size".into(),
-            ))
-        }
-    }
-    buf.clear();
-    buf.reserve(raw_len);
-    decompress(stored, &mut buf).map_err(|e| bad(format!("zstd frame does not decode: {e}")))?;
-    if buf.len() != raw_len {
-        return Err(bad(format!(
-            "decodes to {} bytes, expected {raw_len}",
-            buf.len()
-        )));
-    }
-    Ok(buf)
-}
-
-/// zstd decoding into the spare capacity of `out` (at most its capacity), with one reused
-/// decompression context per thread.
-fn decompress(stored: &[u8], out: &mut Vec<u8>) -> std::io::Result<usize> {
-    use std::cell::RefCell;
-    thread_local! {
-        static DCTX: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
-    }
-    DCTX.with(|d| {
-        let mut d = d.borrow_mut();
-        if d.is_none() {
-            *d = Some(zstd::bulk::Decompressor::new()?);
-        }
-        d.as_mut().unwrap().decompress_to_buffer(stored, out)
-    })
-}
-
-/// zstd with one reused compression context per thread and level.
-fn compress(data: &[u8], level: i32) -> Result<Vec<u8>> {
-    use std::cell::RefCell;
-    thread_local! {
-        static CCTX: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
-    }
-    CCTX.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.as_ref().map(|(l, _)| *l) != Some(level) {
-            let z = zstd::bulk::Compressor::new(level)
-                .map_err(|e| Error::Invalid(format!("zstd level {level}: {e}")))?;
-            *c = Some((level, z));
-        }
-        let z = &mut c.as_mut().unwrap().1;
-        z.compress(data)
-            .map_err(|e| Error::Invalid(format!("zstd compression failed: {e}")))
-    })
 }
 
 /// A block ready to be written.

@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod pred;
 pub mod reader;
 pub mod writer;
+mod zframe;
 
 pub use block::{Block, ChannelSums, Codec, EncodedBlock, Stats};
 pub use dataset::{Damage, Dataset, VerifyReport};

@@ -54,50 +54,55 @@ pub fn valid(method: u8, g: Option<&Geometry>) -> bool {
 trait Px: Copy + Ord + Default {
     fn add(self, o: Self) -> Self;
     fn sub(self, o: Self) -> Self;
+    fn sat_add(self, o: Self) -> Self;
+    fn sat_sub(self, o: Self) -> Self;
     /// |v| of the value read as a signed difference, for the cost estimate.
     fn mag(self) -> u32;
 }
-impl Px for u8 {
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
-    }
-    fn mag(self) -> u32 {
-        (self as i8).unsigned_abs() as u32
-    }
+macro_rules! px {
+    ($t:ty, $s:ty) => {
+        impl Px for $t {
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self {
+                self.wrapping_sub(o)
+            }
+            #[inline(always)]
+            fn sat_add(self, o: Self) -> Self {
+                self.saturating_add(o)
+            }
+            #[inline(always)]
+            fn sat_sub(self, o: Self) -> Self {
+                self.saturating_sub(o)
+            }
+            fn mag(self) -> u32 {
+                (self as $s).unsigned_abs() as u32
+            }
+        }
+    };
 }
-impl Px for u16 {
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
-    }
-    fn mag(self) -> u32 {
-        (self as i16).unsigned_abs() as u32
-    }
-}
+px!(u8, i8);
+px!(u16, i16);
 
+/// LOCO-I's median edge detector: min(a, b) where c >= max(a, b), max(a, b) where c <= min(a,
+/// b), else a + b - c. That is the median of a, b and a + b - c, and clamping a + b - c to the
+/// values' range leaves the median as it is; computed so, with saturating steps, the decoder's
+/// chain from one value to the next (`a`) is four vector instructions without a branch.
 #[inline(always)]
 fn med<T: Px>(a: T, b: T, c: T) -> T {
-    let (mn, mx) = (a.min(b), a.max(b));
-    if c >= mx {
-        mn
-    } else if c <= mn {
-        mx
-    } else {
-        a.add(b).sub(c)
-    }
+    let t = a.sat_add(b.sat_sub(c)).sat_sub(c.sat_sub(b));
+    a.min(b).max(a.max(b).min(t))
 }
 
 /// The prediction of value `x` of a row from its left neighbour `a`, the one above `b` and
 /// above-left `c`. The first row predicts from the left (0 at the very first value), the first
 /// column from above, whatever the filter.
 #[inline(always)]
-fn predict<T: Px>(filter: u8, a: T, b: T, c: T) -> T {
-    match filter {
+fn predict<T: Px, const F: u8>(a: T, b: T, c: T) -> T {
+    match F {
         LEFT => a,
         UP => b,
         _ => med(a, b, c),
@@ -107,7 +112,7 @@ fn predict<T: Px>(filter: u8, a: T, b: T, c: T) -> T {
 /// Residuals of one row of `L` interleaved planes (`cur`, with `prev` the row above, None on the
 /// first row) into `out`.
 #[inline(always)]
-fn filter_row<T: Px, const L: usize>(filter: u8, prev: Option<&[T]>, cur: &[T], out: &mut [T]) {
+fn filter_row<T: Px, const L: usize, const F: u8>(prev: Option<&[T]>, cur: &[T], out: &mut [T]) {
     let w = cur.len() / L;
     match prev {
         None => {
@@ -125,41 +130,45 @@ fn filter_row<T: Px, const L: usize>(filter: u8, prev: Option<&[T]>, cur: &[T], 
             for x in 1..w {
                 for l in 0..L {
                     let i = x * L + l;
-                    out[i] = cur[i].sub(predict(filter, cur[i - L], p[i], p[i - L]));
+                    out[i] = cur[i].sub(predict::<T, F>(cur[i - L], p[i], p[i - L]));
                 }
             }
         }
     }
 }
 
-/// Inverse of `filter_row`: values of the row into `cur` from residuals `res`.
+/// Inverse of `filter_row`: values of the row into `cur` from residuals `res`. The left
+/// neighbours are carried in `a` (a register) rather than read back from `cur`, which would put
+/// a store-to-load round trip into the chain from one value to the next.
 #[inline(always)]
-fn unfilter_row<T: Px, const L: usize>(filter: u8, prev: Option<&[T]>, res: &[T], cur: &mut [T]) {
+fn unfilter_row<T: Px, const L: usize, const F: u8>(prev: Option<&[T]>, res: &[T], cur: &mut [T]) {
     let w = cur.len() / L;
+    let lanes = |v: &[T], x: usize| -> [T; L] { v[x * L..(x + 1) * L].try_into().unwrap() };
+    let mut a = lanes(res, 0);
     match prev {
         None => {
-            cur[..L].copy_from_slice(&res[..L]);
+            cur[..L].copy_from_slice(&a);
             for x in 1..w {
+                let r = lanes(res, x);
                 for l in 0..L {
-                    cur[x * L + l] = res[x * L + l].add(cur[(x - 1) * L + l]);
+                    a[l] = r[l].add(a[l]);
                 }
+                cur[x * L..(x + 1) * L].copy_from_slice(&a);
             }
         }
         Some(p) => {
+            let mut c = lanes(p, 0);
             for l in 0..L {
-                cur[l] = res[l].add(p[l]);
+                a[l] = a[l].add(c[l]);
             }
+            cur[..L].copy_from_slice(&a);
             for x in 1..w {
-                // Fixed-size views let the compiler keep the L lanes in one vector register.
-                let (done, rest) = cur.split_at_mut(x * L);
-                let a: &[T; L] = done[(x - 1) * L..].try_into().unwrap();
-                let b: &[T; L] = p[x * L..(x + 1) * L].try_into().unwrap();
-                let c: &[T; L] = p[(x - 1) * L..x * L].try_into().unwrap();
-                let r: &[T; L] = res[x * L..(x + 1) * L].try_into().unwrap();
-                let o: &mut [T; L] = (&mut rest[..L]).try_into().unwrap();
+                let (b, r) = (lanes(p, x), lanes(res, x));
                 for l in 0..L {
-                    o[l] = r[l].add(predict(filter, a[l], b[l], c[l]));
+                    a[l] = r[l].add(predict::<T, F>(a[l], b[l], c[l]));
                 }
+                cur[x * L..(x + 1) * L].copy_from_slice(&a);
+                c = b;
             }
         }
     }
@@ -311,19 +320,29 @@ fn encode_groups<T: PutPx>(px: &[u8], g: &Geometry, filter: u8, out: &mut Vec<u8
 where
     [u8]: Planes<T>,
 {
+    match filter {
+        LEFT => encode_groups_with::<T, LEFT>(px, g, out),
+        UP => encode_groups_with::<T, UP>(px, g, out),
+        _ => encode_groups_with::<T, MED>(px, g, out),
+    }
+}
+
+fn encode_groups_with<T: PutPx, const F: u8>(px: &[u8], g: &Geometry, out: &mut Vec<u8>)
+where
+    [u8]: Planes<T>,
+{
     for (first, lanes) in groups(g.planes) {
         if lanes == LANES {
-            encode_group::<T, LANES>(px, g, filter, first, out);
+            encode_group::<T, LANES, F>(px, g, first, out);
         } else {
-            encode_group::<T, 1>(px, g, filter, first, out);
+            encode_group::<T, 1, F>(px, g, first, out);
         }
     }
 }
 
-fn encode_group<T: PutPx, const L: usize>(
+fn encode_group<T: PutPx, const L: usize, const F: u8>(
     px: &[u8],
     g: &Geometry,
-    filter: u8,
     first: usize,
     out: &mut Vec<u8>,
 ) where
@@ -350,12 +369,20 @@ fn encode_group<T: PutPx, const L: usize>(
             }
         }
         let r = &mut res[y * w * L..(y + 1) * w * L];
-        filter_row::<T, L>(filter, (y > 0).then_some(&prev[..]), cur, r);
+        filter_row::<T, L, F>((y > 0).then_some(&prev[..]), cur, r);
     }
     T::store(&res, out);
 }
 
 fn decode_groups<T: PutPx>(stored: &[u8], g: &Geometry, filter: u8, px: &mut [u8]) {
+    match filter {
+        LEFT => decode_groups_with::<T, LEFT>(stored, g, px),
+        UP => decode_groups_with::<T, UP>(stored, g, px),
+        _ => decode_groups_with::<T, MED>(stored, g, px),
+    }
+}
+
+fn decode_groups_with<T: PutPx, const F: u8>(stored: &[u8], g: &Geometry, px: &mut [u8]) {
     let size = if g.wide { 2 } else { 1 };
     let mut at = 0;
     let mut res: Vec<T> = Vec::new();
@@ -365,17 +392,16 @@ fn decode_groups<T: PutPx>(stored: &[u8], g: &Geometry, filter: u8, px: &mut [u8
         let r = T::residuals(&stored[at..at + n * size], &mut res);
         at += n * size;
         if lanes == LANES {
-            decode_group::<T, LANES>(r, g, filter, first, &mut rows, px);
+            decode_group::<T, LANES, F>(r, g, first, &mut rows, px);
         } else {
-            decode_group::<T, 1>(r, g, filter, first, &mut rows, px);
+            decode_group::<T, 1, F>(r, g, first, &mut rows, px);
         }
     }
 }
 
-fn decode_group<T: PutPx, const L: usize>(
+fn decode_group<T: PutPx, const L: usize, const F: u8>(
     res: &[T],
     g: &Geometry,
-    filter: u8,
     first: usize,
     rows: &mut [Vec<T>; 2],
     px: &mut [u8],
@@ -393,7 +419,7 @@ fn decode_group<T: PutPx, const L: usize>(
             (&a[0], &mut b[0])
         };
         let r = &res[y * w * L..(y + 1) * w * L];
-        unfilter_row::<T, L>(filter, (y > 0).then_some(&prev[..]), r, cur);
+        unfilter_row::<T, L, F>((y > 0).then_some(&prev[..]), r, cur);
         let done = if L == LANES {
             T::scatter16(cur, px, first * plane + y * w, plane)
         } else {
@@ -576,6 +602,47 @@ mod tests {
                 let m = choose(&px, &g);
                 assert!(valid(m, Some(&g)), "{m:#x}");
             }
+        }
+    }
+
+    #[test]
+    fn the_median_edge_detector_is_loco_i_s_for_every_u8_and_sampled_u16() {
+        fn reference(a: i32, b: i32, c: i32) -> i32 {
+            if c >= a.max(b) {
+                a.min(b)
+            } else if c <= a.min(b) {
+                a.max(b)
+            } else {
+                a + b - c
+            }
+        }
+        for a in 0..=255u8 {
+            for b in 0..=255u8 {
+                for c in 0..=255u8 {
+                    let want = reference(a as i32, b as i32, c as i32);
+                    assert_eq!(med(a, b, c) as i32, want, "{a} {b} {c}");
+                }
+            }
+        }
+        let edges = [0u16, 1, 2, 255, 256, 32767, 32768, 65534, 65535];
+        let mut seed = 3u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..3_000_000u64 {
+            let pick = |v: u64| {
+                if v % 4 == 0 {
+                    edges[(v / 4) as usize % edges.len()]
+                } else {
+                    (v >> 8) as u16
+                }
+            };
+            let (a, b, c) = (pick(next()), pick(next()), pick(next() ^ i));
+            let want = reference(a as i32, b as i32, c as i32);
+            assert_eq!(med(a, b, c) as i32, want, "{a} {b} {c}");
         }
     }
 
