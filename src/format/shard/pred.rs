@@ -208,6 +208,8 @@ trait PutPx: Px {
     /// The residuals stored in `bytes`, read in place where they need no conversion (u8), else
     /// through `scratch`.
     fn residuals<'a>(bytes: &'a [u8], scratch: &'a mut Vec<Self>) -> &'a [Self];
+    /// Plane `c` less (`forward`) or plus the green plane `g`, value by value.
+    fn colour_plane(c: &mut [u8], g: &[u8], forward: bool);
 }
 impl PutPx for u8 {
     #[inline(always)]
@@ -253,6 +255,14 @@ impl PutPx for u8 {
     fn residuals<'a>(bytes: &'a [u8], _scratch: &'a mut Vec<u8>) -> &'a [u8] {
         bytes
     }
+    fn colour_plane(c: &mut [u8], g: &[u8], forward: bool) {
+        let pairs = c.iter_mut().zip(g);
+        if forward {
+            pairs.for_each(|(v, &g)| *v = v.wrapping_sub(g));
+        } else {
+            pairs.for_each(|(v, &g)| *v = v.wrapping_add(g));
+        }
+    }
 }
 impl PutPx for u16 {
     #[inline(always)]
@@ -276,6 +286,13 @@ impl PutPx for u16 {
         scratch.resize(bytes.len() / 2, 0);
         Self::load(bytes, scratch);
         scratch
+    }
+    fn colour_plane(c: &mut [u8], g: &[u8], forward: bool) {
+        for (v, g) in c.chunks_exact_mut(2).zip(g.chunks_exact(2)) {
+            let (x, y) = (u16::from_le_bytes([v[0], v[1]]), u16::from_le_bytes([g[0], g[1]]));
+            let r = if forward { x.wrapping_sub(y) } else { x.wrapping_add(y) };
+            v.copy_from_slice(&r.to_le_bytes());
+        }
     }
 }
 
@@ -374,16 +391,29 @@ fn encode_group<T: PutPx, const L: usize, const F: u8>(
     T::store(&res, out);
 }
 
-fn decode_groups<T: PutPx>(stored: &[u8], g: &Geometry, filter: u8, px: &mut [u8]) {
+/// The filter undone group by group; with `colour`, the colour step undone on each sample as
+/// soon as its planes are, while they are still in the cache.
+fn decode_groups<T: PutPx>(stored: &[u8], g: &Geometry, filter: u8, colour: bool, px: &mut [u8])
+where
+    [u8]: Planes<T>,
+{
     match filter {
-        LEFT => decode_groups_with::<T, LEFT>(stored, g, px),
-        UP => decode_groups_with::<T, UP>(stored, g, px),
-        _ => decode_groups_with::<T, MED>(stored, g, px),
+        LEFT => decode_groups_with::<T, LEFT>(stored, g, colour, px),
+        UP => decode_groups_with::<T, UP>(stored, g, colour, px),
+        _ => decode_groups_with::<T, MED>(stored, g, colour, px),
     }
 }
 
-fn decode_groups_with<T: PutPx, const F: u8>(stored: &[u8], g: &Geometry, px: &mut [u8]) {
+fn decode_groups_with<T: PutPx, const F: u8>(
+    stored: &[u8],
+    g: &Geometry,
+    colour: bool,
+    px: &mut [u8],
+) where
+    [u8]: Planes<T>,
+{
     let size = if g.wide { 2 } else { 1 };
+    let mut coloured = 0;
     let mut at = 0;
     let mut res: Vec<T> = Vec::new();
     let mut rows = [Vec::new(), Vec::new()];
@@ -395,6 +425,11 @@ fn decode_groups_with<T: PutPx, const F: u8>(stored: &[u8], g: &Geometry, px: &m
             decode_group::<T, LANES, F>(r, g, first, &mut rows, px);
         } else {
             decode_group::<T, 1, F>(r, g, first, &mut rows, px);
+        }
+        if colour {
+            let done = (first + lanes) / 3;
+            self::colour::<T>(px, g, coloured..done, false);
+            coloured = done;
         }
     }
 }
@@ -434,21 +469,17 @@ fn decode_group<T: PutPx, const L: usize, const F: u8>(
     }
 }
 
-/// Take green from red and blue (`forward`), or give it back, in every sample of `px`.
-fn colour<T: PutPx>(px: &mut [u8], g: &Geometry, forward: bool)
+/// Take green from red and blue (`forward`), or give it back, in `samples` of `px`.
+fn colour<T: PutPx>(px: &mut [u8], g: &Geometry, samples: std::ops::Range<usize>, forward: bool)
 where
     [u8]: Planes<T>,
 {
-    let plane = g.plane();
-    for s in 0..g.planes / 3 {
-        let base = s * 3 * plane;
-        for i in 0..plane {
-            let gr: T = px.at(base + plane + i);
-            for c in [0, 2] {
-                let at = base + c * plane + i;
-                let v: T = px.at(at);
-                T::put(px, at, if forward { v.sub(gr) } else { v.add(gr) });
-            }
+    let bytes = g.plane() * if g.wide { 2 } else { 1 };
+    for s in samples {
+        let (c0, rest) = px[s * 3 * bytes..(s + 1) * 3 * bytes].split_at_mut(bytes);
+        let (c1, c2) = rest.split_at_mut(bytes);
+        for c in [c0, c2] {
+            T::colour_plane(c, c1, forward);
         }
     }
 }
@@ -464,10 +495,11 @@ pub fn encode(px: &[u8], g: &Geometry, method: u8, out: &mut Vec<u8>) {
     let mut owned;
     let px = if method & COLOUR != 0 {
         owned = px.to_vec();
+        let all = 0..g.planes / 3;
         if g.wide {
-            colour::<u16>(&mut owned, g, true)
+            colour::<u16>(&mut owned, g, all, true)
         } else {
-            colour::<u8>(&mut owned, g, true)
+            colour::<u8>(&mut owned, g, all, true)
         }
         &owned[..]
     } else {
@@ -488,17 +520,11 @@ pub fn decode(stored: &[u8], g: &Geometry, method: u8, px: &mut [u8]) {
         px.copy_from_slice(stored);
         return;
     }
+    let colour = method & COLOUR != 0;
     if g.wide {
-        decode_groups::<u16>(stored, g, filter, px);
+        decode_groups::<u16>(stored, g, filter, colour, px);
     } else {
-        decode_groups::<u8>(stored, g, filter, px);
-    }
-    if method & COLOUR != 0 {
-        if g.wide {
-            colour::<u16>(px, g, false)
-        } else {
-            colour::<u8>(px, g, false)
-        }
+        decode_groups::<u8>(stored, g, filter, colour, px);
     }
 }
 
