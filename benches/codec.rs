@@ -1,5 +1,7 @@
 //! Block codecs on one core: `DATA=dataset/ cargo bench --bench codec`. The blocks of the first
-//! shard of `train` (SPLIT=..., BLOCKS=N for fewer) are decoded once, then encoded with each codec
+//! shard of `train` (SPLIT=..., BLOCKS=N for N blocks spread evenly over all the split's shards,
+//! so that a folder sorted by class gives blocks of many classes) are decoded once, then encoded
+//! with each codec
 //! (zstd and pred at LEVEL, default 1; jpeg at QUALITY, default 90, for u8 grey and RGB images)
 //! and decoded again on this thread: size against raw pixels and against zstd, encode and decode
 //! speed in GB/s of decoded bytes, and for jpeg samples/s decoded and the mean absolute error.
@@ -16,12 +18,25 @@ fn main() {
     let level: i32 = std::env::var("LEVEL").map_or(1, |v| v.parse().unwrap());
     let quality: u8 = std::env::var("QUALITY").map_or(90, |v| v.parse().unwrap());
     let ds = Dataset::open(&dir).unwrap();
-    let info = &ds.manifest.splits[&split].shards[0];
-    let r = ds.open_shard(info).unwrap();
-    let max: usize = std::env::var("BLOCKS").map_or(usize::MAX, |v| v.parse().unwrap());
-    let blocks: Vec<Block> = (0..r.num_blocks().min(max))
-        .map(|i| r.read_block(i).unwrap())
+    let shards: Vec<_> = ds.manifest.splits[&split]
+        .shards
+        .iter()
+        .map(|info| ds.open_shard(info).unwrap())
         .collect();
+    let r = &shards[0];
+    let blocks: Vec<Block> = match std::env::var("BLOCKS") {
+        Err(_) => (0..r.num_blocks()).map(|i| r.read_block(i).unwrap()).collect(),
+        Ok(v) => {
+            let all: Vec<(usize, usize)> = (shards.iter().enumerate())
+                .flat_map(|(s, r)| (0..r.num_blocks()).map(move |b| (s, b)))
+                .collect();
+            let want = v.parse::<usize>().unwrap().clamp(1, all.len());
+            (0..want)
+                .map(|k| all[k * all.len() / want])
+                .map(|(s, b)| shards[s].read_block(b).unwrap())
+                .collect()
+        }
+    };
     let spec = r.spec().clone();
     let (classes, fields) = (ds.manifest.classes.len() as u32, r.fields().clone());
     let raw: usize = blocks.iter().map(|b| b.raw().len()).sum();

@@ -428,7 +428,8 @@ impl Block {
                             let r = unzstd(frame, raw_len, std::mem::take(&mut scratch), &bad);
                             r.map(|f| {
                                 let pixels = n * sample_bytes;
-                                buf.clear();
+                                // Every byte is written below: a buffer of the right length
+                                // (the usual reused one) is not zeroed first.
                                 buf.resize(raw_len, 0);
                                 pred::decode(&f[..pixels], &g, method, &mut buf[..pixels]);
                                 buf[pixels..].copy_from_slice(&f[pixels..]);

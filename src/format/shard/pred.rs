@@ -137,39 +137,51 @@ fn filter_row<T: Px, const L: usize, const F: u8>(prev: Option<&[T]>, cur: &[T],
     }
 }
 
-/// Inverse of `filter_row`: values of the row into `cur` from residuals `res`. The left
-/// neighbours are carried in `a` (a register) rather than read back from `cur`, which would put
-/// a store-to-load round trip into the chain from one value to the next.
+/// Inverse of `filter_row` for `K` groups at once: values of the row of group `k` into
+/// `cur[k * w * L..]` from residuals `res[k]`, with `prev` the row above laid out as `cur`. The
+/// left neighbours are carried in `a` (registers) rather than read back from `cur`, which would
+/// put a store-to-load round trip into the chain from one value to the next; the `K` groups'
+/// chains are independent, so the processor runs them side by side.
 #[inline(always)]
-fn unfilter_row<T: Px, const L: usize, const F: u8>(prev: Option<&[T]>, res: &[T], cur: &mut [T]) {
-    let w = cur.len() / L;
+fn unfilter_rows<T: Px, const L: usize, const F: u8, const K: usize>(
+    prev: Option<&[T]>,
+    res: [&[T]; K],
+    cur: &mut [T],
+) {
+    let wl = cur.len() / K;
+    let w = wl / L;
     let lanes = |v: &[T], x: usize| -> [T; L] { v[x * L..(x + 1) * L].try_into().unwrap() };
-    let mut a = lanes(res, 0);
-    match prev {
-        None => {
-            cur[..L].copy_from_slice(&a);
-            for x in 1..w {
-                let r = lanes(res, x);
-                for l in 0..L {
-                    a[l] = r[l].add(a[l]);
-                }
-                cur[x * L..(x + 1) * L].copy_from_slice(&a);
+    let mut a: [[T; L]; K] = std::array::from_fn(|k| lanes(res[k], 0));
+    let mut c: [[T; L]; K] = [[T::default(); L]; K];
+    if let Some(p) = prev {
+        for k in 0..K {
+            c[k] = lanes(&p[k * wl..], 0);
+            for l in 0..L {
+                a[k][l] = a[k][l].add(c[k][l]);
             }
         }
-        Some(p) => {
-            let mut c = lanes(p, 0);
-            for l in 0..L {
-                a[l] = a[l].add(c[l]);
-            }
-            cur[..L].copy_from_slice(&a);
-            for x in 1..w {
-                let (b, r) = (lanes(p, x), lanes(res, x));
-                for l in 0..L {
-                    a[l] = r[l].add(predict::<T, F>(a[l], b[l], c[l]));
+    }
+    for k in 0..K {
+        cur[k * wl..k * wl + L].copy_from_slice(&a[k]);
+    }
+    for x in 1..w {
+        for k in 0..K {
+            let r = lanes(res[k], x);
+            match prev {
+                None => {
+                    for l in 0..L {
+                        a[k][l] = r[l].add(a[k][l]);
+                    }
                 }
-                cur[x * L..(x + 1) * L].copy_from_slice(&a);
-                c = b;
+                Some(p) => {
+                    let b = lanes(&p[k * wl..], x);
+                    for l in 0..L {
+                        a[k][l] = r[l].add(predict::<T, F>(a[k][l], b[l], c[k][l]));
+                    }
+                    c[k] = b;
+                }
             }
+            cur[k * wl + x * L..k * wl + (x + 1) * L].copy_from_slice(&a[k]);
         }
     }
 }
@@ -194,7 +206,14 @@ trait PutPx: Px {
     fn put(px: &mut [u8], i: usize, v: Self);
     /// Row values of 16 interleaved planes (`row`) into the planes (plane `l` from
     /// `at + l * plane`), 16 columns at a time where there is a fast way: the columns done.
-    fn scatter16(_row: &[Self], _px: &mut [u8], _at: usize, _plane: usize) -> usize {
+    /// `tmp` holds the row's planes one after the other on the way.
+    fn scatter16(
+        _row: &[Self],
+        _px: &mut [u8],
+        _at: usize,
+        _plane: usize,
+        _tmp: &mut Vec<u8>,
+    ) -> usize {
         0
     }
     /// The inverse of `scatter16`: the row of 16 planes, interleaved, into `row`.
@@ -217,16 +236,23 @@ impl PutPx for u8 {
         px[i] = v;
     }
     #[cfg(target_arch = "x86_64")]
-    fn scatter16(row: &[u8], px: &mut [u8], at: usize, plane: usize) -> usize {
+    fn scatter16(row: &[u8], px: &mut [u8], at: usize, plane: usize, tmp: &mut Vec<u8>) -> usize {
         let w = row.len() / LANES;
         let whole = w / 16 * 16;
         assert!(at + 15 * plane + whole <= px.len());
+        tmp.resize(16 * whole, 0);
         for x in (0..whole).step_by(16) {
             let src: &[u8; 256] = row[x * 16..x * 16 + 256].try_into().unwrap();
             let t = transpose16(src);
             for (l, v) in t.iter().enumerate() {
-                px[at + l * plane + x..at + l * plane + x + 16].copy_from_slice(v);
+                tmp[l * whole + x..l * whole + x + 16].copy_from_slice(v);
             }
+        }
+        // Whole row segments, plane after plane: 16-byte stores straight into 16 planes a
+        // power of two apart fall in one cache set and evict each other's lines between the
+        // four stores that fill a line.
+        for (l, v) in tmp.chunks_exact(whole.max(1)).enumerate().take(16) {
+            px[at + l * plane..at + l * plane + whole].copy_from_slice(v);
         }
         whole
     }
@@ -415,57 +441,85 @@ fn decode_groups_with<T: PutPx, const F: u8>(
     let size = if g.wide { 2 } else { 1 };
     let mut coloured = 0;
     let mut at = 0;
-    let mut res: Vec<T> = Vec::new();
-    let mut rows = [Vec::new(), Vec::new()];
-    for (first, lanes) in groups(g.planes) {
-        let n = lanes * g.plane();
-        let r = T::residuals(&stored[at..at + n * size], &mut res);
-        at += n * size;
-        if lanes == LANES {
-            decode_group::<T, LANES, F>(r, g, first, &mut rows, px);
+    let (mut res, mut res2): (Vec<T>, Vec<T>) = (Vec::new(), Vec::new());
+    let mut rows = Rows::default();
+    let all: Vec<_> = groups(g.planes).collect();
+    let mut i = 0;
+    while i < all.len() {
+        let (first, lanes) = all[i];
+        let n = lanes * g.plane() * size;
+        if lanes == LANES && all.get(i + 1).is_some_and(|&(_, l)| l == LANES) {
+            // Two whole groups side by side.
+            let r1 = T::residuals(&stored[at..at + n], &mut res);
+            let r2 = T::residuals(&stored[at + n..at + 2 * n], &mut res2);
+            decode_group::<T, LANES, F, 2>([r1, r2], g, first, &mut rows, px);
+            at += 2 * n;
+            i += 2;
         } else {
-            decode_group::<T, 1, F>(r, g, first, &mut rows, px);
+            let r = T::residuals(&stored[at..at + n], &mut res);
+            if lanes == LANES {
+                decode_group::<T, LANES, F, 1>([r], g, first, &mut rows, px);
+            } else {
+                decode_group::<T, 1, F, 1>([r], g, first, &mut rows, px);
+            }
+            at += n;
+            i += 1;
         }
         if colour {
-            let done = (first + lanes) / 3;
+            let done = all.get(i).map_or(g.planes, |&(f, _)| f) / 3;
             self::colour::<T>(px, g, coloured..done, false);
             coloured = done;
         }
     }
 }
 
-fn decode_group<T: PutPx, const L: usize, const F: u8>(
-    res: &[T],
+/// A decoder's row buffers, reused from group to group.
+struct Rows<T> {
+    prev: Vec<T>,
+    cur: Vec<T>,
+    tmp: Vec<u8>,
+}
+impl<T> Default for Rows<T> {
+    fn default() -> Self {
+        Rows {
+            prev: Vec::new(),
+            cur: Vec::new(),
+            tmp: Vec::new(),
+        }
+    }
+}
+
+/// `K` consecutive groups of `L` planes from plane `first`, from their residuals `res`.
+fn decode_group<T: PutPx, const L: usize, const F: u8, const K: usize>(
+    res: [&[T]; K],
     g: &Geometry,
     first: usize,
-    rows: &mut [Vec<T>; 2],
+    rows: &mut Rows<T>,
     px: &mut [u8],
 ) {
     let (w, plane) = (g.width, g.plane());
-    for r in rows.iter_mut() {
-        r.clear();
-        r.resize(w * L, T::default());
-    }
+    let wl = w * L;
+    rows.prev.resize(K * wl, T::default());
+    rows.cur.resize(K * wl, T::default());
     for y in 0..g.rows {
-        let (a, b) = rows.split_at_mut(1);
-        let (prev, cur) = if y % 2 == 0 {
-            (&b[0], &mut a[0])
-        } else {
-            (&a[0], &mut b[0])
-        };
-        let r = &res[y * w * L..(y + 1) * w * L];
-        unfilter_row::<T, L, F>((y > 0).then_some(&prev[..]), r, cur);
-        let done = if L == LANES {
-            T::scatter16(cur, px, first * plane + y * w, plane)
-        } else {
-            0
-        };
-        for l in 0..L {
-            let base = (first + l) * plane + y * w;
-            for x in done..w {
-                T::put(px, base + x, cur[x * L + l]);
+        let r: [&[T]; K] = std::array::from_fn(|k| &res[k][y * wl..(y + 1) * wl]);
+        let prev = (y > 0).then_some(&rows.prev[..K * wl]);
+        unfilter_rows::<T, L, F, K>(prev, r, &mut rows.cur[..K * wl]);
+        for k in 0..K {
+            let cur = &rows.cur[k * wl..(k + 1) * wl];
+            let at = (first + k * L) * plane + y * w;
+            let done = if L == LANES {
+                T::scatter16(cur, px, at, plane, &mut rows.tmp)
+            } else {
+                0
+            };
+            for l in 0..L {
+                for x in done..w {
+                    T::put(px, at + l * plane + x, cur[x * L + l]);
+                }
             }
         }
+        std::mem::swap(&mut rows.prev, &mut rows.cur);
     }
 }
 
