@@ -119,7 +119,7 @@ fn staging_dir(url: &str) -> anyhow::Result<PathBuf> {
     let root = std::env::var_os("PREP_STAGING")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("prep-staging"));
-    let name = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(url.as_bytes()));
+    let name = format!("{:016x}", twox_hash::XxHash3_64::oneshot(url.as_bytes()));
     let dir = root.join(name);
     std::fs::create_dir_all(&dir)
         .map_err(|e| anyhow::anyhow!("creating the staging folder {}: {e}", dir.display()))?;

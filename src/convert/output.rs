@@ -17,10 +17,11 @@ pub(super) fn shown_list(v: &[String]) -> String {
 /// sizes and modification times (one stat per file, no reading). Equal digests: a rerun of the
 /// same command on unchanged inputs.
 pub(super) fn request_key(o: &ConvertOptions) -> String {
-    use xxhash_rust::xxh3::Xxh3;
+    use std::hash::Hasher;
+    use twox_hash::XxHash3_64 as Xxh3;
     let mut h = Xxh3::new();
     let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    h.update(
+    h.write(
         format!(
             "{:?}",
             (
@@ -48,16 +49,16 @@ pub(super) fn request_key(o: &ConvertOptions) -> String {
     );
     // Only where given: the keys of earlier conversions stay as they were.
     if o.meta {
-        h.update(b"meta");
+        h.write(b"meta");
     }
     if o.skip_empty_masks {
-        h.update(b"skip_empty_masks");
+        h.write(b"skip_empty_masks");
     }
     if o.folder_classes {
-        h.update(b"folder_classes");
+        h.write(b"folder_classes");
     }
     if o.mixed_modalities {
-        h.update(b"mixed_modalities");
+        h.write(b"mixed_modalities");
     }
     // Links are not followed into folders (a link loop would never end): a link to a folder
     // counts by where it points, a link to a file by that file.
@@ -73,15 +74,15 @@ pub(super) fn request_key(o: &ConvertOptions) -> String {
             match std::fs::metadata(p) {
                 Ok(m) if !m.is_dir() || p == root => m,
                 _ => {
-                    h.update(
+                    h.write(
                         p.strip_prefix(root)
                             .unwrap_or(p)
                             .as_os_str()
                             .as_encoded_bytes(),
                     );
-                    h.update(b"\0->");
+                    h.write(b"\0->");
                     if let Ok(t) = std::fs::read_link(p) {
-                        h.update(t.as_os_str().as_encoded_bytes());
+                        h.write(t.as_os_str().as_encoded_bytes());
                     }
                     return;
                 }
@@ -100,15 +101,15 @@ pub(super) fn request_key(o: &ConvertOptions) -> String {
             }
         } else {
             use std::os::unix::fs::MetadataExt;
-            h.update(
+            h.write(
                 p.strip_prefix(root)
                     .unwrap_or(p)
                     .as_os_str()
                     .as_encoded_bytes(),
             );
-            h.update(&[0]);
+            h.write(&[0]);
             for v in [meta.len() as i64, meta.mtime(), meta.mtime_nsec()] {
-                h.update(&v.to_le_bytes());
+                h.write(&v.to_le_bytes());
             }
         }
     }
@@ -118,12 +119,12 @@ pub(super) fn request_key(o: &ConvertOptions) -> String {
     }
     // Only where given: the requests of conversions without them keep their digests.
     if !o.values.is_empty() || o.masks.is_some() || o.mask_names.is_some() {
-        h.update(format!("{:?}", (&o.values, &o.masks, &o.mask_names)).as_bytes());
+        h.write(format!("{:?}", (&o.values, &o.masks, &o.mask_names)).as_bytes());
     }
     if let Some(m) = &o.masks {
         walk(m, m, &mut h);
     }
-    format!("{:016x}", h.digest())
+    format!("{:016x}", h.finish())
 }
 
 /// The report of a finished conversion that `o.out` holds when it was made by the same request

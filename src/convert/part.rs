@@ -9,12 +9,13 @@ use super::*;
 /// shapes the output) and every unit of the whole plan in order with its label, and what
 /// cheaply tells one input from another of the same name (a file's length, an array's labels).
 pub(super) fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -> Part {
-    use xxhash_rust::xxh3::Xxh3;
+    use std::hash::Hasher;
+    use twox_hash::XxHash3_64 as Xxh3;
     let mut h = Xxh3::new();
-    h.update(&serde_json::to_vec(job).expect("serialises"));
+    h.write(&serde_json::to_vec(job).expect("serialises"));
     for (split, units) in &plan.splits {
-        h.update(split.as_bytes());
-        h.update(b"\0");
+        h.write(split.as_bytes());
+        h.write(b"\0");
         // One file system call per file: done on every core.
         let sums: Vec<[u64; 2]> = units
             .par_iter()
@@ -28,9 +29,9 @@ pub(super) fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -
                 } => {
                     let mut h = Xxh3::new();
                     for l in &array.labels[*start..start + len] {
-                        h.update(&l.to_le_bytes());
+                        h.write(&l.to_le_bytes());
                     }
-                    [h.digest(), *len as u64]
+                    [h.finish(), *len as u64]
                 }
                 Unit::Series { plan, label, .. } => [plan.files() as u64, u64::from(*label)],
                 Unit::Stored { len, .. } => [0, *len as u64],
@@ -44,10 +45,10 @@ pub(super) fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -
             })
             .collect();
         for (u, sum) in units.iter().zip(sums) {
-            h.update(u.name().as_bytes());
-            h.update(b"\0");
-            h.update(&sum[0].to_le_bytes());
-            h.update(&sum[1].to_le_bytes());
+            h.write(u.name().as_bytes());
+            h.write(b"\0");
+            h.write(&sum[0].to_le_bytes());
+            h.write(&sum[1].to_le_bytes());
         }
     }
     // Arrays are cut by sample, anything else by unit (a file, a series, a block).
@@ -98,7 +99,7 @@ pub(super) fn take_part(plan: &mut Plan, p: PartSpec, job: &serde_json::Value) -
     Part {
         index: p.index,
         count: p.count,
-        job: format!("{:016x}", h.digest()),
+        job: format!("{:016x}", h.finish()),
         of: if arrays { "samples" } else { "inputs" }.into(),
         ranges,
     }

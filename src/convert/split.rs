@@ -64,7 +64,7 @@ pub(super) fn test_groups<'a>(
 ) -> BTreeSet<&'a str> {
     let distinct: BTreeSet<&str> = keys.into_iter().collect();
     let mut ranked: Vec<&str> = distinct.into_iter().collect();
-    ranked.sort_by_key(|k| (xxhash_rust::xxh3::xxh3_64(k.as_bytes()), *k));
+    ranked.sort_by_key(|k| (twox_hash::XxHash3_64::oneshot(k.as_bytes()), *k));
     let n = test_count(ranked.len(), fraction);
     ranked.into_iter().take(n).collect()
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// `--part I/N`: part I (counted from 0) of N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +111,7 @@ pub fn share(total: u64, chunk: u64, p: PartSpec) -> (u64, u64) {
 
 /// The `job` digest of some bytes: 16 lowercase hex digits of xxh3.
 pub fn digest(bytes: &[u8]) -> String {
-    format!("{:016x}", xxh3_64(bytes))
+    format!("{:016x}", XxHash3_64::oneshot(bytes))
 }
 
 #[cfg(test)]

@@ -377,7 +377,7 @@ pub fn split_folders<'a>(
 /// Whether a file goes to the test split: a hash of its relative path, so the split is the same on
 /// every run and machine and does not move when other files are added.
 pub fn is_test(rel: &str, fraction: f64) -> bool {
-    let h = xxhash_rust::xxh3::xxh3_64(rel.as_bytes());
+    let h = twox_hash::XxHash3_64::oneshot(rel.as_bytes());
     ((h >> 11) as f64 / (1u64 << 53) as f64) < fraction
 }
 

@@ -11,7 +11,7 @@ use crate::util::error::{Error, IoContext, Result};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 pub struct BlockCache {
     dir: PathBuf,
@@ -63,7 +63,7 @@ impl BlockCache {
     pub fn namespace(&self, url: &str, version: &str) -> PathBuf {
         self.dir.join(format!(
             "{:016x}",
-            xxh3_64(format!("{url}\n{version}").as_bytes())
+            XxHash3_64::oneshot(format!("{url}\n{version}").as_bytes())
         ))
     }
 
@@ -80,7 +80,7 @@ impl BlockCache {
             return false;
         };
         let n = buf.len();
-        let intact = bytes.len() == n + 8 && xxh3_64(&bytes[..n]).to_le_bytes() == bytes[n..];
+        let intact = bytes.len() == n + 8 && XxHash3_64::oneshot(&bytes[..n]).to_le_bytes() == bytes[n..];
         if !intact {
             // Damaged on the local disk: read from the store again.
             if std::fs::remove_file(&p).is_ok() {
@@ -117,7 +117,7 @@ impl BlockCache {
             .and_then(|_| {
                 let mut bytes = Vec::with_capacity(data.len() + 8);
                 bytes.extend_from_slice(data);
-                bytes.extend_from_slice(&xxh3_64(data).to_le_bytes());
+                bytes.extend_from_slice(&XxHash3_64::oneshot(data).to_le_bytes());
                 std::fs::write(&tmp, bytes)
             })
             .and_then(|_| std::fs::rename(&tmp, &p));

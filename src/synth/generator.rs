@@ -15,7 +15,7 @@ use crate::format::shard::{Dtype, SampleSpec, Shape};
 use crate::util::error::{Error, Result};
 use std::f32::consts::PI;
 use std::sync::OnceLock;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// Pattern kinds; class k uses kind k % KINDS.
 pub(super) const KINDS: u32 = 6;
@@ -123,7 +123,7 @@ impl ClassParams {
 
 /// Which split a sample belongs to enters its seed, so train and test never share a sample.
 pub fn split_id(split: &str) -> u64 {
-    xxh3_64(split.as_bytes())
+    XxHash3_64::oneshot(split.as_bytes())
 }
 
 /// Which generator makes the samples; recorded in the manifest as `provenance.source.generator`.
@@ -444,7 +444,7 @@ mod tests {
             all.extend_from_slice(&out);
             all.extend_from_slice(&label.to_le_bytes());
         }
-        xxh3_64(&all)
+        XxHash3_64::oneshot(&all)
     }
 
     /// Pinned outputs: version 1 must keep giving the bytes it gave before version 2 existed

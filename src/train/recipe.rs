@@ -120,7 +120,7 @@ pub fn data_identity(data: &Data) -> Result<Option<String>> {
     };
     Ok(Some(format!(
         "{:016x}",
-        xxhash_rust::xxh3::xxh3_64(v.to_string().as_bytes())
+        twox_hash::XxHash3_64::oneshot(v.to_string().as_bytes())
     )))
 }
 

@@ -6,7 +6,7 @@
 use crate::util::*;
 use prep::format::shard::{Dataset, Dtype, ShardReader};
 use std::path::{Path, PathBuf};
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 fn le_f32(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -383,7 +383,7 @@ fn edited_header(dir: &Path, edit: impl Fn(&mut [u8])) -> PathBuf {
     let path = ds.join(&m.splits["train"].shards[0].file);
     let mut b = std::fs::read(&path).unwrap();
     edit(&mut b);
-    let h = xxh3_64(&b[..56]);
+    let h = XxHash3_64::oneshot(&b[..56]);
     b[56..64].copy_from_slice(&h.to_le_bytes());
     std::fs::write(&path, b).unwrap();
     ds
@@ -455,11 +455,11 @@ fn verify_names_a_float_block_holding_nan() {
     let mut b = std::fs::read(&path).unwrap();
     let at = e.offset as usize + 4 * 5;
     b[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
-    let sum = xxh3_64(&b[e.offset as usize..(e.offset + e.stored_len) as usize]).to_le_bytes();
+    let sum = XxHash3_64::oneshot(&b[e.offset as usize..(e.offset + e.stored_len) as usize]).to_le_bytes();
     b[foot + 40 + 24..foot + 40 + 32].copy_from_slice(&sum);
     b[foot + 40 + 32..foot + 40 + 40].copy_from_slice(&sum);
     let len = b.len();
-    let footer = xxh3_64(&b[foot..len - 32]);
+    let footer = XxHash3_64::oneshot(&b[foot..len - 32]);
     b[len - 16..len - 8].copy_from_slice(&footer.to_le_bytes());
     std::fs::write(&path, b).unwrap();
     info.footer_xxh3 = format!("{footer:016x}");

@@ -10,7 +10,7 @@ use crate::format::fields::{FieldStats, Fields};
 use crate::util::error::{Error, Region, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// How blocks are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -369,8 +369,8 @@ impl Block {
         };
         let this = decoded.as_ref().unwrap_or(self);
         Ok(EncodedBlock {
-            stored_xxh3: xxh3_64(&bytes),
-            raw_xxh3: xxh3_64(&this.data),
+            stored_xxh3: XxHash3_64::oneshot(&bytes),
+            raw_xxh3: XxHash3_64::oneshot(&this.data),
             bytes,
             num_samples: self.num_samples as u32,
             stats: Stats::of_block(this, spec, num_classes),
@@ -395,7 +395,7 @@ impl Block {
     ) -> Result<Block> {
         let (spec, codec) = (layout.spec, layout.codec);
         let bad = |what: String| Error::corrupt(path, Region::Block(index), what);
-        let computed = xxh3_64(stored);
+        let computed = XxHash3_64::oneshot(stored);
         if computed != entry.stored_xxh3 {
             return Err(bad(format!(
                 "checksum mismatch (stored {:016x}, computed {computed:016x})",
@@ -448,7 +448,7 @@ impl Block {
                 buf
             }
         };
-        if xxh3_64(&data) != entry.raw_xxh3 {
+        if XxHash3_64::oneshot(&data) != entry.raw_xxh3 {
             return Err(bad("decoded bytes do not match their checksum".into()));
         }
         Self::checked(path, index, entry, data, layout)
@@ -465,7 +465,7 @@ impl Block {
         layout: &BlockLayout,
     ) -> Result<Block> {
         let bad = |what: String| Error::corrupt(path, Region::Block(index), what);
-        let computed = xxh3_64(&stored);
+        let computed = XxHash3_64::oneshot(&stored);
         if computed != entry.stored_xxh3 {
             return Err(bad(format!(
                 "checksum mismatch (stored {:016x}, computed {computed:016x})",

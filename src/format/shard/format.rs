@@ -6,7 +6,7 @@
 use super::{ChannelSums, Dtype, SampleSpec, Shape, MAX_DIMS, MAX_SAMPLE_BYTES};
 use crate::util::error::{Error, Region, Result};
 use std::path::Path;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 pub const MAGIC: &[u8; 8] = b"PREPSHRD";
 pub const END_MAGIC: &[u8; 8] = b"PREPEND\0";
@@ -71,7 +71,7 @@ impl Header {
         b[44..48].copy_from_slice(&self.num_classes.to_le_bytes());
         b[48..52].copy_from_slice(&self.field_bytes.to_le_bytes());
         b[52..54].copy_from_slice(&self.num_fields.to_le_bytes());
-        let h = xxh3_64(&b[..56]);
+        let h = XxHash3_64::oneshot(&b[..56]);
         b[56..64].copy_from_slice(&h.to_le_bytes());
         b
     }
@@ -94,7 +94,7 @@ impl Header {
             )));
         }
         let stored = u64_at(b, 56);
-        let computed = xxh3_64(&b[..56]);
+        let computed = XxHash3_64::oneshot(&b[..56]);
         if stored != computed {
             return Err(bad(format!(
                 "checksum mismatch (stored {stored:016x}, computed {computed:016x})"
@@ -453,7 +453,7 @@ mod tests {
     }
 
     fn rehash(b: &mut [u8; HEADER_LEN]) {
-        let h = xxh3_64(&b[..56]);
+        let h = XxHash3_64::oneshot(&b[..56]);
         b[56..64].copy_from_slice(&h.to_le_bytes());
     }
 
@@ -597,7 +597,7 @@ mod tests {
         let mut raw = block.raw().to_vec();
         raw[4 * 13..4 * 14].copy_from_slice(&f32::NAN.to_le_bytes());
         let mut e = footer.blocks[0];
-        e.stored_xxh3 = xxh3_64(&raw);
+        e.stored_xxh3 = XxHash3_64::oneshot(&raw);
         e.raw_xxh3 = e.stored_xxh3;
         let layout = none_layout(&h);
         let err = Block::decode(path, 0, &e, &raw, &layout, Vec::new())

@@ -8,7 +8,7 @@ use crate::util::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 pub const FORMAT: &str = "prep-shards";
 /// Version 1 describes u8/u16 datasets, version 2 adds f16/f32, version 3 sample fields; a
@@ -341,7 +341,7 @@ pub fn seal<T: Serialize>(doc: &T) -> Vec<u8> {
     }
     let mut bytes = serde_json::to_vec_pretty(&v).expect("manifest serialises");
     bytes.push(b'\n');
-    let sum = format!("{:016x}", xxh3_64(&bytes));
+    let sum = format!("{:016x}", XxHash3_64::oneshot(&bytes));
     let at = checksum_pos(&bytes).expect("checksum member is written");
     bytes[at..at + 16].copy_from_slice(sum.as_bytes());
     bytes
@@ -359,7 +359,7 @@ pub fn check_seal(path: &Path, bytes: &[u8], stored: &str) -> Result<()> {
         })?;
     let mut zeroed = bytes.to_vec();
     zeroed[at..at + 16].copy_from_slice(ZERO_SUM.as_bytes());
-    let computed = format!("{:016x}", xxh3_64(&zeroed));
+    let computed = format!("{:016x}", XxHash3_64::oneshot(&zeroed));
     if computed != stored {
         return Err(Error::manifest(
             path,

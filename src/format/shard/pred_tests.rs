@@ -162,7 +162,7 @@ fn decode_as_read(
         offset: 0,
         stored_len: stored.len() as u64,
         num_samples: n as u32,
-        stored_xxh3: xxhash_rust::xxh3::xxh3_64(stored),
+        stored_xxh3: twox_hash::XxHash3_64::oneshot(stored),
         raw_xxh3,
     };
     let fields = crate::format::fields::Fields::default();

@@ -9,7 +9,7 @@ use crate::store::Object;
 use crate::util::error::{Error, Region, Result};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// An open shard whose header, trailer and footer index have been checked.
 #[derive(Debug)]
@@ -53,7 +53,7 @@ impl ShardReader {
         // The trailer check bounded footer_len by the header's caps (at most ~41 MiB).
         let mut fb = vec![0u8; trailer.footer_len as usize];
         file.read_exact_at(&mut fb, trailer.footer_offset)?;
-        let computed = xxh3_64(&fb);
+        let computed = XxHash3_64::oneshot(&fb);
         if computed != trailer.footer_xxh3 {
             return Err(Error::corrupt(
                 &path,

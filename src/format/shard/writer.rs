@@ -10,7 +10,7 @@ use crate::util::error::{Error, IoContext, Result};
 use std::fs::{self, File};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// Writes one shard file from encoded blocks. Errors name the shard's final path; dropped
 /// unfinished (a failure, an interruption), it removes its temporary file.
@@ -126,7 +126,7 @@ impl ShardWriter {
         let trailer = Trailer {
             footer_offset: self.offset,
             footer_len: footer.len() as u64,
-            footer_xxh3: xxh3_64(&footer),
+            footer_xxh3: XxHash3_64::oneshot(&footer),
         };
         let header = Header {
             spec: self.spec.clone(),

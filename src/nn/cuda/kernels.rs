@@ -358,7 +358,7 @@ fn write_cached(p: &PathBuf, img: &Image) {
 fn obtain(i: usize, target: &str, disk: bool) -> Compiled {
     let p = &programs()[i];
     let t0 = Instant::now();
-    let key = xxhash_rust::xxh3::xxh3_64(
+    let key = twox_hash::XxHash3_64::oneshot(
         format!("{target} {}\n{COMMON}\n{}", nvrtc_version(), p.body).as_bytes(),
     );
     let timing = |from| UnitTiming {

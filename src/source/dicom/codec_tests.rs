@@ -10,7 +10,7 @@ use super::*;
 use dicom_core::value::{PixelFragmentSequence, Value};
 use dicom_core::{DataElement, PrimitiveValue, VR};
 use std::path::PathBuf;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -64,7 +64,7 @@ fn grey(f: &Frame) -> &FloatFrame {
 }
 
 fn f32_hash(v: &[f32]) -> u64 {
-    xxh3_64(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+    XxHash3_64::oneshot(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
 
 /// (file, transfer syntax, rows, cols, xxh3 of pydicom's values, min, max, (row, col, value)...)
@@ -190,7 +190,7 @@ fn compressed_fixtures_decode_to_pydicom_values() {
     assert_eq!(img.get_pixel(0, 0).0, [128, 128, 128]);
     assert_eq!(img.get_pixel(133, 200).0, [0, 255, 0]);
     assert_eq!(img.get_pixel(399, 399).0, [128, 128, 128]);
-    assert_eq!(xxh3_64(img.as_raw()), 0x98ea4c2cd70e63ca);
+    assert_eq!(XxHash3_64::oneshot(img.as_raw()), 0x98ea4c2cd70e63ca);
 }
 
 /// 12-bit lossy JPEG (JPEG Extended, Process 4). libjpeg-turbo-rs's integer IDCT (libjpeg's
