@@ -185,7 +185,8 @@ pub enum CodecArg {
     /// zstd of the bytes as they are.
     Zstd,
     /// zstd after a prediction filter per image plane (left, up or median, with green taken
-    /// from red and blue), chosen per block: lossless, smaller on photos and scans.
+    /// from red and blue), chosen per block: lossless, about half of zstd's size on photos
+    /// and faster to read; slower to write.
     Pred,
     /// one JPEG per sample at --quality (lossy; u8 grey or RGB images), for photo datasets
     /// whose size matters more than exact pixels.
