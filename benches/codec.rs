@@ -25,7 +25,9 @@ fn main() {
         .collect();
     let r = &shards[0];
     let blocks: Vec<Block> = match std::env::var("BLOCKS") {
-        Err(_) => (0..r.num_blocks()).map(|i| r.read_block(i).unwrap()).collect(),
+        Err(_) => (0..r.num_blocks())
+            .map(|i| r.read_block(i).unwrap())
+            .collect(),
         Ok(v) => {
             let all: Vec<(usize, usize)> = (shards.iter().enumerate())
                 .flat_map(|(s, r)| (0..r.num_blocks()).map(move |b| (s, b)))

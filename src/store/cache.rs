@@ -80,7 +80,8 @@ impl BlockCache {
             return false;
         };
         let n = buf.len();
-        let intact = bytes.len() == n + 8 && XxHash3_64::oneshot(&bytes[..n]).to_le_bytes() == bytes[n..];
+        let intact =
+            bytes.len() == n + 8 && XxHash3_64::oneshot(&bytes[..n]).to_le_bytes() == bytes[n..];
         if !intact {
             // Damaged on the local disk: read from the store again.
             if std::fs::remove_file(&p).is_ok() {

@@ -455,7 +455,8 @@ fn verify_names_a_float_block_holding_nan() {
     let mut b = std::fs::read(&path).unwrap();
     let at = e.offset as usize + 4 * 5;
     b[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
-    let sum = XxHash3_64::oneshot(&b[e.offset as usize..(e.offset + e.stored_len) as usize]).to_le_bytes();
+    let sum = XxHash3_64::oneshot(&b[e.offset as usize..(e.offset + e.stored_len) as usize])
+        .to_le_bytes();
     b[foot + 40 + 24..foot + 40 + 32].copy_from_slice(&sum);
     b[foot + 40 + 32..foot + 40 + 40].copy_from_slice(&sum);
     let len = b.len();

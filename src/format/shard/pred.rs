@@ -315,8 +315,15 @@ impl PutPx for u16 {
     }
     fn colour_plane(c: &mut [u8], g: &[u8], forward: bool) {
         for (v, g) in c.chunks_exact_mut(2).zip(g.chunks_exact(2)) {
-            let (x, y) = (u16::from_le_bytes([v[0], v[1]]), u16::from_le_bytes([g[0], g[1]]));
-            let r = if forward { x.wrapping_sub(y) } else { x.wrapping_add(y) };
+            let (x, y) = (
+                u16::from_le_bytes([v[0], v[1]]),
+                u16::from_le_bytes([g[0], g[1]]),
+            );
+            let r = if forward {
+                x.wrapping_sub(y)
+            } else {
+                x.wrapping_add(y)
+            };
             v.copy_from_slice(&r.to_le_bytes());
         }
     }

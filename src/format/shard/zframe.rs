@@ -114,7 +114,10 @@ pub(super) fn compress_literals(data: &[u8], level: i32) -> Result<Vec<u8>> {
         // literal; `out` has compress_bound bytes of capacity and its length is set to what
         // zstd wrote only after checking the result.
         unsafe {
-            sys::ZSTD_CCtx_reset(ctx, sys::ZSTD_ResetDirective::ZSTD_reset_session_and_parameters);
+            sys::ZSTD_CCtx_reset(
+                ctx,
+                sys::ZSTD_ResetDirective::ZSTD_reset_session_and_parameters,
+            );
             sys::ZSTD_CCtx_setParameter(ctx, sys::ZSTD_cParameter::ZSTD_c_compressionLevel, level);
             sys::ZSTD_CCtx_setParameter(ctx, sys::ZSTD_cParameter::ZSTD_c_contentSizeFlag, 1);
             let n = sys::ZSTD_compressSequences(
@@ -135,7 +138,6 @@ pub(super) fn compress_literals(data: &[u8], level: i32) -> Result<Vec<u8>> {
         Ok(out)
     })
 }
-
 
 #[cfg(test)]
 mod tests {
