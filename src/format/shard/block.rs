@@ -91,9 +91,10 @@ fn encode_pred(data: &[u8], spec: &SampleSpec, n: usize, level: i32) -> Result<V
     let mut out = vec![method];
     // Residuals as literals alone: on photos smaller than with zstd's matches (which spoil its
     // Huffman statistics with many short ones) and faster to decode. Where they are mostly runs
-    // (under 2 bits a value), matches may pay: both are tried.
+    // (under 2 bits a value), or where a high level asks for the smallest, matches may pay: both
+    // are tried.
     let mut frame = compress_literals(&filtered, level)?;
-    if frame.len() * 4 < filtered.len() {
+    if frame.len() * 4 < filtered.len() || level >= 10 {
         let matched = compress(&filtered, level)?;
         if matched.len() < frame.len() {
             frame = matched;
