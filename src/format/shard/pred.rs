@@ -426,10 +426,7 @@ fn encode_group<T: PutPx, const L: usize, const F: u8>(
 
 /// The filter undone group by group; with `colour`, the colour step undone on each sample as
 /// soon as its planes are, while they are still in the cache.
-fn decode_groups<T: PutPx>(stored: &[u8], g: &Geometry, filter: u8, colour: bool, px: &mut [u8])
-where
-    [u8]: Planes<T>,
-{
+fn decode_groups<T: PutPx>(stored: &[u8], g: &Geometry, filter: u8, colour: bool, px: &mut [u8]) {
     match filter {
         LEFT => decode_groups_with::<T, LEFT>(stored, g, colour, px),
         UP => decode_groups_with::<T, UP>(stored, g, colour, px),
@@ -442,9 +439,7 @@ fn decode_groups_with<T: PutPx, const F: u8>(
     g: &Geometry,
     colour: bool,
     px: &mut [u8],
-) where
-    [u8]: Planes<T>,
-{
+) {
     let size = if g.wide { 2 } else { 1 };
     let mut coloured = 0;
     let mut at = 0;
@@ -531,10 +526,7 @@ fn decode_group<T: PutPx, const L: usize, const F: u8, const K: usize>(
 }
 
 /// Take green from red and blue (`forward`), or give it back, in `samples` of `px`.
-fn colour<T: PutPx>(px: &mut [u8], g: &Geometry, samples: std::ops::Range<usize>, forward: bool)
-where
-    [u8]: Planes<T>,
-{
+fn colour<T: PutPx>(px: &mut [u8], g: &Geometry, samples: std::ops::Range<usize>, forward: bool) {
     let bytes = g.plane() * if g.wide { 2 } else { 1 };
     for s in samples {
         let (c0, rest) = px[s * 3 * bytes..(s + 1) * 3 * bytes].split_at_mut(bytes);
