@@ -30,9 +30,9 @@ pub struct ProxyStats {
     pub connections: u64,
     /// Client connections reset at once: the proxy was down, or the upstream refused.
     pub refused: u64,
-    /// Bytes forwarded from clients to the server (requests).
+    /// Bytes taken from clients to forward to the server (requests).
     pub bytes_to_server: u64,
-    /// Bytes forwarded from the server to clients (responses).
+    /// Bytes taken from the server to forward to clients (responses).
     pub bytes_to_client: u64,
 }
 
@@ -302,10 +302,12 @@ fn pump(sh: &Shared, mut from: TcpStream, mut to: TcpStream, upward: bool, turn:
         } else {
             turn.store(2, SeqCst);
         }
+        // Counted before the write: once the peer holds the bytes it may act on them (a client
+        // exits, a test reads the stats) before this thread runs again.
+        let counter = if upward { &sh.bytes_up } else { &sh.bytes_down };
+        counter.fetch_add(n as u64, SeqCst);
         if to.write_all(&buf[..n]).is_err() {
             return kill(&from, &to);
         }
-        let counter = if upward { &sh.bytes_up } else { &sh.bytes_down };
-        counter.fetch_add(n as u64, SeqCst);
     }
 }
